@@ -1,0 +1,1 @@
+"""kioku: long-term memory for one LLM conversation far longer than the window."""

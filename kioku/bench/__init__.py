@@ -1,0 +1,1 @@
+"""Benchmarks behind `kioku bench`: each module has `run(...) -> dict` printed as JSON."""

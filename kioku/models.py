@@ -1,0 +1,141 @@
+"""The chat model boundary: one method, `complete(request) -> Completion`.
+
+Replies and summaries may come from different models (a fast one for the turn, a stronger one for
+background compaction), so the engine holds two `ChatModel`s. A completion always carries its
+`finish_reason`: a "length" finish is never passed off as a finished reply.
+`ScriptedModel` is the double every test uses: it answers from a script and records each request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+ChatRole = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: ChatRole
+    content: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    messages: tuple[ChatMessage, ...]
+    max_tokens: int = 1024
+    temperature: float | None = None
+    stop: tuple[str, ...] = ()
+    purpose: str = "reply"  # "reply" | "chapter" | "synopsis" | "cut" | "notes" | "eval": for logs
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self, model: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "messages": [m.to_json() for m in self.messages],
+            "max_tokens": self.max_tokens,
+        }
+        if model:
+            body["model"] = model
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        if self.stop:
+            body["stop"] = list(self.stop)
+        body.update(self.extra)
+        return body
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    finish_reason: str = "stop"
+    usage: Usage = Usage()
+    model: str = ""
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    def complete(self, request: ChatRequest) -> Completion: ...
+
+
+Script = str | Completion | Exception | Callable[[ChatRequest], "str | Completion"]
+
+
+class ScriptedModel:
+    """A chat model that answers from a queue of scripted replies and records every request.
+
+    Each queued item is a reply text, a full `Completion` (to script `finish_reason="length"`), an
+    exception to raise, or a callable that computes the reply from the request. When the queue is
+    empty, `default` answers (a callable or text); with no default, an empty queue is an error so a
+    test never passes on replies nobody scripted.
+    """
+
+    def __init__(
+        self,
+        replies: Iterable[Script] = (),
+        default: Script | None = None,
+        name: str = "scripted",
+    ) -> None:
+        self._queue: list[Script] = list(replies)
+        self.default = default
+        self.name = name
+        self.history: list[ChatRequest] = []
+        self._lock = threading.Lock()
+
+    def enqueue(self, *replies: Script) -> ScriptedModel:
+        with self._lock:
+            self._queue.extend(replies)
+        return self
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def prompts(self, purpose: str | None = None) -> list[str]:
+        """Every request flattened to text, optionally only those of one purpose."""
+        return [
+            "\n".join(m.content for m in r.messages)
+            for r in self.history
+            if purpose is None or r.purpose == purpose
+        ]
+
+    def complete(self, request: ChatRequest) -> Completion:
+        with self._lock:
+            self.history.append(request)
+            item = self._queue.pop(0) if self._queue else self.default
+        if item is None:
+            raise AssertionError(
+                f"ScriptedModel {self.name!r} got an unscripted request ({request.purpose}); "
+                "enqueue a reply or set default"
+            )
+        if isinstance(item, Exception):
+            raise item
+        if callable(item) and not isinstance(item, Completion):
+            item = item(request)
+        if isinstance(item, Completion):
+            return item
+        prompt_tokens = sum(len(m.content) for m in request.messages) // 3
+        return Completion(
+            text=str(item),
+            finish_reason="stop",
+            usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=len(str(item)) // 3),
+            model=self.name,
+        )

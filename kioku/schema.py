@@ -1,0 +1,183 @@
+"""The database schema and its named, ordered migrations.
+
+Tables are SQLAlchemy Core so the same store runs on SQLite (embedded default) and PostgreSQL.
+A migration is a named function; `migrate()` runs the ones a database has not recorded yet, in
+order, each in its own transaction. Add new ones at the end; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    Connection,
+    Engine,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    insert,
+    select,
+)
+
+metadata = MetaData()
+
+migrations_table = Table(
+    "kioku_migrations",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("applied_at", String(40), nullable=False),
+)
+
+conversations = Table(
+    "conversations",
+    metadata,
+    Column("id", String(200), primary_key=True),
+    Column("tenant", String(200), nullable=False, default="default"),
+    Column("character", String(200), nullable=False, default=""),
+    Column("system_prompt", Text, nullable=False, default=""),
+    Column("profile", String(100), nullable=False, default="local-64k"),
+    Column("next_seq", BigInteger, nullable=False, default=0),
+    # first seq of the raw window; every seq below it is covered by active memory exactly once
+    Column("raw_start", BigInteger, nullable=False, default=0),
+    # bumps at every fold: the memory exchange changed, the prompt cache breaks once
+    Column("memory_version", Integer, nullable=False, default=0),
+    Column("created_at", Float, nullable=False),
+    Index("ix_conversations_tenant", "tenant"),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("conversation_id", String(200), ForeignKey("conversations.id"), primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("role", String(20), nullable=False),
+    Column("author", String(200), nullable=False, default=""),
+    Column("at", String(40), nullable=True),
+    Column("parts", Text, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("tokens", Integer, nullable=False),
+    Column("content_hash", String(64), nullable=False),
+    Column("created_at", Float, nullable=False),
+    # set when a stateless client edited or deleted this message after it was stored
+    Column("superseded", Integer, nullable=False, default=0),
+    Column("meta", JSON, nullable=True),
+)
+
+memory_items = Table(
+    "memory_items",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("conversation_id", String(200), ForeignKey("conversations.id"), nullable=False),
+    Column("kind", String(20), nullable=False),  # chapter | synopsis
+    Column("first_seq", BigInteger, nullable=False),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("data", JSON, nullable=True),
+    Column("tokens", Integer, nullable=False),
+    Column("source", String(20), nullable=False),  # llm | extractive
+    Column("model", String(200), nullable=False, default=""),
+    Column("prompt_version", String(100), nullable=False, default=""),
+    # ready: written, not yet in the prompt · active: in the prompt · retired: replaced by a
+    # major GC, or discarded because a forced cut overtook it
+    Column("status", String(20), nullable=False),
+    Column("ready_at", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("replaces", JSON, nullable=True),  # ids a synopsis folds in
+    Column("stale", Integer, nullable=False, default=0),
+    Index("ix_memory_conv_status", "conversation_id", "status"),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("conversation_id", String(200), ForeignKey("conversations.id"), nullable=False),
+    Column("kind", String(20), nullable=False),  # chapter | synopsis
+    Column("first_seq", BigInteger, nullable=False),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("payload", JSON, nullable=True),
+    Column("status", String(20), nullable=False),  # queued | running | done | failed | cancelled
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("run_after", Float, nullable=False),
+    Column("lease_until", Float, nullable=True),
+    Column("leased_by", String(200), nullable=True),
+    Column("error", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("finished_at", Float, nullable=True),
+    Index("ix_jobs_status_run_after", "status", "run_after"),
+    Index("ix_jobs_conv", "conversation_id"),
+)
+
+compaction_log = Table(
+    "compaction_log",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("conversation_id", String(200), nullable=False),
+    # chapter | synopsis | cut | refusal | retry | forced_cut | fold | truncated_reply | ...
+    Column("event", String(40), nullable=False),
+    Column("outcome", String(40), nullable=False, default="ok"),
+    Column("duration_s", Float, nullable=True),
+    Column("input_tokens", Integer, nullable=True),
+    Column("output_tokens", Integer, nullable=True),
+    Column("first_seq", BigInteger, nullable=True),
+    Column("last_seq", BigInteger, nullable=True),
+    Column("detail", Text, nullable=True),
+    Column("at", Float, nullable=False),
+    Index("ix_compaction_log_conv", "conversation_id"),
+)
+
+counters = Table(
+    "counters",
+    metadata,
+    Column("conversation_id", String(200), primary_key=True),
+    Column("name", String(100), primary_key=True),
+    Column("value", BigInteger, nullable=False, default=0),
+    UniqueConstraint("conversation_id", "name"),
+)
+
+
+Migration = tuple[str, Callable[[Connection], None]]
+
+
+def _create(*tables: Table) -> Callable[[Connection], None]:
+    def run(conn: Connection) -> None:
+        for t in tables:
+            t.create(conn, checkfirst=True)
+
+    return run
+
+
+MIGRATIONS: list[Migration] = [
+    ("0001_log_memory_jobs", _create(conversations, messages, memory_items, jobs)),
+    ("0002_compaction_log_counters", _create(compaction_log, counters)),
+]
+
+
+def migrate(engine: Engine) -> list[str]:
+    """Apply pending migrations in order; return the names applied."""
+    with engine.begin() as conn:
+        migrations_table.create(conn, checkfirst=True)
+    applied: list[str] = []
+    for name, run in MIGRATIONS:
+        with engine.begin() as conn:
+            done = conn.execute(
+                select(migrations_table.c.name).where(migrations_table.c.name == name)
+            ).first()
+            if done:
+                continue
+            run(conn)
+            conn.execute(
+                insert(migrations_table).values(name=name, applied_at=datetime.now(UTC).isoformat())
+            )
+            applied.append(name)
+    return applied
