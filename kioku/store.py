@@ -27,7 +27,9 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from kioku import schema as s
@@ -96,6 +98,10 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
+def _new_id(result: Any) -> int:
+    return int(result.inserted_primary_key[0])
+
+
 def _message_row(row: Any) -> LogEntry:
     at = datetime.fromisoformat(row.at) if row.at else None
     msg = Message(role=row.role, parts=parts_from_json(row.parts), author=row.author, at=at)
@@ -150,6 +156,11 @@ class Store:
     def is_postgres(self) -> bool:
         return self.engine.dialect.name == "postgresql"
 
+    def _insert_ignore(self, table: Any) -> Any:
+        if self.is_postgres:
+            return pg_insert(table).on_conflict_do_nothing()
+        return sqlite_insert(table).on_conflict_do_nothing()
+
     def close(self) -> None:
         self.engine.dispose()
 
@@ -177,22 +188,20 @@ class Store:
                 select(s.conversations).where(s.conversations.c.id == conversation_id)
             ).first()
             if row is None:
-                try:
-                    conn.execute(
-                        insert(s.conversations).values(
-                            id=conversation_id,
-                            tenant=tenant,
-                            character=character,
-                            system_prompt=system_prompt or "",
-                            profile=profile,
-                            next_seq=0,
-                            raw_start=0,
-                            memory_version=0,
-                            created_at=time.time(),
-                        )
+                # ON CONFLICT DO NOTHING: two first turns of one conversation may race here
+                conn.execute(
+                    self._insert_ignore(s.conversations).values(
+                        id=conversation_id,
+                        tenant=tenant,
+                        character=character,
+                        system_prompt=system_prompt or "",
+                        profile=profile,
+                        next_seq=0,
+                        raw_start=0,
+                        memory_version=0,
+                        created_at=time.time(),
                     )
-                except IntegrityError:
-                    pass  # created concurrently; read it back below
+                )
             elif row.tenant != tenant:
                 # another tenant's conversation: answer as if it did not exist
                 raise NotFound(f"no conversation {conversation_id!r}")
@@ -235,7 +244,11 @@ class Store:
     # the log -----------------------------------------------------------------------------
 
     def append(
-        self, conversation_id: str, message: Message, tokens: int, meta: dict[str, Any] | None = None
+        self,
+        conversation_id: str,
+        message: Message,
+        tokens: int,
+        meta: dict[str, Any] | None = None,
     ) -> LogEntry:
         """Store one message under the next gap-free seq and return it."""
         with self.atomic() as conn:
@@ -257,7 +270,9 @@ class Store:
         if row is None:
             raise NotFound(f"no conversation {conversation_id!r}")
         seq = int(row.next_seq)
-        conn.execute(update(s.conversations).where(c.id == conversation_id).values(next_seq=seq + 1))
+        conn.execute(
+            update(s.conversations).where(c.id == conversation_id).values(next_seq=seq + 1)
+        )
         conn.execute(
             insert(s.messages).values(
                 conversation_id=conversation_id,
@@ -276,7 +291,9 @@ class Store:
         )
         return LogEntry(seq=seq, message=message, tokens=tokens, meta=meta or {})
 
-    def entries(self, conversation_id: str, first: int = 0, last: int | None = None) -> list[LogEntry]:
+    def entries(
+        self, conversation_id: str, first: int = 0, last: int | None = None
+    ) -> list[LogEntry]:
         m = s.messages.c
         q = select(s.messages).where(m.conversation_id == conversation_id, m.seq >= first)
         if last is not None:
@@ -307,7 +324,9 @@ class Store:
         with self.engine.connect() as conn:
             return [_item_row(r) for r in conn.execute(q.order_by(mi.first_seq, mi.id))]
 
-    def add_item(self, conversation_id: str, item: MemoryItem, conn: Connection | None = None) -> int:
+    def add_item(
+        self, conversation_id: str, item: MemoryItem, conn: Connection | None = None
+    ) -> int:
         values = dict(
             conversation_id=conversation_id,
             kind=item.kind,
@@ -326,9 +345,9 @@ class Store:
             stale=int(item.stale),
         )
         if conn is not None:
-            return int(conn.execute(insert(s.memory_items).values(**values)).inserted_primary_key[0])
+            return _new_id(conn.execute(insert(s.memory_items).values(**values)))
         with self.atomic() as c:
-            return int(c.execute(insert(s.memory_items).values(**values)).inserted_primary_key[0])
+            return _new_id(c.execute(insert(s.memory_items).values(**values)))
 
     def fold(
         self,
@@ -423,7 +442,7 @@ class Store:
                     created_at=time.time(),
                 )
             )
-            return int(r.inserted_primary_key[0])
+            return _new_id(r)
 
     def jobs(self, conversation_id: str, *statuses: str) -> list[Job]:
         j = s.jobs.c
@@ -483,6 +502,20 @@ class Store:
                 .where(s.jobs.c.id == job_id)
                 .values(status=status, error=error, finished_at=time.time(), lease_until=None)
             )
+
+    def complete_job(
+        self, job_id: int, conversation_id: str, item: MemoryItem | None
+    ) -> int | None:
+        """Store a job's memory item and mark the job done in one transaction, so a crash
+        between the two can neither lose the summary nor write it twice."""
+        with self.atomic() as conn:
+            item_id = self.add_item(conversation_id, item, conn) if item is not None else None
+            conn.execute(
+                update(s.jobs)
+                .where(s.jobs.c.id == job_id)
+                .values(status="done", finished_at=time.time(), lease_until=None)
+            )
+            return item_id
 
     def retry_job(self, job_id: int, run_after: float, error: str) -> None:
         with self.atomic() as conn:

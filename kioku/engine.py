@@ -1,0 +1,394 @@
+"""The library's front door: `Kioku` (a store plus models and numbers) and `Conversation`.
+
+    kk = Kioku(Store.open("chat.db"), reply_model=my_model)
+    conv = kk.conversation("mika-and-me", system_prompt=CARD)
+    reply = conv.chat("Do you remember what I promised you in spring?")
+
+`prepare()` stores the user message first, then folds whatever summary became ready, schedules
+new jobs, and builds the prompt; `record()` stores the reply. `chat()` does both around the reply
+model. Summaries run on a worker (a background thread in the embedded mode), never in the turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kioku import policy
+from kioku.context import Prompt, Recollection, build
+from kioku.errors import ConfigError, InputError, StoreError, TruncatedReply
+from kioku.generations import chapter_task, item_from_summary
+from kioku.lang import detect_lang
+from kioku.memory import Memory, MemoryItem
+from kioku.messages import LogEntry, Message
+from kioku.models import ChatModel, Completion
+from kioku.profiles import LOCAL_64K, Profile
+from kioku.store import ConversationInfo, Store
+from kioku.summarizer import ExtractiveSummarizer, Summarizer
+from kioku.tokens import ScriptEstimator, TokenCounter
+from kioku.worker import BackgroundWorker, Worker
+
+# Hooks the other memory layers plug into (archive recall, notes, verbal-tic guard).
+RecallHook = Callable[["Conversation", LogEntry, int], Sequence[Recollection]]
+InstructionsHook = Callable[["Conversation"], Sequence[str]]
+NotesHook = Callable[["Conversation"], str]
+AppendHook = Callable[["Conversation", LogEntry], None]
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    finish_reason: str
+    entry: LogEntry
+    prompt: Prompt
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+@dataclass(frozen=True)
+class TurnReport:
+    """What `prepare()` did besides building the prompt: for logs, the demo and benchmarks."""
+
+    folded: bool = False
+    forced_cut: tuple[int, int] | None = None
+    major_gc: bool = False
+    scheduled: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+
+def as_message(value: str | Message, role: str, author: str = "") -> Message:
+    if isinstance(value, Message):
+        return value
+    if not isinstance(value, str):
+        raise InputError(f"expected text or a Message, got {type(value).__name__}")
+    return Message.of(role, value, author=author)  # type: ignore[arg-type]
+
+
+class Kioku:
+    def __init__(
+        self,
+        store: Store | str = "sqlite:///kioku.db",
+        *,
+        profile: Profile = LOCAL_64K,
+        counter: TokenCounter | None = None,
+        reply_model: ChatModel | None = None,
+        summarizer: Summarizer | None = None,
+        clock: Callable[[], float] = time.time,
+        tenant: str = "default",
+        background: bool = False,
+        simulated_duration_s: float = 0.0,
+    ) -> None:
+        self.store = store if isinstance(store, Store) else Store.open(store)
+        self.profile = profile
+        self.counter = counter or ScriptEstimator()
+        self.reply_model = reply_model
+        self.summarizer = summarizer or ExtractiveSummarizer(self.counter)
+        self.extractive = ExtractiveSummarizer(self.counter)
+        self.clock = clock
+        self.tenant = tenant
+        self.recall: RecallHook | None = None
+        self.instructions: InstructionsHook | None = None
+        self.notes: NotesHook | None = None
+        self.on_append: list[AppendHook] = []
+        self.avoid_phrases: Callable[[str], Sequence[str]] | None = None
+        self._worker = Worker(
+            self.store,
+            self.summarizer,
+            self.profile,
+            clock=clock,
+            simulated_duration_s=simulated_duration_s,
+            avoid_phrases=lambda cid: self.avoid_phrases(cid) if self.avoid_phrases else (),
+        )
+        self._background: BackgroundWorker | None = None
+        if background:
+            self.start_background()
+
+    @property
+    def worker(self) -> Worker:
+        return self._worker
+
+    def start_background(self, poll_s: float = 1.0) -> BackgroundWorker:
+        if self._background is None:
+            self._background = BackgroundWorker(self._worker, poll_s).start()
+        return self._background
+
+    def close(self) -> None:
+        if self._background is not None:
+            self._background.stop()
+            self._background = None
+
+    def conversation(
+        self, conversation_id: str, *, system_prompt: str | None = None, character: str = ""
+    ) -> Conversation:
+        if not conversation_id or len(conversation_id) > 200:
+            raise InputError("a conversation id is 1 to 200 characters")
+        info = self.store.ensure_conversation(
+            conversation_id,
+            tenant=self.tenant,
+            system_prompt=system_prompt,
+            character=character,
+            profile=self.profile.name,
+        )
+        return Conversation(self, info.id)
+
+    def conversations(self) -> list[ConversationInfo]:
+        return self.store.conversations(self.tenant)
+
+
+class Conversation:
+    def __init__(self, kioku: Kioku, conversation_id: str) -> None:
+        self.kioku = kioku
+        self.id = conversation_id
+        self.last_turn = TurnReport()
+        self._last_prompt: Prompt | None = None
+        self._raw: list[LogEntry] = []  # cache of the raw window; the log is append-only
+        self._lang: str | None = None
+
+    # reading ---------------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        return self.kioku.store
+
+    def info(self) -> ConversationInfo:
+        return self.store.conversation(self.id, tenant=self.kioku.tenant)
+
+    @property
+    def lang(self) -> str:
+        if self._lang is None:
+            info = self.info()
+            sample = [e.text for e in self.store.entries(self.id, 0, 30)]
+            self._lang = detect_lang([info.system_prompt, *sample]) if sample else "en"
+        return self._lang
+
+    def memory(self) -> Memory:
+        active = self.store.items(self.id, "active")
+        synopsis = next((i for i in active if i.kind == "synopsis"), None)
+        chapters = tuple(i for i in active if i.kind == "chapter")
+        notes = self.kioku.notes(self) if self.kioku.notes else ""
+        return Memory(synopsis=synopsis, chapters=chapters, notes=notes)
+
+    def raw_window(self) -> list[LogEntry]:
+        info = self.info()
+        self._raw = [e for e in self._raw if e.seq >= info.raw_start]
+        after = self._raw[-1].seq + 1 if self._raw else info.raw_start
+        if after < info.next_seq:
+            self._raw.extend(self.store.entries(self.id, after))
+        return list(self._raw)
+
+    def invalidate(self) -> None:
+        """Forget cached raw messages (after an edit of stored messages)."""
+        self._raw = []
+
+    # writing ---------------------------------------------------------------------------------
+
+    def append(self, message: Message, meta: dict | None = None) -> LogEntry:
+        if message.is_empty():
+            raise InputError("empty message: nothing to store (send some text)")
+        entry = self.store.append(self.id, message, self.kioku.counter.count(message.text), meta)
+        for hook in self.kioku.on_append:
+            hook(self, entry)
+        return entry
+
+    def prepare(self, user_message: str | Message) -> Prompt:
+        """Store the user message, apply what is ready, and build the prompt for the reply."""
+        entry = self.append(as_message(user_message, "user", "user"))
+        self.last_turn = self._compact()
+        raw = [e for e in self.raw_window() if e.seq < entry.seq]
+        info = self.info()
+        k = self.kioku
+        recollections = k.recall(self, entry, info.raw_start) if k.recall else ()
+        instructions = k.instructions(self) if k.instructions else ()
+        prompt = build(
+            system_prompt=info.system_prompt,
+            memory=self.memory(),
+            raw=raw,
+            new=entry,
+            profile=k.profile,
+            counter=k.counter,
+            recollections=recollections,
+            instructions=instructions,
+            lang=self.lang,
+            memory_version=info.memory_version,
+        )
+        self._last_prompt = prompt
+        return prompt
+
+    def record(self, reply: str | Message | Completion, author: str = "") -> LogEntry:
+        """Store the model's reply. A cut reply (finish_reason "length") is stored, marked and
+        counted; `chat()` raises on it so it is never passed off as complete."""
+        meta: dict | None = None
+        if isinstance(reply, Completion):
+            if reply.truncated:
+                meta = {"finish_reason": "length"}
+                self.store.incr(self.id, "truncated_replies")
+                self.store.log(
+                    self.id,
+                    "truncated_reply",
+                    "length",
+                    output_tokens=reply.usage.completion_tokens,
+                )
+            self._calibrate(reply)
+            message = Message.assistant(reply.text, author=author or self.info().character)
+        else:
+            message = as_message(reply, "assistant", author or self.info().character)
+        return self.append(message, meta)
+
+    def chat(self, user_message: str | Message, *, strict: bool = True) -> Reply:
+        model = self.kioku.reply_model
+        if model is None:
+            raise ConfigError(
+                "no reply model configured: pass reply_model= to Kioku (or use prepare/record)"
+            )
+        prompt = self.prepare(user_message)
+        completion = model.complete(prompt.request())
+        entry = self.record(completion)
+        self.store.incr(self.id, "turns")
+        if completion.truncated and strict:
+            raise TruncatedReply(completion)
+        return Reply(completion.text, completion.finish_reason, entry, prompt)
+
+    def _calibrate(self, completion: Completion) -> None:
+        calibrate = getattr(self.kioku.counter, "calibrate", None)
+        if calibrate is None or self._last_prompt is None or not completion.usage.prompt_tokens:
+            return
+        text = "\n".join(m.content for m in self._last_prompt.messages)
+        calibrate(text, completion.usage.prompt_tokens)
+
+    # compaction --------------------------------------------------------------------------------
+
+    def _compact(self) -> TurnReport:
+        k = self.kioku
+        info = self.info()
+        raw = self.raw_window()
+        mem = self.memory()
+        items = self.store.items(self.id, "ready")
+        jobs = [
+            policy.PendingJob(j.kind, j.first_seq, j.last_seq)
+            for j in self.store.jobs(self.id, "queued", "running")
+        ]
+        now = k.clock()
+        decision = policy.decide(
+            policy.State(
+                profile=k.profile,
+                now=now,
+                raw_start=info.raw_start,
+                raw=[(e.seq, e.tokens) for e in raw],
+                memory=mem,
+                ready=items,
+                jobs=jobs,
+            )
+        )
+        if decision.discard:
+            self.store.retire_items(self.id, decision.discard)
+        add: list[MemoryItem] = []
+        if decision.forced_cut:
+            lo, hi = decision.forced_cut
+            entries = [e for e in raw if lo <= e.seq <= hi]
+            task = chapter_task(entries, k.profile, lang=self.lang, character=info.character)
+            add.append(item_from_summary(task, k.extractive.summarize(task), ready_at=now))
+        if decision.folds:
+            try:
+                self.store.fold(
+                    self.id,
+                    activate=decision.activate,
+                    retire=decision.retire,
+                    raw_start=decision.raw_start
+                    if decision.raw_start is not None
+                    else info.raw_start,
+                    expect_raw_start=info.raw_start,
+                    add=add,
+                )
+            except StoreError as e:
+                # Another process folded first; its state is as good as ours.
+                self.store.log(self.id, "fold", "skipped", detail=str(e))
+                return TurnReport(reasons=(*decision.reasons, f"fold skipped: {e}"))
+            self.store.incr(self.id, "folds")
+            self.store.log(self.id, "fold", "ok", detail="; ".join(decision.reasons))
+            if decision.forced_cut:
+                self.store.incr(self.id, "forced_cuts")
+                self.store.log(
+                    self.id,
+                    "forced_cut",
+                    "extractive",
+                    first_seq=decision.forced_cut[0],
+                    last_seq=decision.forced_cut[1],
+                )
+        if decision.cancel_through is not None:
+            self.store.cancel_jobs(self.id, decision.cancel_through)
+        for plan in decision.schedule:
+            self.store.enqueue_job(
+                self.id, plan.kind, plan.first_seq, plan.last_seq, plan.run_after, plan.payload
+            )
+        if decision.schedule and k._background is not None:
+            k._background.poke()
+        return TurnReport(
+            folded=decision.folds,
+            forced_cut=decision.forced_cut,
+            major_gc=bool(decision.retire),
+            scheduled=tuple(p.kind for p in decision.schedule),
+            reasons=decision.reasons,
+        )
+
+    def cut(self) -> TurnReport:
+        """区切り: fold everything not yet summarized now and start the raw window afresh.
+
+        The summarizer runs synchronously (it is an operator action); the archive and search
+        still hold every message."""
+        k = self.kioku
+        info = self.info()
+        raw = self.raw_window()
+        if not raw:
+            return TurnReport(reasons=("cut: nothing to fold",))
+        ready = self.store.items(self.id, "ready")
+        add: list[MemoryItem] = []
+        chunk: list[LogEntry] = []
+        acc = 0
+        groups: list[list[LogEntry]] = []
+        for e in raw:
+            if chunk and acc + e.tokens > k.profile.summary_chunk:
+                groups.append(chunk)
+                chunk, acc = [], 0
+            chunk.append(e)
+            acc += e.tokens
+        groups.append(chunk)
+        avoid = tuple(k.avoid_phrases(self.id)) if k.avoid_phrases else ()
+        started = time.monotonic()
+        for g in groups:
+            task = chapter_task(
+                g,
+                k.profile,
+                lang=self.lang,
+                character=info.character,
+                avoid_phrases=avoid,
+                kind="cut",
+            )
+            add.append(item_from_summary(task, k.summarizer.summarize(task), ready_at=k.clock()))
+        self.store.retire_items(
+            self.id, [r.id for r in ready if r.kind == "chapter" and r.id is not None]
+        )
+        self.store.fold(
+            self.id,
+            activate=(),
+            retire=(),
+            raw_start=raw[-1].seq + 1,
+            expect_raw_start=info.raw_start,
+            add=add,
+        )
+        self.store.cancel_jobs(self.id, raw[-1].seq)
+        self.store.incr(self.id, "cuts")
+        self.store.log(
+            self.id,
+            "cut",
+            "ok",
+            duration_s=time.monotonic() - started,
+            input_tokens=sum(e.tokens for e in raw),
+            output_tokens=sum(i.tokens for i in add),
+            first_seq=raw[0].seq,
+            last_seq=raw[-1].seq,
+        )
+        self._raw = []
+        return TurnReport(folded=True, reasons=(f"cut: folded {raw[0].seq}..{raw[-1].seq}",))

@@ -1,0 +1,87 @@
+"""Memory generations: chapters are appended and never rewritten; a major GC folds the older half
+of the chapters and the previous synopsis into a new synopsis.
+
+This module turns a job into a summarizer task and a summary into a memory item, without I/O.
+Which job to run when is `policy`'s business; running it is the worker's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kioku.memory import MemoryItem
+from kioku.messages import LogEntry
+from kioku.profiles import Profile
+from kioku.summarizer import Summary, SummaryTask
+
+
+def chapter_target(profile: Profile, input_tokens: int) -> int:
+    """A chapter never needs to be longer than half of what it summarizes."""
+    return max(64, min(profile.chapter_tokens, input_tokens // 2))
+
+
+def chapter_task(
+    entries: Sequence[LogEntry],
+    profile: Profile,
+    *,
+    lang: str = "en",
+    character: str = "",
+    avoid_phrases: Sequence[str] = (),
+    kind: str = "chapter",
+) -> SummaryTask:
+    tokens = sum(e.tokens for e in entries)
+    return SummaryTask(
+        kind="cut" if kind == "cut" else "chapter",
+        target_tokens=chapter_target(profile, tokens),
+        entries=tuple(entries),
+        ceiling_tokens=profile.summary_ceiling,
+        lang=lang,
+        character=character,
+        avoid_phrases=tuple(avoid_phrases),
+    )
+
+
+def synopsis_task(
+    previous: MemoryItem | None,
+    chapters: Sequence[MemoryItem],
+    profile: Profile,
+    *,
+    lang: str = "en",
+    character: str = "",
+    avoid_phrases: Sequence[str] = (),
+) -> SummaryTask:
+    return SummaryTask(
+        kind="synopsis",
+        target_tokens=profile.synopsis_tokens,
+        previous=previous,
+        chapters=tuple(chapters),
+        ceiling_tokens=profile.summary_ceiling,
+        lang=lang,
+        character=character,
+        avoid_phrases=tuple(avoid_phrases),
+    )
+
+
+def item_from_summary(
+    task: SummaryTask, summary: Summary, *, ready_at: float, status: str = "ready"
+) -> MemoryItem:
+    first, last = task.span
+    replaces: tuple[int, ...] = ()
+    if task.kind == "synopsis":
+        replaces = tuple(
+            i.id for i in ([task.previous] if task.previous else []) + list(task.chapters) if i.id
+        )
+    return MemoryItem(
+        kind="synopsis" if task.kind == "synopsis" else "chapter",
+        first_seq=first,
+        last_seq=last,
+        text=summary.text,
+        tokens=summary.tokens,
+        source=summary.source,
+        model=summary.model,
+        prompt_version=summary.prompt_version,
+        data=summary.data,
+        status=status,  # type: ignore[arg-type]
+        ready_at=ready_at,
+        replaces=replaces,
+    )

@@ -1,0 +1,211 @@
+"""Running summary jobs: durable in the store, leased, retried with backoff, safe to kill.
+
+A job is claimed with a lease. The summary and the job's completion are written in one
+transaction, so a worker killed at any point leaves either nothing (the lease expires and another
+worker claims the job again) or the finished item, never half. Memory changes only when the engine
+folds a ready item in at the start of a turn. The embedded mode runs a `BackgroundWorker` thread;
+the service runs `kioku worker` processes, any number of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kioku.errors import KiokuError
+from kioku.generations import chapter_task, item_from_summary, synopsis_task
+from kioku.lang import detect_lang
+from kioku.profiles import Profile
+from kioku.store import DEFAULT_LEASE_S, Job, Store
+from kioku.summarizer import Summarizer, SummaryTask
+
+log = logging.getLogger("kioku.worker")
+
+DEFAULT_MAX_ATTEMPTS = 4
+DEFAULT_BACKOFF_S = 15.0
+DEFAULT_POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    job: Job
+    status: str  # done | retry | failed | overtaken
+    item_id: int | None = None
+    duration_s: float = 0.0
+    error: str = ""
+
+
+AvoidPhrases = Callable[[str], Sequence[str]]
+
+
+class Worker:
+    def __init__(
+        self,
+        store: Store,
+        summarizer: Summarizer,
+        profile: Profile | Callable[[str], Profile],
+        *,
+        name: str | None = None,
+        clock: Callable[[], float] = time.time,
+        simulated_duration_s: float = 0.0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        backoff_s: float = DEFAULT_BACKOFF_S,
+        lease_s: float = DEFAULT_LEASE_S,
+        avoid_phrases: AvoidPhrases | None = None,
+    ) -> None:
+        self.store = store
+        self.summarizer = summarizer
+        self._profile = profile
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+        self.clock = clock
+        # In simulations the summary "takes" this long: its item becomes ready only then.
+        self.simulated_duration_s = simulated_duration_s
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.lease_s = lease_s
+        self.avoid_phrases = avoid_phrases
+
+    def profile_for(self, conversation_id: str) -> Profile:
+        return self._profile(conversation_id) if callable(self._profile) else self._profile
+
+    def run_once(self, conversation_id: str | None = None) -> JobOutcome | None:
+        job = self.store.claim_job(self.name, self.clock(), self.lease_s, conversation_id)
+        if job is None:
+            return None
+        return self.execute(job)
+
+    def run_until_idle(self, conversation_id: str | None = None, limit: int = 1000) -> int:
+        done = 0
+        while done < limit and self.run_once(conversation_id) is not None:
+            done += 1
+        return done
+
+    def task_for(self, job: Job) -> SummaryTask | None:
+        """The summarizer task for a job, or None when the job was overtaken (its range is
+        already covered, or the chapters it would fold are no longer active)."""
+        conv = self.store.conversation(job.conversation_id)
+        profile = self.profile_for(job.conversation_id)
+        avoid = tuple(self.avoid_phrases(job.conversation_id)) if self.avoid_phrases else ()
+        if job.kind == "synopsis":
+            active = {i.id: i for i in self.store.items(job.conversation_id, "active")}
+            ids = list(job.payload.get("chapter_ids") or [])
+            syn_id = job.payload.get("synopsis_id")
+            if any(i not in active for i in ids) or (syn_id is not None and syn_id not in active):
+                return None
+            chapters = [active[i] for i in ids]
+            previous = active[syn_id] if syn_id is not None else None
+            lang = detect_lang([c.text for c in chapters[:2]] + [conv.system_prompt])
+            return synopsis_task(
+                previous,
+                chapters,
+                profile,
+                lang=lang,
+                character=conv.character,
+                avoid_phrases=avoid,
+            )
+        if job.first_seq < conv.raw_start:
+            return None
+        entries = self.store.entries(job.conversation_id, job.first_seq, job.last_seq)
+        if not entries:
+            return None
+        lang = detect_lang([e.text for e in entries[:20]])
+        return chapter_task(
+            entries,
+            profile,
+            lang=lang,
+            character=conv.character,
+            avoid_phrases=avoid,
+            kind=job.kind,
+        )
+
+    def execute(self, job: Job) -> JobOutcome:
+        started = time.monotonic()
+        cid = job.conversation_id
+        task = self.task_for(job)
+        if task is None:
+            self.store.finish_job(job.id, "cancelled", "overtaken: range already covered")
+            self.store.log(
+                cid, job.kind, "overtaken", first_seq=job.first_seq, last_seq=job.last_seq
+            )
+            return JobOutcome(job, "overtaken")
+        try:
+            summary = self.summarizer.summarize(task)
+        except KiokuError as e:
+            return self._failed(job, e, time.monotonic() - started)
+        duration = time.monotonic() - started
+        item = item_from_summary(task, summary, ready_at=self.clock() + self.simulated_duration_s)
+        item_id = self.store.complete_job(job.id, cid, item)
+        for ev in summary.events:
+            self.store.log(cid, ev, "ok", first_seq=job.first_seq, last_seq=job.last_seq)
+            self.store.incr(cid, ev)
+        self.store.log(
+            cid,
+            task.kind,
+            "extractive" if summary.source == "extractive" else "ok",
+            duration_s=duration + self.simulated_duration_s,
+            input_tokens=summary.input_tokens,
+            output_tokens=summary.tokens,
+            first_seq=job.first_seq,
+            last_seq=job.last_seq,
+            detail=f"{summary.model} {summary.prompt_version} attempts={summary.attempts}",
+        )
+        self.store.incr(cid, f"{task.kind}s")
+        return JobOutcome(job, "done", item_id, duration)
+
+    def _failed(self, job: Job, error: Exception, duration: float) -> JobOutcome:
+        cid = job.conversation_id
+        msg = f"{type(error).__name__}: {error}"
+        if job.attempts >= self.max_attempts:
+            # Give up: the ceiling's extractive stand-in will cover this range if it must.
+            self.store.finish_job(job.id, "failed", msg)
+            self.store.log(cid, job.kind, "failed", duration_s=duration, detail=msg)
+            self.store.incr(cid, "failed_jobs")
+            log.warning("job %s failed for good after %s attempts: %s", job.id, job.attempts, msg)
+            return JobOutcome(job, "failed", duration_s=duration, error=msg)
+        delay = self.backoff_s * (2 ** (job.attempts - 1))
+        self.store.retry_job(job.id, self.clock() + delay, msg)
+        self.store.log(cid, "retry", "scheduled", duration_s=duration, detail=msg)
+        return JobOutcome(job, "retry", duration_s=duration, error=msg)
+
+
+class BackgroundWorker:
+    """The embedded mode: one daemon thread that runs due jobs, waking on `poke()`."""
+
+    def __init__(self, worker: Worker, poll_s: float = DEFAULT_POLL_S) -> None:
+        self.worker = worker
+        self.poll_s = poll_s
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> BackgroundWorker:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="kioku-worker", daemon=True)
+            self._thread.start()
+        return self
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                ran = self.worker.run_once()
+            except Exception:  # the thread must survive a bad job; the job's lease will expire
+                log.exception("worker loop error")
+                ran = None
+            if ran is None:
+                self._wake.wait(self.poll_s)
+                self._wake.clear()
