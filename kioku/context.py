@@ -108,6 +108,7 @@ def build(
     instructions: Sequence[str] = (),
     lang: str = "en",
     memory_version: int = 0,
+    memory_in_system: bool = False,
 ) -> Prompt:
     """Assemble the prompt. `raw` is the raw window before the new message, oldest first."""
     budget = profile.prompt_budget
@@ -117,10 +118,15 @@ def build(
         raise MessageTooLarge(new_t, budget - sys_t - 2 * MESSAGE_OVERHEAD, seq=new.seq)
 
     messages: list[ChatMessage] = []
+    mem_t = 0
+    if memory_in_system and not memory.is_empty():
+        # the summary_in_system baseline: every fold rewrites the cache's base
+        user_text, _ = render_memory(memory, lang)
+        system_prompt = f"{system_prompt}\n\n{user_text}" if system_prompt else user_text
+        mem_t = counter.count(system_prompt) - sys_t
     if system_prompt:
         messages.append(ChatMessage("system", system_prompt))
-    mem_t = 0
-    if not memory.is_empty():
+    if not memory_in_system and not memory.is_empty():
         user_text, ack = render_memory(memory, lang)
         messages.append(ChatMessage("user", user_text))
         messages.append(ChatMessage("assistant", ack))

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from kioku import policy
 from kioku.context import Prompt, Recollection, build
-from kioku.errors import ConfigError, InputError, StoreError, TruncatedReply
+from kioku.errors import ConfigError, InputError, ModelError, StoreError, TruncatedReply
 from kioku.generations import chapter_task, item_from_summary
 from kioku.lang import detect_lang
 from kioku.memory import Memory, MemoryItem
@@ -80,8 +81,22 @@ class Kioku:
         tenant: str = "default",
         background: bool = False,
         simulated_duration_s: float = 0.0,
+        strategy: str = "generational",
+        fold_immediately: bool = False,
+        memory_in_system: bool = False,
     ) -> None:
+        """`strategy`, `fold_immediately` and `memory_in_system` exist for the baselines kioku
+        is measured against (rolling rewrite, folding in the trigger turn, memory in the system
+        prompt); the defaults are kioku's design."""
+        if strategy not in ("generational", "rolling"):
+            raise ConfigError(f"unknown strategy {strategy!r}; use generational or rolling")
         self.store = store if isinstance(store, Store) else Store.open(store)
+        if fold_immediately:
+            profile = replace(profile, summary_delay_s=0.0)
+            simulated_duration_s = 0.0
+        self.strategy = strategy
+        self.fold_immediately = fold_immediately
+        self.memory_in_system = memory_in_system
         self.profile = profile
         self.counter = counter or ScriptEstimator()
         self.reply_model = reply_model
@@ -94,6 +109,7 @@ class Kioku:
         self.notes: NotesHook | None = None
         self.on_append: list[AppendHook] = []
         self.avoid_phrases: Callable[[str], Sequence[str]] | None = None
+        self.layers: Any = None  # set by kioku.layers.attach
         self._worker = Worker(
             self.store,
             self.summarizer,
@@ -168,8 +184,16 @@ class Conversation:
         active = self.store.items(self.id, "active")
         synopsis = next((i for i in active if i.kind == "synopsis"), None)
         chapters = tuple(i for i in active if i.kind == "chapter")
-        notes = self.kioku.notes(self) if self.kioku.notes else ""
-        return Memory(synopsis=synopsis, chapters=chapters, notes=notes)
+        return Memory(
+            synopsis=synopsis, chapters=chapters, notes=self.store.notes_snapshot(self.id)
+        )
+
+    def refresh_notes(self) -> None:
+        """Render the notes into the memory exchange now (at a fold, or after an operator edit)."""
+        if self.kioku.notes is not None:
+            self.store.set_notes_snapshot(
+                self.id, self.kioku.notes(self), self.info().memory_version
+            )
 
     def raw_window(self) -> list[LogEntry]:
         info = self.info()
@@ -197,6 +221,17 @@ class Conversation:
         """Store the user message, apply what is ready, and build the prompt for the reply."""
         entry = self.append(as_message(user_message, "user", "user"))
         self.last_turn = self._compact()
+        if self.kioku.fold_immediately and self.last_turn.scheduled:
+            # the baseline that blocks the turn on the summary and folds in the trigger turn
+            self.kioku.worker.run_until_idle(self.id)
+            again = self._compact()
+            self.last_turn = TurnReport(
+                folded=again.folded,
+                forced_cut=self.last_turn.forced_cut or again.forced_cut,
+                major_gc=again.major_gc,
+                scheduled=self.last_turn.scheduled + again.scheduled,
+                reasons=self.last_turn.reasons + again.reasons,
+            )
         raw = [e for e in self.raw_window() if e.seq < entry.seq]
         info = self.info()
         k = self.kioku
@@ -213,6 +248,7 @@ class Conversation:
             instructions=instructions,
             lang=self.lang,
             memory_version=info.memory_version,
+            memory_in_system=k.memory_in_system,
         )
         self._last_prompt = prompt
         return prompt
@@ -280,6 +316,7 @@ class Conversation:
                 memory=mem,
                 ready=items,
                 jobs=jobs,
+                strategy=k.strategy,
             )
         )
         if decision.discard:
@@ -307,6 +344,9 @@ class Conversation:
                 self.store.log(self.id, "fold", "skipped", detail=str(e))
                 return TurnReport(reasons=(*decision.reasons, f"fold skipped: {e}"))
             self.store.incr(self.id, "folds")
+            self.refresh_notes()
+            if decision.retire and k.strategy == "generational":
+                self.store.incr(self.id, "major_gcs")
             self.store.log(self.id, "fold", "ok", detail="; ".join(decision.reasons))
             if decision.forced_cut:
                 self.store.incr(self.id, "forced_cuts")
@@ -366,7 +406,14 @@ class Conversation:
                 avoid_phrases=avoid,
                 kind="cut",
             )
-            add.append(item_from_summary(task, k.summarizer.summarize(task), ready_at=k.clock()))
+            try:
+                summary = k.summarizer.summarize(task)
+            except ModelError as e:
+                # the operator asked for a cut now: an extractive chapter records the range
+                summary = k.extractive.summarize(task)
+                self.store.log(self.id, "fallback", "extractive", detail=f"cut: {e}")
+                self.store.incr(self.id, "fallbacks")
+            add.append(item_from_summary(task, summary, ready_at=k.clock()))
         self.store.retire_items(
             self.id, [r.id for r in ready if r.kind == "chapter" and r.id is not None]
         )

@@ -69,7 +69,9 @@ def item_from_summary(
     replaces: tuple[int, ...] = ()
     if task.kind == "synopsis":
         replaces = tuple(
-            i.id for i in ([task.previous] if task.previous else []) + list(task.chapters) if i.id
+            i.id
+            for i in ([task.previous] if task.previous else []) + list(task.chapters)
+            if i.id is not None
         )
     return MemoryItem(
         kind="synopsis" if task.kind == "synopsis" else "chapter",

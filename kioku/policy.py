@@ -40,7 +40,9 @@ class State:
     memory: Memory
     ready: Sequence[MemoryItem] = ()
     jobs: Sequence[PendingJob] = ()
-    incoming_tokens: int = 0  # the new message, already stored and part of `raw`'s future
+    # generational: chapters + major GC (kioku) · rolling: one summary rewritten at each fold
+    # (the baseline of seeds 002/004, kept for comparison)
+    strategy: str = "generational"
 
 
 @dataclass(frozen=True)
@@ -90,18 +92,32 @@ def _fold_ready(
             activate.append(r.id)
             chapters.append(r)
             start = r.last_seq + 1
-    active_ids = {c.id for c in chapters} | ({synopsis.id} if synopsis else set())
-    for r in (r for r in due if r.kind == "synopsis"):
+    active = {c.id: c for c in chapters if c.id is not None}
+    if synopsis and synopsis.id is not None:
+        active[synopsis.id] = synopsis
+    for r in sorted((r for r in due if r.kind == "synopsis"), key=lambda r: r.last_seq):
         assert r.id is not None
-        replaced = set(r.replaces)
-        if replaced and replaced <= active_ids:
-            activate.append(r.id)
-            retire.extend(sorted(replaced))
-            chapters = [c for c in chapters if c.id not in replaced]
-            synopsis = r
-            active_ids = (active_ids - replaced) | {r.id}
-        else:
+        replaced = [active[i] for i in r.replaces if i in active]
+        if len(replaced) != len(r.replaces):
+            discard.append(r.id)  # what it would replace is gone (another synopsis won)
+            continue
+        lo = min((i.first_seq for i in replaced), default=0)
+        hi = max((i.last_seq for i in replaced), default=-1)
+        # A synopsis folds exactly the items it replaces, and (rolling) may extend them into
+        # the raw window, but only contiguously from its start.
+        extends = r.last_seq > hi
+        if r.first_seq != lo or r.last_seq < hi or (extends and hi + 1 != start):
             discard.append(r.id)
+            continue
+        activate.append(r.id)
+        retire.extend(sorted(r.replaces))
+        chapters = [c for c in chapters if c.id not in r.replaces]
+        for i in r.replaces:
+            active.pop(i, None)
+        active[r.id] = r
+        synopsis = r
+        if extends:
+            start = r.last_seq + 1
     return activate, retire, discard, start, chapters, synopsis
 
 
@@ -174,11 +190,26 @@ def decide(state: State) -> Decision:
         for r in state.ready
         if r.kind == "chapter" and r.first_seq >= start and r.id not in activate
     ]
-    chapter_pending = any(j.kind == "chapter" for j in pending) or bool(waiting_chapters)
+    chapter_pending = any(j.kind in ("chapter", "rolling") for j in pending) or bool(
+        waiting_chapters
+    )
+    if state.strategy == "rolling":
+        chapter_pending = chapter_pending or any(
+            r.kind == "synopsis" and r.id not in activate and r.id not in discard
+            for r in state.ready
+        )
     if history > p.trigger and not chapter_pending:
         keep = p.raw_target(memory_tokens + p.chapter_tokens)
         cut = _cut_point(state.raw, start, keep)
-        if cut > start:
+        if cut > start and state.strategy == "rolling":
+            payload: dict[str, Any] = {"synopsis_id": synopsis.id if synopsis else None}
+            schedule.append(
+                JobPlan("rolling", start, cut - 1, state.now + p.summary_delay_s, payload)
+            )
+            reasons.append(
+                f"trigger: history {history} > {p.trigger}, rolling rewrite to {cut - 1}"
+            )
+        elif cut > start:
             run_after = state.now + p.summary_delay_s
             for lo, hi in _chunks(state.raw, start, cut - 1, p.summary_chunk):
                 schedule.append(JobPlan("chapter", lo, hi, run_after))
@@ -191,10 +222,15 @@ def decide(state: State) -> Decision:
         r.kind == "synopsis" and r.id not in activate and r.id not in discard for r in state.ready
     )
     chapter_tokens = sum(c.tokens for c in chapters)
-    if chapter_tokens > p.major_gc and len(chapters) >= 2 and not synopsis_pending:
+    if (
+        state.strategy == "generational"
+        and chapter_tokens > p.major_gc
+        and len(chapters) >= 2
+        and not synopsis_pending
+    ):
         older = chapters[: max(1, len(chapters) // 2)]
         ids = [c.id for c in older if c.id is not None]
-        payload: dict[str, Any] = {
+        payload = {
             "chapter_ids": ids,
             "synopsis_id": synopsis.id if synopsis else None,
         }

@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -181,3 +182,58 @@ def migrate(engine: Engine) -> list[str]:
             )
             applied.append(name)
     return applied
+
+
+# notes and archive recall (issue 4) -----------------------------------------------------------
+
+# The notes ledger is append-only: an edit or a retraction is a new row that names the row it
+# replaces in `supersedes`; the replaced row is never updated, so the history stays readable.
+notes_ledger = Table(
+    "notes_ledger",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("conversation_id", String(200), ForeignKey("conversations.id"), nullable=False),
+    Column("subject", String(200), nullable=False),
+    Column("kind", String(20), nullable=False),  # name | relation | habit | anniversary | ...
+    Column("text", Text, nullable=False),
+    Column("source_seq", BigInteger, nullable=True),  # the message it was taken from
+    Column("author", String(20), nullable=False),  # extractor | operator
+    Column("supersedes", Integer, nullable=True),  # id of the entry this one replaces
+    Column("retracted", Integer, nullable=False, default=0),  # 1: a tombstone, no text shown
+    Column("origin", String(200), nullable=False, default=""),  # model / prompt version
+    Column("created_at", Float, nullable=False),
+    Index("ix_notes_ledger_conv", "conversation_id"),
+)
+
+# The recall index persisted as immutable segments, each the postings of one seq range. The
+# messages table stays the source of truth: segments are a cache that a tokenizer change drops.
+recall_segments = Table(
+    "recall_segments",
+    metadata,
+    Column("conversation_id", String(200), ForeignKey("conversations.id"), primary_key=True),
+    Column("first_seq", BigInteger, primary_key=True),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("tokenizer", String(100), nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+MIGRATIONS.extend(
+    [
+        ("0003_notes_ledger", _create(notes_ledger)),
+        ("0004_recall_index", _create(recall_segments)),
+    ]
+)
+
+# The notes the prompt shows, rendered at the last fold: notes extracted between folds wait
+# for the next one, so the memory exchange (and the prompt cache) changes only at a fold.
+notes_snapshots = Table(
+    "notes_snapshots",
+    metadata,
+    Column("conversation_id", String(200), primary_key=True),
+    Column("text", Text, nullable=False),
+    Column("memory_version", Integer, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+MIGRATIONS.append(("0005_notes_snapshot", _create(notes_snapshots)))

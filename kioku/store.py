@@ -301,6 +301,43 @@ class Store:
         with self.engine.connect() as conn:
             return [_message_row(r) for r in conn.execute(q.order_by(m.seq))]
 
+    def tail(self, conversation_id: str, n: int, role: str | None = None) -> list[LogEntry]:
+        """The newest `n` messages (of one role), oldest first."""
+        m = s.messages.c
+        q = select(s.messages).where(m.conversation_id == conversation_id)
+        if role is not None:
+            q = q.where(m.role == role)
+        with self.engine.connect() as conn:
+            rows = list(conn.execute(q.order_by(m.seq.desc()).limit(n)))
+        return [_message_row(r) for r in reversed(rows)]
+
+    def notes_snapshot(self, conversation_id: str) -> str:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(s.notes_snapshots.c.text).where(
+                    s.notes_snapshots.c.conversation_id == conversation_id
+                )
+            ).first()
+        return row.text if row else ""
+
+    def set_notes_snapshot(self, conversation_id: str, text: str, memory_version: int) -> None:
+        with self.atomic() as conn:
+            t = s.notes_snapshots
+            r = conn.execute(
+                update(t)
+                .where(t.c.conversation_id == conversation_id)
+                .values(text=text, memory_version=memory_version, updated_at=time.time())
+            )
+            if not r.rowcount:
+                conn.execute(
+                    insert(t).values(
+                        conversation_id=conversation_id,
+                        text=text,
+                        memory_version=memory_version,
+                        updated_at=time.time(),
+                    )
+                )
+
     def count_messages(self, conversation_id: str) -> int:
         return self.conversation(conversation_id).next_seq
 

@@ -27,7 +27,8 @@ EXTRACTIVE_VERSION = "extractive-1"
 class SummaryTask:
     kind: TaskKind
     target_tokens: int
-    entries: tuple[LogEntry, ...] = ()  # chapter / cut: the range to summarize
+    # chapter / cut: the range to summarize; synopsis: new messages a rolling rewrite folds in
+    entries: tuple[LogEntry, ...] = ()
     previous: MemoryItem | None = None  # synopsis: the synopsis being replaced
     chapters: tuple[MemoryItem, ...] = ()  # synopsis: the chapters folded in
     ceiling_tokens: int = 4096
@@ -40,7 +41,9 @@ class SummaryTask:
     def span(self) -> tuple[int, int]:
         if self.kind == "synopsis":
             items = ([self.previous] if self.previous else []) + list(self.chapters)
-            return (items[0].first_seq, items[-1].last_seq)
+            first = items[0].first_seq if items else self.entries[0].seq
+            last = self.entries[-1].seq if self.entries else items[-1].last_seq
+            return (first, last)
         return (self.entries[0].seq, self.entries[-1].seq)
 
 
@@ -63,11 +66,54 @@ class Summarizer(Protocol):
 
 
 _SPLIT = re.compile(r"(?<=[。！？])|(?<=[.!?])\s+")
-_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]+|\d[\d,.:/]*|[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]{2,}")
+_WORD = re.compile(
+    r"[A-Za-z][A-Za-z'\-]+|\d[\d,.:/]*|[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]{2,}"
+)
 _STOP = frozenset(
-    "the and that this with have from they were what when your about would there their just like "
-    "really know think been will some them then than into also very much more well yeah okay oh "
-    "that's it's i'm you're don't can't".split()
+    [
+        "the",
+        "and",
+        "that",
+        "this",
+        "with",
+        "have",
+        "from",
+        "they",
+        "were",
+        "what",
+        "when",
+        "your",
+        "about",
+        "would",
+        "there",
+        "their",
+        "just",
+        "like",
+        "really",
+        "know",
+        "think",
+        "been",
+        "will",
+        "some",
+        "them",
+        "then",
+        "than",
+        "into",
+        "also",
+        "very",
+        "much",
+        "more",
+        "well",
+        "yeah",
+        "okay",
+        "oh",
+        "that's",
+        "it's",
+        "i'm",
+        "you're",
+        "don't",
+        "can't",
+    ]
 )
 
 
@@ -173,9 +219,14 @@ class ExtractiveSummarizer:
             pool: list[Line] = []
             for item in ([task.previous] if task.previous else []) + list(task.chapters):
                 parsed = parse_lines(item.text)
-                pool.extend(parsed or [Line(item.first_seq, "memory", t) for t in _sentences(item.text)])
-            input_tokens = sum(i.tokens for i in task.chapters) + (
-                task.previous.tokens if task.previous else 0
+                pool.extend(
+                    parsed or [Line(item.first_seq, "memory", t) for t in _sentences(item.text)]
+                )
+            pool.extend(attributed_lines(task.entries))
+            input_tokens = (
+                sum(i.tokens for i in task.chapters)
+                + (task.previous.tokens if task.previous else 0)
+                + sum(e.tokens for e in task.entries)
             )
         else:
             pool = attributed_lines(task.entries)
@@ -192,6 +243,8 @@ class ExtractiveSummarizer:
             source="extractive",
             model=self.name,
             prompt_version=EXTRACTIVE_VERSION,
-            data={"lines": [{"seq": ln.seq, "speaker": ln.speaker, "text": ln.text} for ln in picked]},
+            data={
+                "lines": [{"seq": ln.seq, "speaker": ln.speaker, "text": ln.text} for ln in picked]
+            },
             input_tokens=input_tokens,
         )

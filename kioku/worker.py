@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from kioku.errors import KiokuError
 from kioku.generations import chapter_task, item_from_summary, synopsis_task
 from kioku.lang import detect_lang
+from kioku.messages import LogEntry
 from kioku.profiles import Profile
 from kioku.store import DEFAULT_LEASE_S, Job, Store
 from kioku.summarizer import Summarizer, SummaryTask
@@ -69,6 +70,8 @@ class Worker:
         self.backoff_s = backoff_s
         self.lease_s = lease_s
         self.avoid_phrases = avoid_phrases
+        # called after a chapter is stored, with the messages it covers (notes extraction)
+        self.on_chapter: list[Callable[[str, Sequence[LogEntry]], None]] = []
 
     def profile_for(self, conversation_id: str) -> Profile:
         return self._profile(conversation_id) if callable(self._profile) else self._profile
@@ -110,6 +113,22 @@ class Worker:
             )
         if job.first_seq < conv.raw_start:
             return None
+        if job.kind == "rolling":
+            syn_id = job.payload.get("synopsis_id")
+            active = {i.id: i for i in self.store.items(job.conversation_id, "active")}
+            if syn_id is not None and syn_id not in active:
+                return None
+            entries = self.store.entries(job.conversation_id, job.first_seq, job.last_seq)
+            return SummaryTask(
+                kind="synopsis",
+                target_tokens=profile.synopsis_tokens,
+                previous=active[syn_id] if syn_id is not None else None,
+                entries=tuple(entries),
+                ceiling_tokens=profile.summary_ceiling,
+                lang=detect_lang([e.text for e in entries[:20]]),
+                character=conv.character,
+                avoid_phrases=avoid,
+            )
         entries = self.store.entries(job.conversation_id, job.first_seq, job.last_seq)
         if not entries:
             return None
@@ -154,7 +173,16 @@ class Worker:
             last_seq=job.last_seq,
             detail=f"{summary.model} {summary.prompt_version} attempts={summary.attempts}",
         )
-        self.store.incr(cid, f"{task.kind}s")
+        self.store.incr(cid, "synopses_written" if task.kind == "synopsis" else "chapters_written")
+        if task.kind != "synopsis":
+            for hook in self.on_chapter:
+                try:
+                    hook(cid, task.entries)
+                except KiokuError as e:
+                    # The chapter stands and covers these messages; only the notes layer missed
+                    # them. Logged and counted, never silent.
+                    self.store.log(cid, "notes", "failed", detail=f"{type(e).__name__}: {e}")
+                    self.store.incr(cid, "notes_failures")
         return JobOutcome(job, "done", item_id, duration)
 
     def _failed(self, job: Job, error: Exception, duration: float) -> JobOutcome:

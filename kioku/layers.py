@@ -1,0 +1,117 @@
+"""Plugging the other memory layers into the engine: archive recall, notes, the verbal-tic guard.
+
+Each layer is its own module; this one wires them into a `Kioku` through its hooks, so the
+engine's core stays ignorant of BM25, ledgers and n-grams:
+- recall: for each user message, the closest past exchange outside the raw window becomes a
+  recollection at the end of the prompt (never in front of the raw window: the cache survives);
+- notes: extracted in the background after each chapter, rendered into the memory exchange at
+  the next fold (an operator edit shows at once);
+- tics: a phrase repeated across the last 20 replies raises an alert, adds an anti-repetition line
+  at the end of the request, and is kept out of every summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kioku import notes as notes_layer
+from kioku import tics as tics_layer
+from kioku.context import Recollection
+from kioku.engine import Conversation, Kioku
+from kioku.messages import LogEntry
+from kioku.models import ChatModel
+from kioku.recall import RecallIndexes
+
+TIC_WINDOW = 20
+
+
+@dataclass
+class Layers:
+    kioku: Kioku
+    recall: RecallIndexes | None
+    notes_extractor: notes_layer.NotesExtractor | None
+    tic_threshold: int
+    _alerted: dict[str, set[str]] = field(default_factory=dict)
+
+    def recollections(
+        self, conv: Conversation, entry: LogEntry, raw_start: int
+    ) -> list[Recollection]:
+        if self.recall is None or raw_start == 0:
+            return []
+        found = self.recall.recall(
+            conv.id,
+            entry.message.text,
+            before_seq=raw_start,
+            budget_tokens=self.kioku.profile.recollection_tokens,
+            counter=self.kioku.counter,
+        )
+        return [Recollection(r.first_seq, r.last_seq, r.render(), r.tokens, r.score) for r in found]
+
+    def tic_alerts(self, conversation_id: str) -> list[tics_layer.TicAlert]:
+        replies = self.kioku.store.tail(conversation_id, TIC_WINDOW, role="assistant")
+        return tics_layer.detect_tics(
+            [e.text for e in replies], threshold=self.tic_threshold, window=TIC_WINDOW
+        )
+
+    def instructions(self, conv: Conversation) -> list[str]:
+        alerts = self.tic_alerts(conv.id)
+        if not alerts:
+            return []
+        known = self._alerted.get(conv.id)
+        if known is None:
+            log = conv.store.log_entries(conv.id)
+            known = self._alerted[conv.id] = {e["detail"] for e in log if e["event"] == "tic_alert"}
+        for a in alerts:
+            if a.phrase not in known:
+                conv.store.log(conv.id, "tic_alert", "alert", detail=a.phrase)
+                conv.store.incr(conv.id, "tic_alerts")
+                known.add(a.phrase)
+        return [tics_layer.anti_repetition_line(alerts, conv.lang)]
+
+    def avoid_phrases(self, conversation_id: str) -> list[str]:
+        return [a.phrase for a in self.tic_alerts(conversation_id)]
+
+    def render_notes(self, conv: Conversation) -> str:
+        current = notes_layer.notes(conv.store, conv.id)
+        budget = self.kioku.profile.notes_tokens
+        return notes_layer.render_notes(current, budget, self.kioku.counter).text
+
+    def extract_notes(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
+        notes_layer.update_notes(self.kioku.store, conversation_id, entries, self.notes_extractor)
+
+    def edit_notes(
+        self, conv: Conversation, edited: str, base: str | None = None
+    ) -> notes_layer.EditResult:
+        if base is None:
+            base = notes_layer.render_editable(notes_layer.notes(conv.store, conv.id))
+        result = notes_layer.apply_edit(conv.store, conv.id, edited, base=base)
+        conv.refresh_notes()  # an operator's edit is worth one cache break
+        return result
+
+
+def attach(
+    kk: Kioku,
+    *,
+    recall: bool = True,
+    notes: bool = True,
+    tics: bool = True,
+    notes_model: ChatModel | None = None,
+    tic_threshold: int = tics_layer.DEFAULT_THRESHOLD,
+) -> Layers:
+    layers = Layers(
+        kioku=kk,
+        recall=RecallIndexes(kk.store) if recall else None,
+        notes_extractor=notes_layer.NotesExtractor(notes_model) if notes_model else None,
+        tic_threshold=tic_threshold,
+    )
+    if recall:
+        kk.recall = layers.recollections
+    if tics:
+        kk.instructions = layers.instructions
+        kk.avoid_phrases = layers.avoid_phrases
+    if notes:
+        kk.notes = layers.render_notes
+        kk.worker.on_chapter.append(layers.extract_notes)
+    kk.layers = layers
+    return layers

@@ -1,0 +1,556 @@
+"""Notes: the stable facts of a relationship (names, relations, habits, anniversaries, promises,
+preferences) as plain text a person can edit, over an append-only ledger.
+
+Seed 003's third layer. Summaries drift and fold; a birthday or a promise must not. Notes are
+extracted from messages (by a model, or by a few regexes when none is configured) and shown in
+the memory exchange. The operator reads them as lines `- [kind] subject: text` and edits that
+text; `apply_edit` turns the diff into ledger entries. Nothing is ever updated or deleted: an
+edit or a retraction is a new entry that `supersedes` an older one, so the history stays, and
+once the operator has written about a subject and kind, later extracted entries about the same
+subject and kind no longer show: the person wins over the extractor.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from bm25s.stopwords import STOPWORDS_EN_PLUS
+from sqlalchemy import insert, select
+
+from kioku import schema as s
+from kioku.errors import BadSummary, InputError
+from kioku.messages import LogEntry
+from kioku.models import ChatMessage, ChatModel, ChatRequest
+from kioku.store import Store
+from kioku.tokens import TokenCounter
+
+NOTE_KINDS: tuple[str, ...] = (
+    "name",
+    "relation",
+    "anniversary",
+    "promise",
+    "preference",
+    "habit",
+    "fact",
+)  # also the order in which notes are kept when the budget is short
+Author = Literal["extractor", "operator"]
+NOTES_PROMPT_VERSION = "notes-1"
+HEURISTIC_VERSION = "notes-heuristic-1"
+
+
+class BadNotes(BadSummary):
+    """The extractor's reply could not be parsed strictly; nothing was stored."""
+
+    def __init__(self, reason: str, text: str = "") -> None:
+        super().__init__(f"notes: {reason}", text)
+
+
+@dataclass(frozen=True)
+class NoteDraft:
+    """A fact an extractor proposes, before it has a place in the ledger."""
+
+    subject: str
+    kind: str
+    text: str
+    source_seq: int | None = None
+    supersedes: int | None = None
+
+
+@dataclass(frozen=True)
+class Note:
+    """One ledger entry. A retraction (`retracted`) is an entry too: it hides what it supersedes."""
+
+    id: int
+    subject: str
+    kind: str
+    text: str
+    author: Author = "extractor"
+    source_seq: int | None = None
+    supersedes: int | None = None
+    retracted: bool = False
+    origin: str = ""
+    created_at: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (_norm(self.subject).casefold(), self.kind)
+
+    def line(self) -> str:
+        return f"- [{self.kind}] {self.subject}: {self.text}"
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def current_notes(ledger: Iterable[Note]) -> list[Note]:
+    """The notes in force, oldest first: the ledger replayed in id order. An extractor entry
+    about a subject and kind the operator has already written about is ignored, and so is one
+    that would supersede an operator entry."""
+    live: dict[int, Note] = {}
+    by_id: dict[int, Note] = {}
+    locked: set[tuple[str, str]] = set()
+    for e in sorted(ledger, key=lambda n: n.id):
+        by_id[e.id] = e
+        if e.author == "extractor":
+            target = by_id.get(e.supersedes) if e.supersedes is not None else None
+            if e.key in locked or (target is not None and target.author == "operator"):
+                continue
+        else:
+            locked.add(e.key)
+        if e.supersedes is not None:
+            live.pop(e.supersedes, None)
+        if not e.retracted:
+            live[e.id] = e
+    return list(live.values())
+
+
+# the ledger in the store ---------------------------------------------------------------------
+
+
+def _row(r: Any) -> Note:
+    return Note(
+        id=r.id,
+        subject=r.subject,
+        kind=r.kind,
+        text=r.text,
+        author=r.author,
+        source_seq=r.source_seq,
+        supersedes=r.supersedes,
+        retracted=bool(r.retracted),
+        origin=r.origin,
+        created_at=r.created_at,
+    )
+
+
+def ledger(store: Store, conversation_id: str) -> list[Note]:
+    """Every entry ever written for the conversation, superseded and retracted ones included."""
+    t = s.notes_ledger.c
+    q = select(s.notes_ledger).where(t.conversation_id == conversation_id).order_by(t.id)
+    with store.engine.connect() as conn:
+        return [_row(r) for r in conn.execute(q)]
+
+
+def notes(store: Store, conversation_id: str) -> list[Note]:
+    return current_notes(ledger(store, conversation_id))
+
+
+def _check(draft: NoteDraft) -> None:
+    if draft.kind not in NOTE_KINDS:
+        raise InputError(f"unknown note kind {draft.kind!r}; use one of {', '.join(NOTE_KINDS)}")
+    if not _norm(draft.subject) or ":" in draft.subject or "\n" in draft.text:
+        raise InputError(f"a note needs a subject without ':' and one line of text: {draft}")
+
+
+def _insert(
+    conn: Any, conversation_id: str, d: NoteDraft, author: Author, origin: str, **kw: Any
+) -> int:
+    r = conn.execute(
+        insert(s.notes_ledger).values(
+            conversation_id=conversation_id,
+            subject=_norm(d.subject),
+            kind=d.kind,
+            text=_norm(d.text),
+            source_seq=d.source_seq,
+            author=author,
+            supersedes=d.supersedes,
+            retracted=int(kw.get("retracted", False)),
+            origin=origin,
+            created_at=time.time(),
+        )
+    )
+    return int(r.inserted_primary_key[0])
+
+
+def add_notes(
+    store: Store,
+    conversation_id: str,
+    drafts: Sequence[NoteDraft],
+    *,
+    author: Author = "extractor",
+    origin: str = "",
+) -> list[int]:
+    """Append drafts to the ledger in one transaction; return the new ids. A draft identical to
+    a note in force (same subject, kind and text) is skipped."""
+    for d in drafts:
+        _check(d)
+    with store.atomic() as conn:
+        t = s.notes_ledger.c
+        rows = conn.execute(select(s.notes_ledger).where(t.conversation_id == conversation_id))
+        have = {(n.key, _norm(n.text).casefold()) for n in current_notes(_row(r) for r in rows)}
+        ids = []
+        for d in drafts:
+            sig = ((_norm(d.subject).casefold(), d.kind), _norm(d.text).casefold())
+            if sig in have:
+                continue
+            have.add(sig)
+            ids.append(_insert(conn, conversation_id, d, author, origin))
+        return ids
+
+
+# plain text for people --------------------------------------------------------------------------
+
+EDIT_HEADER = (
+    "# Notes: one fact per line, as `- [kind] subject: text`.\n"
+    f"# kinds: {', '.join(NOTE_KINDS)}. Delete a line to retract it; lines starting with # are ignored.\n"
+)
+_LINE = re.compile(
+    r"^\s*[-*•]\s*\[\s*(?P<kind>[^\]]+?)\s*\]\s*(?P<subject>[^:：]+?)\s*[:：]\s*(?P<text>.+?)\s*$"
+)
+
+
+def _order(n: Note) -> tuple[int, str, int]:
+    return (NOTE_KINDS.index(n.kind) if n.kind in NOTE_KINDS else 99, n.key[0], n.id)
+
+
+def render_editable(notes_in_force: Sequence[Note]) -> str:
+    """The whole notes layer as text for a person to edit and hand to `apply_edit`."""
+    return EDIT_HEADER + "".join(n.line() + "\n" for n in sorted(notes_in_force, key=_order))
+
+
+@dataclass(frozen=True)
+class RenderedNotes:
+    text: str
+    tokens: int
+    kept: int
+    dropped: int  # notes left out for the budget
+
+
+def render_notes(
+    notes_in_force: Sequence[Note], budget_tokens: int, counter: TokenCounter
+) -> RenderedNotes:
+    """The notes for the memory exchange within `budget_tokens`. When they do not all fit, the
+    operator's notes go first, then by kind (names before habits), newest first."""
+    priority = sorted(
+        notes_in_force,
+        key=lambda n: (n.author != "operator", _order(n)[0], -n.id),
+    )
+    chosen: list[Note] = []
+    used = 0
+    for n in priority:
+        cost = counter.count(n.line()) + 1
+        if used + cost <= budget_tokens:
+            chosen.append(n)
+            used += cost
+    chosen.sort(key=_order)
+    while chosen:
+        text = "\n".join(n.line() for n in chosen)
+        tokens = counter.count(text)
+        if tokens <= budget_tokens:
+            return RenderedNotes(text, tokens, len(chosen), len(notes_in_force) - len(chosen))
+        chosen.pop()
+    return RenderedNotes("", 0, 0, len(notes_in_force))
+
+
+def parse_lines(text: str) -> list[NoteDraft]:
+    """Note lines → drafts. A line that is neither a note, blank nor a # comment is an error."""
+    out = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        m = _LINE.match(raw)
+        if m is None:
+            raise InputError(f"line {n} is not `- [kind] subject: text`: {raw.strip()!r}")
+        d = NoteDraft(_norm(m["subject"]), m["kind"].casefold(), _norm(m["text"]))
+        try:
+            _check(d)
+        except InputError as e:
+            raise InputError(f"line {n}: {e}") from e
+        out.append(d)
+    return out
+
+
+@dataclass(frozen=True)
+class EditResult:
+    added: tuple[int, ...] = ()
+    changed: tuple[int, ...] = ()
+    retracted: tuple[int, ...] = ()
+
+
+def apply_edit(
+    store: Store, conversation_id: str, edited: str, base: str | None = None
+) -> EditResult:
+    """Write the operator's edit as ledger entries, in one transaction.
+
+    The edit is diffed against `base` (the text the operator started from; by default the
+    current rendering): a removed line retracts its note, an added line adds one, and a removed
+    and an added line with the same subject and kind are a change (the new entry supersedes the
+    old). Notes the extractor added meanwhile are untouched, because the diff is against `base`."""
+    new = parse_lines(edited)
+    with store.atomic() as conn:
+        t = s.notes_ledger.c
+        rows = conn.execute(select(s.notes_ledger).where(t.conversation_id == conversation_id))
+        in_force = current_notes(_row(r) for r in rows)
+        old = (
+            parse_lines(base)
+            if base is not None
+            else [NoteDraft(n.subject, n.kind, n.text) for n in in_force]
+        )
+
+        def sig(d: NoteDraft | Note) -> tuple[str, str, str]:
+            return (d.kind, _norm(d.subject).casefold(), _norm(d.text).casefold())
+
+        removed = list((Counter(map(sig, old)) - Counter(map(sig, new))).elements())
+        first_of = {sig(d): d for d in reversed(new)}
+        added_d = [
+            first_of[g] for g in (Counter(map(sig, new)) - Counter(map(sig, old))).elements()
+        ]
+        notes_by_sig: dict[tuple[str, str, str], list[Note]] = {}
+        for n in in_force:
+            notes_by_sig.setdefault(sig(n), []).append(n)
+        result: dict[str, list[int]] = {"added": [], "changed": [], "retracted": []}
+        for d in added_d:
+            pair = next((r for r in removed if r[:2] == sig(d)[:2]), None)
+            target = notes_by_sig.get(pair, []) if pair else []
+            if pair:
+                removed.remove(pair)
+            sup = target.pop(0).id if target else None
+            nid = _insert(
+                conn,
+                conversation_id,
+                NoteDraft(d.subject, d.kind, d.text, None, sup),
+                "operator",
+                "edit",
+            )
+            result["changed" if sup is not None else "added"].append(nid)
+        for r in removed:
+            target = notes_by_sig.get(r, [])
+            if not target:
+                continue  # already gone since the operator's base was rendered
+            victim = target.pop(0)
+            tomb = NoteDraft(victim.subject, victim.kind, "", None, victim.id)
+            result["retracted"].append(
+                _insert(conn, conversation_id, tomb, "operator", "edit", retracted=True)
+            )
+    return EditResult(tuple(result["added"]), tuple(result["changed"]), tuple(result["retracted"]))
+
+
+# extraction ------------------------------------------------------------------------------------
+
+_PROMPTS = {
+    "en": (
+        "You keep the notes of one long conversation: stable facts only (names, relations, "
+        "habits, anniversaries and dates, promises, preferences). You never continue the "
+        "conversation. Facts and feelings only: never record speech habits, catchphrases or "
+        "sentence patterns. What a character claims about themself is written as their claim.",
+        "Notes in force (id, kind, subject, text):\n{current}\n\nNew messages:\n{messages}\n\n"
+        "Write one JSON object per line and nothing else, for each new stable fact in these "
+        'messages: {{"subject": "<who it is about>", "kind": "<{kinds}>", "text": "<the fact, '
+        'one short sentence>", "seq": <seq of the message>}}. Add "supersedes": <id> when it '
+        "replaces a note in force. Skip facts already in the notes. If there is nothing new, "
+        "write exactly NONE.",
+    ),
+    "ja": (
+        "あなたは一つの長い会話のメモ係です。名前、関係、習慣、記念日や日付、約束、好みなど、"
+        "安定した事実だけを記録します。会話の続きは書きません。事実と感情だけを記録し、口癖や"
+        "文型は記録しません。人物が自分について語ったことは、その人物の発言として書きます。",
+        "現在のメモ (id, 種類, 対象, 内容):\n{current}\n\n新しいメッセージ:\n{messages}\n\n"
+        "新しい安定した事実ごとに JSON オブジェクトを1行ずつ、それ以外は何も書かずに出力してください: "
+        '{{"subject": "<誰についてか>", "kind": "<{kinds}>", "text": "<事実を短い一文で>", '
+        '"seq": <メッセージの seq>}}。現在のメモを置き換える場合は "supersedes": <id> を加えます。'
+        "既にあるメモは書きません。新しい事実がなければ NONE とだけ書いてください。",
+    ),
+}
+
+
+class NotesExtractor:
+    """Stable facts from a range of messages, by a chat model, parsed strictly: a reply that is
+    not exactly JSON lines (or NONE) raises `BadNotes` and nothing is stored."""
+
+    def __init__(self, model: ChatModel, lang: str = "en", max_tokens: int = 1024) -> None:
+        self.model = model
+        self.lang = lang if lang in _PROMPTS else "en"
+        self.max_tokens = max_tokens
+        self.version = f"{NOTES_PROMPT_VERSION}-{self.lang}"
+
+    def request(self, entries: Sequence[LogEntry], current: Sequence[Note]) -> ChatRequest:
+        system, user = _PROMPTS[self.lang]
+        cur = "\n".join(f"#{n.id} [{n.kind}] {n.subject}: {n.text}" for n in current) or "-"
+        msgs = "\n".join(
+            f"[{e.seq}] {e.message.author or e.message.role}: {e.message.text}" for e in entries
+        )
+        body = user.format(current=cur, messages=msgs, kinds="|".join(NOTE_KINDS))
+        return ChatRequest(
+            messages=(ChatMessage("system", system), ChatMessage("user", body)),
+            max_tokens=self.max_tokens,
+            temperature=0.0,
+            purpose="notes",
+        )
+
+    def parse(
+        self, text: str, entries: Sequence[LogEntry], current: Sequence[Note]
+    ) -> list[NoteDraft]:
+        body = text.strip()
+        fence = re.fullmatch(r"```(?:json|jsonl)?\s*\n(.*?)\n?```", body, re.DOTALL)
+        if fence:
+            body = fence.group(1).strip()
+        if body == "NONE":
+            return []
+        if not body:
+            raise BadNotes("empty reply (expected JSON lines or NONE)", text)
+        seqs = {e.seq for e in entries}
+        ids = {n.id for n in current}
+        out = []
+        for n, line in enumerate(body.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise BadNotes(f"line {n} is not JSON ({e.msg})", text) from e
+            if not isinstance(d, dict):
+                raise BadNotes(f"line {n} is not a JSON object", text)
+            subject, kind, fact, seq = d.get("subject"), d.get("kind"), d.get("text"), d.get("seq")
+            sup = d.get("supersedes")
+            if not (
+                isinstance(subject, str)
+                and subject.strip()
+                and isinstance(fact, str)
+                and fact.strip()
+            ):
+                raise BadNotes(f"line {n}: subject and text must be non-empty strings", text)
+            if kind not in NOTE_KINDS:
+                raise BadNotes(
+                    f"line {n}: kind {kind!r} is not one of {', '.join(NOTE_KINDS)}", text
+                )
+            if not isinstance(seq, int) or seq not in seqs:
+                raise BadNotes(f"line {n}: seq {seq!r} is not one of the messages given", text)
+            if sup is not None and (not isinstance(sup, int) or sup not in ids):
+                raise BadNotes(f"line {n}: supersedes {sup!r} is not a note in force", text)
+            draft = NoteDraft(_norm(subject).replace(":", " "), kind, _norm(fact), seq, sup)
+            out.append(draft)
+        return out
+
+    def extract(self, entries: Sequence[LogEntry], current: Sequence[Note] = ()) -> list[NoteDraft]:
+        if not entries:
+            return []
+        completion = self.model.complete(self.request(entries, current))
+        if completion.truncated:
+            raise BadNotes("cut at max_tokens (finish_reason == 'length')", completion.text)
+        return self.parse(completion.text, entries, current)
+
+
+# the no-model extractor: a few patterns, English and Japanese ---------------------------------
+
+_CLAUSE = r"([^.!?,;\n。！？]{2,60}?)"
+_NAME = r"([A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"
+_JA_NOUN = r"(?:^|[はもをにでと、。！？\s「」『』])([^\s、。！？「」『』はもを]{1,20}?)"
+_PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("name", re.compile(rf"\b(?i:my name is) {_NAME}"), "is called {0}"),
+    ("name", re.compile(rf"\b(?i:call me) {_NAME}"), "wants to be called {0}"),
+    (
+        "relation",
+        re.compile(
+            r"\b[Mm]y (sister|brother|mother|mom|father|dad|wife|husband|girlfriend|boyfriend|"
+            rf"best friend|friend|son|daughter|dog|cat)(?:'s name)? is (?:called |named )?{_NAME}"
+        ),
+        "{0} is {1}",
+    ),
+    (
+        "anniversary",
+        re.compile(rf"\b[Mm]y birthday is (?:on )?{_CLAUSE}(?=[.!?,;\n]|$)"),
+        "birthday is {0}",
+    ),
+    (
+        "anniversary",
+        re.compile(rf"\b[Oo]ur anniversary is (?:on )?{_CLAUSE}(?=[.!?,;\n]|$)"),
+        "anniversary is {0}",
+    ),
+    (
+        "promise",
+        re.compile(rf"\bI promise (?:to |that |you )?{_CLAUSE}(?=[.!?,;\n]|$)"),
+        "promised: {0}",
+    ),
+    (
+        "preference",
+        re.compile(rf"\bI (?:really |truly )?(?:like|love|enjoy|adore) {_CLAUSE}(?=[.!?,;\n]|$)"),
+        "likes {0}",
+    ),
+    (
+        "preference",
+        re.compile(
+            rf"\bI (?:really )?(?:hate|dislike|can't stand|don't like) {_CLAUSE}(?=[.!?,;\n]|$)"
+        ),
+        "dislikes {0}",
+    ),
+    ("habit", re.compile(rf"\bI (?:always|usually|often) {_CLAUSE}(?=[.!?,;\n]|$)"), "usually {0}"),
+    (
+        "name",
+        re.compile(
+            r"(?:私|わたし|僕|ぼく|俺|おれ)の名前は([^\s、。！？「」]{1,20}?)(?:です|だ|って|。|$)"
+        ),
+        "名前は{0}",
+    ),
+    ("name", re.compile(r"([^\s、。！？「」]{1,15}?)(?:って|と)呼んで"), "「{0}」と呼ばれたい"),
+    (
+        "relation",
+        re.compile(
+            r"(?:私|わたし|僕|ぼく|俺|おれ)の(妹|姉|兄|弟|母|父|友達|親友|彼女|彼氏|妻|夫|犬|猫)"
+            r"(?:の名前)?は([^\s、。！？「」]{1,15}?)(?:です|だ|って|。|$)"
+        ),
+        "{0}は{1}",
+    ),
+    (
+        "anniversary",
+        re.compile(r"誕生日は([^\s、。！？「」]{1,20}?)(?:です|だ|だよ|なの|。|$)"),
+        "誕生日は{0}",
+    ),
+    (
+        "anniversary",
+        re.compile(r"記念日は([^\s、。！？「」]{1,20}?)(?:です|だ|だよ|なの|。|$)"),
+        "記念日は{0}",
+    ),
+    ("promise", re.compile(r"([^。！？\n「」]{2,40}?)(?:と|って)約束"), "約束: {0}"),
+    ("preference", re.compile(_JA_NOUN + r"が(?:大)?好き"), "{0}が好き"),
+    ("preference", re.compile(_JA_NOUN + r"が(?:大)?嫌い"), "{0}が嫌い"),
+)
+
+
+_VAGUE = frozenset({"much", "lot", "lots", "really", "too", "always", "everything", "anything"})
+
+
+def _says_something(captured: str) -> bool:
+    words = re.findall(r"[^\W\d_]+", captured.casefold())
+    return any(w not in STOPWORDS_EN_PLUS and w not in _VAGUE for w in words)
+
+
+def extract_notes_heuristic(entries: Iterable[LogEntry]) -> list[NoteDraft]:
+    """Facts a few patterns can see (\"my name is\", \"I like\", 誕生日, 約束, 好き...), for when no
+    model is configured. The subject is the speaker."""
+    out: dict[tuple[str, str, str], NoteDraft] = {}
+    for e in entries:
+        if e.message.role not in ("user", "assistant"):
+            continue
+        who = (e.message.author or e.message.role).replace(":", " ")
+        for kind, pattern, template in _PATTERNS:
+            for m in pattern.finditer(e.message.text):
+                if not any(_says_something(g) for g in m.groups()):
+                    continue  # "I love you", "I like it": nothing to keep
+                fact = template.format(*(g.strip() for g in m.groups()))
+                key = (who.casefold(), kind, fact.casefold())
+                out.setdefault(key, NoteDraft(who, kind, fact, e.seq))
+    return list(out.values())
+
+
+def update_notes(
+    store: Store,
+    conversation_id: str,
+    entries: Sequence[LogEntry],
+    extractor: NotesExtractor | None = None,
+) -> list[int]:
+    """Extract facts from `entries` and append them; return the new ledger ids. With no model,
+    the heuristic extractor runs. A bad model reply raises `BadNotes` before anything is stored."""
+    if extractor is None:
+        drafts, origin = extract_notes_heuristic(entries), HEURISTIC_VERSION
+    else:
+        drafts, origin = (
+            extractor.extract(entries, notes(store, conversation_id)),
+            extractor.version,
+        )
+    return add_notes(store, conversation_id, drafts, origin=origin)

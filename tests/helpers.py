@@ -1,0 +1,36 @@
+"""Test doubles shared by the engine tests."""
+
+from __future__ import annotations
+
+from kioku.errors import ModelUnavailable
+from kioku.summarizer import ExtractiveSummarizer, Summary, SummaryTask
+from kioku.tokens import ScriptEstimator
+
+
+class Clock:
+    def __init__(self, t: float = 0.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, s: float) -> None:
+        self.t += s
+
+
+class FlakySummarizer:
+    """Extractive summaries, but fails on the calls whose index is in `fail_on`.
+    Records every task it got."""
+
+    def __init__(self, fail_on: set[int] | None = None, always_fail: bool = False) -> None:
+        self.inner = ExtractiveSummarizer(ScriptEstimator())
+        self.fail_on = fail_on or set()
+        self.always_fail = always_fail
+        self.tasks: list[SummaryTask] = []
+
+    def summarize(self, task: SummaryTask) -> Summary:
+        n = len(self.tasks)
+        self.tasks.append(task)
+        if self.always_fail or n in self.fail_on:
+            raise ModelUnavailable("scripted failure")
+        return self.inner.summarize(task)
