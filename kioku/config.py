@@ -1,0 +1,102 @@
+"""Settings: typed, frozen, read from the environment in one function, turned into a `Kioku`.
+
+Every command and the server build their engine here, so "which models, which profile, which
+database" is decided in one place. Nothing happens at import.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from kioku.engine import Kioku
+from kioku.profiles import Profile, get_profile
+from kioku.store import Store
+
+DEFAULT_DB = "sqlite:///kioku.db"
+DEFAULT_PROFILE = "local-64k"
+
+
+@dataclass(frozen=True)
+class Settings:
+    db: str = DEFAULT_DB
+    profile: str = DEFAULT_PROFILE
+    window: int | None = None
+    llm_url: str | None = None  # the reply model (OpenAI-compatible base URL)
+    llm_model: str | None = None
+    summarizer_url: str | None = None  # the chronicler's model; defaults to llm_url
+    summarizer_model: str | None = None
+    api_key: str | None = None
+    tokenizer: str = "estimate"  # see kioku.tokens.counter_from_spec
+    tenant: str = "default"
+    layers: bool = True
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
+
+    @property
+    def profile_obj(self) -> Profile:
+        return get_profile(self.profile, self.window)
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    window = env.get("KIOKU_WINDOW")
+    return Settings(
+        db=env.get("KIOKU_DB", DEFAULT_DB),
+        profile=env.get("KIOKU_PROFILE", DEFAULT_PROFILE),
+        window=int(window) if window else None,
+        llm_url=env.get("KIOKU_LLM_URL") or None,
+        llm_model=env.get("KIOKU_LLM_MODEL") or None,
+        summarizer_url=env.get("KIOKU_SUMMARIZER_URL") or None,
+        summarizer_model=env.get("KIOKU_SUMMARIZER_MODEL") or None,
+        api_key=env.get("KIOKU_LLM_API_KEY") or None,
+        tokenizer=env.get("KIOKU_TOKENIZER", "estimate"),
+        tenant=env.get("KIOKU_TENANT", "default"),
+    )
+
+
+def build_kioku(
+    settings: Settings, *, store: Store | None = None, background: bool = False
+) -> Kioku:
+    """A `Kioku` with the models, tokenizer and layers the settings name."""
+    from kioku.tokens import counter_from_spec
+
+    profile = settings.profile_obj
+    counter = counter_from_spec(settings.tokenizer)
+    reply_model = summarizer = notes_model = None
+    if settings.llm_url:
+        from kioku.client import OpenAIChatModel
+
+        reply_model = OpenAIChatModel(
+            settings.llm_url, model=settings.llm_model, api_key=settings.api_key, profile=profile
+        )
+    summ_url = settings.summarizer_url or settings.llm_url
+    if summ_url:
+        from kioku.chronicler import LLMChronicler
+        from kioku.client import OpenAIChatModel
+        from kioku.summarizer import ExtractiveSummarizer
+
+        notes_model = OpenAIChatModel(
+            summ_url,
+            model=settings.summarizer_model or settings.llm_model,
+            api_key=settings.api_key,
+            profile=profile,
+            purpose="summary",
+        )
+        summarizer = LLMChronicler(notes_model, counter, fallback=ExtractiveSummarizer(counter))
+    kk = Kioku(
+        store or Store.open(settings.db),
+        profile=profile,
+        counter=counter,
+        reply_model=reply_model,
+        summarizer=summarizer,
+        tenant=settings.tenant,
+        background=background,
+    )
+    if settings.layers:
+        from kioku.layers import attach
+
+        attach(kk, notes_model=notes_model)
+    return kk
