@@ -291,8 +291,8 @@ class Conversation:
         calibrate = getattr(self.kioku.counter, "calibrate", None)
         if calibrate is None or self._last_prompt is None or not completion.usage.prompt_tokens:
             return
-        text = "\n".join(m.content for m in self._last_prompt.messages)
-        calibrate(text, completion.usage.prompt_tokens)
+        # per message, so the template's per-message tokens are not read as text
+        calibrate([m.content for m in self._last_prompt.messages], completion.usage.prompt_tokens)
 
     # compaction --------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ engine's core stays ignorant of BM25, ledgers and n-grams:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +25,7 @@ from kioku.models import ChatModel
 from kioku.recall import RecallIndexes
 
 TIC_WINDOW = 20
+_ASIDE = re.compile(r"\[[^\]]*\]")
 
 
 @dataclass
@@ -50,9 +52,9 @@ class Layers:
 
     def tic_alerts(self, conversation_id: str) -> list[tics_layer.TicAlert]:
         replies = self.kioku.store.tail(conversation_id, TIC_WINDOW, role="assistant")
-        return tics_layer.detect_tics(
-            [e.text for e in replies], threshold=self.tic_threshold, window=TIC_WINDOW
-        )
+        # bracketed asides ([shares a photo: …]) are markup, not the character's voice
+        texts = [_ASIDE.sub("", e.text) for e in replies]
+        return tics_layer.detect_tics(texts, threshold=self.tic_threshold, window=TIC_WINDOW)
 
     def instructions(self, conv: Conversation) -> list[str]:
         alerts = self.tic_alerts(conv.id)

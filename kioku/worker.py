@@ -76,15 +76,21 @@ class Worker:
     def profile_for(self, conversation_id: str) -> Profile:
         return self._profile(conversation_id) if callable(self._profile) else self._profile
 
-    def run_once(self, conversation_id: str | None = None) -> JobOutcome | None:
-        job = self.store.claim_job(self.name, self.clock(), self.lease_s, conversation_id)
+    def run_once(
+        self, conversation_id: str | None = None, *, ahead_s: float = 0.0
+    ) -> JobOutcome | None:
+        """Run one due job. `ahead_s` also takes jobs due that much later (an import replays
+        the past: its summaries need not wait)."""
+        job = self.store.claim_job(self.name, self.clock() + ahead_s, self.lease_s, conversation_id)
         if job is None:
             return None
         return self.execute(job)
 
-    def run_until_idle(self, conversation_id: str | None = None, limit: int = 1000) -> int:
+    def run_until_idle(
+        self, conversation_id: str | None = None, limit: int = 1000, *, ahead_s: float = 0.0
+    ) -> int:
         done = 0
-        while done < limit and self.run_once(conversation_id) is not None:
+        while done < limit and self.run_once(conversation_id, ahead_s=ahead_s) is not None:
             done += 1
         return done
 

@@ -1,0 +1,86 @@
+"""Importing a conversation that happened elsewhere, as if it had happened live.
+
+A file is replayed turn by turn through the engine (user messages through `prepare`, replies
+through `record`, the worker run between turns) so the imported conversation ends with the same
+memory it would have had — chapters, major GCs and all — not one giant backlog.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.progress import Progress
+
+from kioku.datasets import Transcript, load
+from kioku.engine import Kioku
+from kioku.errors import InputError
+from kioku.messages import Message
+
+
+def turns(messages: tuple[Message, ...]) -> list[tuple[list[Message], list[Message]]]:
+    """User messages with the replies that follow them; replies that open the file count as a
+    turn with no user message."""
+    out: list[tuple[list[Message], list[Message]]] = []
+    users: list[Message] = []
+    replies: list[Message] = []
+    for m in messages:
+        if m.role == "user":
+            if replies:
+                out.append((users, replies))
+                users, replies = [], []
+            users.append(m)
+        else:
+            replies.append(m)
+    if users or replies:
+        out.append((users, replies))
+    return out
+
+
+def replay(
+    kk: Kioku, conversation_id: str, transcript: Transcript, progress: bool = True
+) -> dict[str, Any]:
+    conv = kk.conversation(
+        conversation_id,
+        system_prompt=transcript.system_prompt or None,
+        character=transcript.character,
+    )
+    before = conv.info().next_seq
+    plan = turns(transcript.messages)
+    with Progress(transient=True, disable=not progress) as bar:
+        task = bar.add_task(f"importing {conversation_id}", total=len(plan))
+        for users, replies in plan:
+            for m in users[:-1]:
+                conv.append(m)
+            if users:
+                conv.prepare(users[-1])
+            for r in replies:
+                conv.record(r)
+            kk.worker.run_until_idle(conversation_id, ahead_s=kk.profile.summary_delay_s)
+            bar.advance(task)
+    info = conv.info()
+    return {
+        "conversation": conversation_id,
+        "imported": info.next_seq - before,
+        "messages": info.next_seq,
+        "raw_start": info.raw_start,
+        "memory_version": info.memory_version,
+        "counters": kk.store.counters(conversation_id),
+    }
+
+
+def import_transcript(
+    kk: Kioku,
+    path: Path | str,
+    fmt: str,
+    *,
+    conversation_id: str | None = None,
+    speaker: str | None = None,
+    index: int = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
+    transcript = load(path, fmt, speaker=speaker, conversation=index)
+    if not transcript.messages:
+        raise InputError(f"{path}: no messages to import")
+    cid = conversation_id or Path(path).stem
+    return replay(kk, cid, transcript, progress=progress)
