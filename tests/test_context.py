@@ -53,7 +53,9 @@ def test_system_prompt_is_byte_identical_whatever_the_memory() -> None:
 def test_message_larger_than_window_is_a_clear_error() -> None:
     huge = entry(5, "word " * 40000)
     with pytest.raises(MessageTooLarge) as e:
-        build(system_prompt="", memory=Memory(), raw=[], new=huge, profile=LOCAL_8K, counter=COUNTER)
+        build(
+            system_prompt="", memory=Memory(), raw=[], new=huge, profile=LOCAL_8K, counter=COUNTER
+        )
     assert e.value.seq == 5
     assert "stored as seq 5" in str(e.value)
 
@@ -61,7 +63,14 @@ def test_message_larger_than_window_is_a_clear_error() -> None:
 def test_overflowing_raw_window_is_refused_not_sent() -> None:
     raw = [entry(i, "word " * 400) for i in range(30)]
     with pytest.raises(ContextOverflow):
-        build(system_prompt="", memory=Memory(), raw=raw, new=entry(30, "x"), profile=LOCAL_8K, counter=COUNTER)
+        build(
+            system_prompt="",
+            memory=Memory(),
+            raw=raw,
+            new=entry(30, "x"),
+            profile=LOCAL_8K,
+            counter=COUNTER,
+        )
 
 
 @settings(max_examples=60, deadline=None)

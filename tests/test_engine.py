@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,7 +15,20 @@ from kioku.profiles import LOCAL_8K
 from kioku.store import Store
 from tests.helpers import Clock, FlakySummarizer
 
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+]
 
 
 def sentence(i: int, n: int = 30) -> str:
@@ -21,7 +36,9 @@ def sentence(i: int, n: int = 30) -> str:
 
 
 def make(clock: Clock, summarizer=None, **kw) -> Kioku:
-    return Kioku(Store.open("sqlite://"), profile=LOCAL_8K, clock=clock, summarizer=summarizer, **kw)
+    return Kioku(
+        Store.open("sqlite://"), profile=LOCAL_8K, clock=clock, summarizer=summarizer, **kw
+    )
 
 
 def coverage_ok(kk: Kioku, cid: str) -> list[str]:
@@ -117,9 +134,10 @@ def test_ceiling_cuts_with_an_extractive_stand_in_when_summaries_keep_failing() 
 def test_backlog_is_split_into_chunks_oldest_first() -> None:
     # a conversation that lived on a wide-window model moves to a small local profile
     clock = Clock()
-    kk = Kioku(Store.open("sqlite://"), profile=LOCAL_8K, clock=clock)
+    profile = replace(LOCAL_8K, summary_chunk=1000)
+    kk = Kioku(Store.open("sqlite://"), profile=profile, clock=clock)
     conv = kk.conversation("c")
-    for i in range(90):
+    for i in range(75):
         conv.append(Message.user(sentence(i, 60)))
     conv.prepare("and now?")
     jobs = kk.store.jobs("c", "queued")
@@ -127,7 +145,7 @@ def test_backlog_is_split_into_chunks_oldest_first() -> None:
     assert [j.first_seq for j in jobs] == sorted(j.first_seq for j in jobs)
     for a, b in zip(jobs, jobs[1:], strict=False):
         assert b.first_seq == a.last_seq + 1
-        assert kk.store.tokens_between("c", a.first_seq, a.last_seq) <= LOCAL_8K.summary_chunk
+        assert kk.store.tokens_between("c", a.first_seq, a.last_seq) <= profile.summary_chunk
 
 
 def test_major_gc_folds_older_half_into_synopsis() -> None:

@@ -20,7 +20,11 @@ def test_append_gives_gap_free_seq_and_keeps_structure(store: Store) -> None:
     msg = Message(
         role="assistant",
         author="Mika",
-        parts=(Part("narration", "She smiled."), Part("speech", "I'm 17.", "Mika"), Part("thought", "I'm 25.")),
+        parts=(
+            Part("narration", "She smiled."),
+            Part("speech", "I'm 17.", "Mika"),
+            Part("thought", "I'm 25."),
+        ),
     )
     entries = [store.append("c", msg, 5) for _ in range(3)]
     assert [e.seq for e in entries] == [0, 1, 2]

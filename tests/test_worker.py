@@ -8,7 +8,6 @@ import textwrap
 import time
 
 from kioku.engine import Kioku
-from kioku.errors import ModelUnavailable
 from kioku.messages import Message
 from kioku.profiles import LOCAL_8K
 from kioku.store import Store
@@ -44,9 +43,7 @@ def test_worker_killed_mid_job_loses_nothing_and_job_completes_once(tmp_path) ->
         store.append("c", Message.user(f"message number {i} about the lighthouse"), 8)
     job_id = store.enqueue_job("c", "chapter", 0, 7, run_after=0)
 
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, db], stdout=subprocess.PIPE, text=True
-    )
+    child = subprocess.Popen([sys.executable, "-c", CHILD, db], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "started"
     os.kill(child.pid, signal.SIGKILL)
@@ -57,7 +54,9 @@ def test_worker_killed_mid_job_loses_nothing_and_job_completes_once(tmp_path) ->
     assert store.items("c") == []  # memory unchanged
     assert store.count_messages("c") == 12  # log unchanged
 
-    worker = Worker(store, ExtractiveSummarizer(ScriptEstimator()), LOCAL_8K, name="heir", lease_s=60)
+    worker = Worker(
+        store, ExtractiveSummarizer(ScriptEstimator()), LOCAL_8K, name="heir", lease_s=60
+    )
     assert worker.run_once() is None  # the dead worker's lease still holds
     time.sleep(2.2)
     outcome = worker.run_once()
@@ -119,5 +118,3 @@ def test_background_worker_thread_runs_due_jobs() -> None:
         kk.close()
     assert [i.status for i in kk.store.items("c")] == ["ready"]
     assert bg is not None
-
-
