@@ -1,0 +1,155 @@
+"""The other layers wired into the engine: recall, tics, notes, cut (issue 4's end-to-end checks)."""
+
+from __future__ import annotations
+
+from kioku.engine import Kioku
+from kioku.layers import attach
+from kioku.memory import coverage_gaps
+from kioku.messages import Message
+from kioku.profiles import LOCAL_8K
+from kioku.store import Store
+from kioku.summarizer import ExtractiveSummarizer
+from kioku.tokens import ScriptEstimator
+from tests.helpers import Clock
+
+FILLER = [
+    "The weather was grey and we walked along the pier talking about nothing much.",
+    "We tried the new noodle stall near the station and it was far too salty.",
+    "You showed me the photos from your cousin's wedding in the mountains.",
+    "We watched the fishing boats come in while the gulls fought over scraps.",
+    "You complained about your printer jamming again before the deadline.",
+]
+
+
+def grow(
+    kk: Kioku, clock: Clock, cid: str, turns: int, first: str | None = None, tic: str = ""
+) -> None:
+    conv = kk.conversation(cid, system_prompt="You are Mika.")
+    for i in range(turns):
+        clock.advance(20)
+        text = first if (first and i == 0) else FILLER[i % len(FILLER)] + f" ({i})"
+        conv.prepare(text)
+        reply = FILLER[(i + 2) % len(FILLER)] + f" Reply {i}."
+        conv.record(reply + (f" {tic}" if tic else ""))
+        kk.worker.run_until_idle()
+
+
+def make() -> tuple[Kioku, Clock]:
+    clock = Clock()
+    kk = Kioku(Store.open("sqlite://"), profile=LOCAL_8K, clock=clock)
+    attach(kk)
+    return kk, clock
+
+
+def test_recollection_comes_after_the_raw_window_and_never_repeats_it() -> None:
+    kk, clock = make()
+    grow(
+        kk, clock, "c", 120, first="My grandmother's lighthouse on Kurohama island had a red door."
+    )
+    conv = kk.conversation("c")
+    assert conv.info().raw_start > 0, "the conversation should have folded"
+    before = conv.prepare("What colour was the door of the lighthouse on Kurohama island?")
+    raw_seqs = {e.seq for e in conv.raw_window()}
+    assert "red door" in before.messages[-1].content  # recalled from the archive
+    assert before.account.recollections > 0
+    # the raw window (after system + memory exchange) is verbatim: no recollection inside it
+    raw_part = before.messages[3:-1]
+    assert len(raw_part) == len(raw_seqs) - 1
+    assert all("(A memory from earlier" not in m.content for m in before.messages[:-1])
+    assert 0 not in raw_seqs
+    # next turn: the previous prompt (minus the last message) is a prefix of the new one
+    conv.record("It was red.")
+    after = conv.prepare("And the roof?")
+    if after.memory_version == before.memory_version:
+        assert list(after.messages[: len(before.messages) - 1]) == list(before.messages[:-1])
+
+
+def test_recall_finds_a_japanese_memory() -> None:
+    kk, clock = make()
+    conv = kk.conversation("ja", system_prompt="あなたはミカです。")
+    conv.prepare("私の誕生日は三月十四日で、毎年いちご大福を食べるんだ。")
+    conv.record("素敵ですね。覚えておきます。")
+    for i in range(150):
+        clock.advance(20)
+        conv.prepare(f"今日は駅前のカフェで本を読んで、帰りに少し散歩しました。{i}回目の話です。")
+        conv.record(f"それはいい一日でしたね。私は灯台の掃除をしていました。{i}")
+        kk.worker.run_until_idle()
+    assert conv.info().raw_start > 2
+    p = conv.prepare("ねえ、私の誕生日っていつだったか覚えてる？")
+    assert "三月十四日" in p.messages[-1].content
+
+
+def test_planted_tic_raises_an_alert_and_stays_out_of_the_next_chapter() -> None:
+    kk, clock = make()
+    tic = "nya~ just kidding, darling!"
+    conv = kk.conversation("t", system_prompt="You are Mika.")
+    for i in range(20):
+        clock.advance(10)
+        conv.prepare(FILLER[i % 5] + f" ({i})")
+        conv.record(FILLER[(i + 1) % 5] + f" Reply {i}." + (f" {tic}" if i % 20 < 11 else ""))
+    assert kk.layers.avoid_phrases("t")
+    p = conv.prepare("tell me something")
+    assert "nya" in p.messages[-1].content.lower()  # the anti-repetition line, at the end
+    assert "nya" not in p.messages[0].content.lower()  # never in the system prompt
+    assert kk.store.counters("t").get("tic_alerts", 0) >= 1
+    # summarize the range: the phrase does not enter memory
+    conv.cut()
+    memory_text = "\n".join(i.text for i in kk.store.items("t", "active")).lower()
+    assert "nya" not in memory_text
+    assert "reply" in memory_text or "pier" in memory_text  # facts stay
+
+
+def test_cut_empties_raw_window_keeps_coverage_and_search() -> None:
+    kk, clock = make()
+    grow(kk, clock, "c", 30, first="The spare key is hidden under the blue flowerpot.")
+    conv = kk.conversation("c")
+    conv.cut()
+    assert conv.raw_window() == []
+    info = conv.info()
+    assert coverage_gaps(kk.store.items("c", "active"), info.raw_start) == []
+    hits = kk.layers.recall.sync("c").search("where is the spare key hidden", k=3)
+    assert hits and hits[0].seq == 0
+    p = conv.prepare("Where did I hide the spare key?")
+    assert "flowerpot" in p.messages[-1].content
+
+
+def test_notes_enter_the_prompt_only_at_a_fold() -> None:
+    kk, clock = make()
+    conv = kk.conversation("n", system_prompt="You are Mika.")
+    conv.prepare("My name is Kenji and my birthday is on 3 May.")
+    conv.record("Nice to meet you, Kenji.")
+    for i in range(200):
+        clock.advance(20)
+        p = conv.prepare(FILLER[i % 5] + f" ({i})")
+        conv.record(f"Reply {i}.")
+        kk.worker.run_until_idle()
+        if conv.info().memory_version:
+            break
+    mem = conv.memory()
+    assert "Kenji" in mem.notes
+    # the notes are in the memory exchange, and stay byte-identical until the next fold
+    p1 = conv.prepare("hello again")
+    conv.record("hi")
+    p2 = conv.prepare("and again")
+    if p2.memory_version == p1.memory_version:
+        assert p1.messages[1] == p2.messages[1]
+    assert p is not None
+
+
+def test_extractive_summarizer_keeps_attribution() -> None:
+    from kioku.messages import LogEntry, Part
+    from kioku.summarizer import SummaryTask
+
+    lie = Message(
+        role="assistant",
+        author="Mika",
+        parts=(
+            Part("speech", "I'm seventeen, you know.", "Mika"),
+            Part("thought", "I'm twenty-five, but he must never know.", "Mika"),
+        ),
+    )
+    s = ExtractiveSummarizer(ScriptEstimator()).summarize(
+        SummaryTask("chapter", 200, entries=(LogEntry(4, lie, 20),))
+    )
+    assert "[4] Mika: I'm seventeen" in s.text
+    assert "[4] Mika (thought): I'm twenty-five" in s.text
