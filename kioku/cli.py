@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -110,7 +111,9 @@ def memory(
             return
         t = Table("conversation", "messages", "raw window from", "memory version")
         for r in rows:
-            t.add_row(r["id"], str(r["messages"]), str(r["raw_start"]), str(r["memory_version"]))
+            t.add_row(
+                str(r["id"]), str(r["messages"]), str(r["raw_start"]), str(r["memory_version"])
+            )
         out.print(t)
         return
     conv = kk.conversation(conversation)
@@ -191,7 +194,8 @@ def summarize(
 
     Example: kioku summarize --data ../shared/datasets/locomo/locomo10.json --format locomo --model http://127.0.0.1:8080/v1
     """
-    from kioku.chronicler import summarize_transcript
+    from kioku.backlog import summarize_transcript
+    from kioku.chronicler import ChroniclerConfig
     from kioku.client import OpenAIChatModel
     from kioku.datasets import load
     from kioku.tokens import counter_from_spec
@@ -206,11 +210,13 @@ def summarize(
 
         t = replace(t, messages=t.messages[:limit], meta=t.meta[:limit])
     counter = counter_from_spec(s.tokenizer)
-    result = summarize_transcript(
-        t, OpenAIChatModel(url, profile=s.profile_obj, purpose="summary"), counter, s.profile_obj
-    )
-    out.print(
-        result.text if hasattr(result, "text") else str(result), markup=False, highlight=False
+    model_ = OpenAIChatModel(url, profile=s.profile_obj)
+    config = ChroniclerConfig(system_role=s.system_role)
+    result = summarize_transcript(t, model_, counter, s.profile_obj, config=config, console=err)
+    out.print(result.text, markup=False, highlight=False)
+    err.print(
+        f"{len(result.summaries)} summaries in {result.duration_s:.0f} s; "
+        f"events: {result.events or 'none'}"
     )
 
 
@@ -224,14 +230,14 @@ def stats(
 
     Example: kioku stats --db kioku.db
     """
-    from kioku.stats import compaction_stats, render_stats
+    from kioku.stats import compaction_stats, stats_table
 
     kk = build_kioku(settings(db))
     st = compaction_stats(kk.store, conversation)
     if as_json:
         emit(st)
     else:
-        out.print(render_stats(st))
+        out.print(stats_table(st))
 
 
 @app.command()
@@ -254,7 +260,7 @@ def notes(
     if not edit:
         out.print(base or "(no notes yet)", markup=False, highlight=False)
         return
-    edited = typer.edit(base, extension=".txt")
+    edited = click.edit(base, extension=".txt")
     if edited is None:
         err.print("no change")
         return

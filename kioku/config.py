@@ -31,6 +31,9 @@ class Settings:
     tokenizer: str = "estimate"  # see kioku.tokens.counter_from_spec
     tenant: str = "default"
     layers: bool = True
+    # Some chat templates (llama-cpp-python's "gemma") silently drop system messages: with False
+    # the chronicler's instructions open the user turn instead.
+    system_role: bool = True
 
     def with_(self, **changes: object) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
@@ -54,6 +57,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         api_key=env.get("KIOKU_LLM_API_KEY") or None,
         tokenizer=env.get("KIOKU_TOKENIZER", "estimate"),
         tenant=env.get("KIOKU_TENANT", "default"),
+        system_role=env.get("KIOKU_SYSTEM_ROLE", "1") not in ("0", "false", "no"),
     )
 
 
@@ -74,7 +78,7 @@ def build_kioku(
         )
     summ_url = settings.summarizer_url or settings.llm_url
     if summ_url:
-        from kioku.chronicler import LLMChronicler
+        from kioku.chronicler import ChroniclerConfig, LLMChronicler
         from kioku.client import OpenAIChatModel
         from kioku.summarizer import ExtractiveSummarizer
 
@@ -83,9 +87,13 @@ def build_kioku(
             model=settings.summarizer_model or settings.llm_model,
             api_key=settings.api_key,
             profile=profile,
-            purpose="summary",
         )
-        summarizer = LLMChronicler(notes_model, counter, fallback=ExtractiveSummarizer(counter))
+        summarizer = LLMChronicler(
+            notes_model,
+            counter,
+            ExtractiveSummarizer(counter),
+            ChroniclerConfig(system_role=settings.system_role),
+        )
     kk = Kioku(
         store or Store.open(settings.db),
         profile=profile,

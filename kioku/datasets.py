@@ -81,7 +81,9 @@ def load_locomo(path: Path, conversation: int = 0) -> Transcript:
             if t.get("blip_caption"):
                 text = f"{text} [shares a photo: {t['blip_caption']}]"
             role: Role = "user" if t["speaker"] == a else "assistant"
-            messages.append(Message(role=role, parts=(Part("text", text),), author=t["speaker"], at=when))
+            messages.append(
+                Message(role=role, parts=(Part("text", text),), author=t["speaker"], at=when)
+            )
             meta.append({"dia_id": t["dia_id"], "session": n})
     return Transcript(
         messages=tuple(messages),
@@ -90,7 +92,11 @@ def load_locomo(path: Path, conversation: int = 0) -> Transcript:
         character=b,
         system_prompt=f"You are {b}, talking with your friend {a}.",
         lang="en",
-        info={"sample_id": sample.get("sample_id"), "qa": sample.get("qa", []), "sessions": len(sessions)},
+        info={
+            "sample_id": sample.get("sample_id"),
+            "qa": sample.get("qa", []),
+            "sessions": len(sessions),
+        },
     )
 
 
@@ -146,7 +152,11 @@ def message_from_json(d: Mapping[str, Any]) -> Message:
 
 
 def message_to_json(m: Message) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": m.role, "author": m.author, "parts": [p.to_json() for p in m.parts]}
+    out: dict[str, Any] = {
+        "role": m.role,
+        "author": m.author,
+        "parts": [p.to_json() for p in m.parts],
+    }
     if m.at:
         out["at"] = m.at.isoformat()
     return out
@@ -194,8 +204,12 @@ def load_sillytavern(path: Path) -> Transcript:
         if "mes" not in d:
             header = d
             continue
-        role: Role = "system" if d.get("is_system") else ("user" if d.get("is_user") else "assistant")
-        messages.append(Message(role=role, parts=(Part("text", d["mes"]),), author=d.get("name", "")))
+        role: Role = (
+            "system" if d.get("is_system") else ("user" if d.get("is_user") else "assistant")
+        )
+        messages.append(
+            Message(role=role, parts=(Part("text", d["mes"]),), author=d.get("name", ""))
+        )
     return Transcript(
         messages=tuple(messages),
         meta=tuple({} for _ in messages),

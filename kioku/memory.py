@@ -11,6 +11,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kioku.structure import (
+    UserFact,
+    is_structured,
+    merge_threads,
+    record_from_data,
+    render_labels,
+    render_story,
+    render_threads,
+    render_user,
+)
+
 ItemKind = Literal["chapter", "synopsis"]
 ItemStatus = Literal["ready", "active", "retired"]
 ItemSource = Literal["llm", "extractive"]
@@ -77,7 +88,9 @@ def coverage_gaps(items: Sequence[MemoryItem], raw_start: int) -> list[str]:
             problems.append(f"empty range {item.first_seq}..{item.last_seq}")
         expected = max(expected, item.last_seq + 1)
     if expected != raw_start:
-        problems.append(f"memory covers up to {expected - 1} but the raw window starts at {raw_start}")
+        problems.append(
+            f"memory covers up to {expected - 1} but the raw window starts at {raw_start}"
+        )
     return problems
 
 
@@ -116,14 +129,38 @@ HEADERS: Mapping[str, Mapping[str, str]] = {
 
 
 def render_memory(memory: Memory, lang: str = "en") -> tuple[str, str]:
-    """The memory exchange: (synthetic user message, synthetic assistant acknowledgement)."""
+    """The memory exchange: (synthetic user message, synthetic assistant acknowledgement).
+
+    Items the LLM chronicler wrote carry their structure in `data`; those are rendered by track:
+    each item's story (events, attributed claims, key lines) under its own heading, then the
+    facts about the user from every item, then the threads merged by id across all items, so a
+    thread opened in one chapter and resolved in a later one shows once, resolved. Items without
+    structure (the extractive chronicler's) show their text as written."""
     h = HEADERS.get(lang, HEADERS["en"])
+    lab = render_labels(lang)
     blocks = [h["intro"], h["caveat"]]
+    facts: list[UserFact] = []
+
+    def body(item: MemoryItem) -> str:
+        if not is_structured(item.data):
+            return item.text.strip()
+        record = record_from_data(item.data)
+        facts.extend(record.user_facts)
+        return render_story(record, lang).strip()
+
     if memory.synopsis:
         s = memory.synopsis
-        blocks.append(f"## {h['synopsis']} (#{s.first_seq}–{s.last_seq})\n{s.text.strip()}")
+        blocks.append(f"## {h['synopsis']} (#{s.first_seq}–{s.last_seq})\n{body(s)}")
     for n, c in enumerate(memory.chapters, 1):
-        blocks.append(f"## {h['chapter']} {n} (#{c.first_seq}–{c.last_seq})\n{c.text.strip()}")
+        blocks.append(f"## {h['chapter']} {n} (#{c.first_seq}–{c.last_seq})\n{body(c)}")
+    if facts:
+        blocks.append(f"## {lab.user}\n{render_user(facts)}")
+    threads = merge_threads(memory.items)
+    if threads:
+        ordered = [t for t in threads if t.status == "open"] + [
+            t for t in threads if t.status != "open"
+        ]
+        blocks.append(f"## {lab.threads}\n{render_threads(ordered, lang)}")
     if memory.notes.strip():
         blocks.append(f"## {h['notes']}\n{memory.notes.strip()}")
     return "\n\n".join(blocks), h["ack"]

@@ -41,7 +41,11 @@ class Part:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Part:
-        return cls(kind=data.get("kind", "text"), text=str(data.get("text", "")), speaker=data.get("speaker"))
+        return cls(
+            kind=data.get("kind", "text"),
+            text=str(data.get("text", "")),
+            speaker=data.get("speaker"),
+        )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,195 @@
+"""Summarize a whole transcript offline: the backlog folded into chapters and a synopsis.
+
+The seed met this when a conversation kept raw on a 1M-token cloud model moved to a small local
+summarizer: 150,000 chars had to be folded at once, so the backlog was cut into 32,000-char
+pieces and folded as several chapters, oldest first. `summarize_transcript` does that for any
+transcript (LoCoMo, a SillyTavern export, kioku JSONL): chapter-sized ranges of
+`profile.summary_chunk` tokens, each summarized by the chronicler with the memory so far as
+context, and a major GC into the synopsis whenever the chapters pass `profile.major_gc`. It backs
+`kioku summarize` and lets a person read what a model would remember before going live.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from kioku.chronicler import DEFAULT_CONFIG, ChroniclerConfig, LLMChronicler
+from kioku.datasets import Transcript
+from kioku.memory import Memory, MemoryItem, render_memory
+from kioku.messages import LogEntry
+from kioku.models import ChatModel
+from kioku.profiles import Profile
+from kioku.summarizer import ExtractiveSummarizer, Summarizer, Summary, SummaryTask
+from kioku.tokens import TokenCounter
+
+
+@dataclass(frozen=True)
+class TranscriptMemory:
+    memory: Memory
+    text: str  # the memory exchange's user text, as a prompt would carry it
+    summaries: tuple[tuple[SummaryTask, Summary], ...]  # every summary written, in order
+    events: dict[str, int]  # how often each guard fired: refusal, retry, fallback, ...
+    duration_s: float
+    messages: int
+
+
+def chunk_entries(entries: Sequence[LogEntry], budget: int) -> list[tuple[LogEntry, ...]]:
+    """Contiguous ranges of at most `budget` tokens; a message larger than that is a range alone."""
+    chunks: list[tuple[LogEntry, ...]] = []
+    current: list[LogEntry] = []
+    used = 0
+    for e in entries:
+        if current and used + e.tokens > budget:
+            chunks.append(tuple(current))
+            current, used = [], 0
+        current.append(e)
+        used += e.tokens
+    if current:
+        chunks.append(tuple(current))
+    return chunks
+
+
+def to_item(kind: str, first: int, last: int, s: Summary) -> MemoryItem:
+    return MemoryItem(
+        kind="synopsis" if kind == "synopsis" else "chapter",
+        first_seq=first,
+        last_seq=last,
+        text=s.text,
+        tokens=s.tokens,
+        source=s.source,
+        model=s.model,
+        prompt_version=s.prompt_version,
+        data=s.data,
+    )
+
+
+def summarize_transcript(
+    transcript: Transcript,
+    model: ChatModel | Summarizer,
+    counter: TokenCounter,
+    profile: Profile,
+    *,
+    lang: str | None = None,
+    limit: int | None = None,
+    config: ChroniclerConfig = DEFAULT_CONFIG,
+    fallback: Summarizer | None = None,
+    avoid_phrases: tuple[str, ...] = (),
+    console: Console | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> TranscriptMemory:
+    """Fold a transcript (its first `limit` messages) into memory, oldest first.
+
+    `model` is a chat model (wrapped in `LLMChronicler` with the extractive fallback) or any
+    `Summarizer`. Progress goes to `console` (stderr by default)."""
+    lang = lang or transcript.lang
+    summarizer: Summarizer
+    if isinstance(model, Summarizer):
+        summarizer = model
+    else:
+        summarizer = LLMChronicler(
+            model, counter, fallback or ExtractiveSummarizer(counter), config=config
+        )
+    messages = transcript.messages[:limit] if limit else transcript.messages
+    entries = [
+        LogEntry(seq=i, message=m, tokens=counter.count(m.text)) for i, m in enumerate(messages)
+    ]
+    chunks = chunk_entries(entries, profile.summary_chunk)
+    console = console or Console(stderr=True)
+    started = clock()
+    memory = Memory()
+    written: list[tuple[SummaryTask, Summary]] = []
+    events: Counter[str] = Counter()
+
+    def common() -> dict[str, object]:
+        return {
+            "ceiling_tokens": profile.summary_ceiling,
+            "lang": lang,
+            "character": transcript.character,
+            "user_name": transcript.user,
+            "avoid_phrases": avoid_phrases,
+        }
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task("chapters", total=len(chunks))
+        for chunk in chunks:
+            first, last = chunk[0].seq, chunk[-1].seq
+            progress.update(bar, description=f"chapter #{first}–#{last}")
+            task = SummaryTask(
+                kind="chapter",
+                target_tokens=profile.chapter_tokens,
+                entries=chunk,
+                previous=memory.synopsis,
+                chapters=memory.chapters,
+                **common(),  # type: ignore[arg-type]
+            )
+            summary = summarizer.summarize(task)
+            written.append((task, summary))
+            events.update(summary.events)
+            progress.console.print(_line("chapter", first, last, summary))
+            memory = replace(
+                memory, chapters=(*memory.chapters, to_item("chapter", first, last, summary))
+            )
+            if sum(c.tokens for c in memory.chapters) > profile.major_gc:
+                progress.update(bar, description=f"synopsis up to #{last}")
+                memory = _major_gc(
+                    memory, summarizer, profile, common(), written, events, progress.console
+                )
+            progress.advance(bar)
+    text, _ack = render_memory(memory, lang)
+    return TranscriptMemory(
+        memory=memory,
+        text=text,
+        summaries=tuple(written),
+        events=dict(events),
+        duration_s=clock() - started,
+        messages=len(entries),
+    )
+
+
+def _line(kind: str, first: int, last: int, s: Summary) -> str:
+    what = ", ".join(s.events) if s.events else "clean"
+    return (
+        f"{kind} #{first}–#{last}: {s.tokens} tokens from {s.source} ({s.model or '?'}), "
+        f"{s.attempts} request(s), {what}"
+    )
+
+
+def _major_gc(
+    memory: Memory,
+    summarizer: Summarizer,
+    profile: Profile,
+    common: dict[str, object],
+    written: list[tuple[SummaryTask, Summary]],
+    events: Counter[str],
+    console: Console,
+) -> Memory:
+    """Fold the older half of the chapters, with the previous synopsis, into a new synopsis."""
+    n = max(1, len(memory.chapters) // 2)
+    older, rest = memory.chapters[:n], memory.chapters[n:]
+    task = SummaryTask(
+        kind="synopsis",
+        target_tokens=profile.synopsis_tokens,
+        previous=memory.synopsis,
+        chapters=older,
+        **common,  # type: ignore[arg-type]
+    )
+    summary = summarizer.summarize(task)
+    written.append((task, summary))
+    events.update(summary.events)
+    first, last = task.span
+    console.print(_line("synopsis", first, last, summary))
+    return Memory(
+        synopsis=to_item("synopsis", first, last, summary), chapters=rest, notes=memory.notes
+    )

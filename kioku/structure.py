@@ -1,0 +1,584 @@
+"""The chronicle's structure: what a summary holds, parsed strictly and rendered per track.
+
+Prose memory cannot be checked. The seed's summaries left resolved threads open (10 → 11 after a
+prompt fix: instructions alone did not work) and wrote characters' claims as facts. So the
+chronicler answers in a fixed JSON shape: events, attributed claims (speaker, listener, what is
+backed by narration or thought, what is actually true), threads with ids and statuses, facts the
+user told about themself, and key lines kept word for word. Code can then close a thread by data,
+keep verbal tics out, check that a "verbatim" line is verbatim, and render two tracks: `story`
+(what happened in the fiction, with attribution) and `user` (facts about the real user).
+
+A reply that does not fit the shape raises `BadSummary`: it is retried, never stored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from kioku.errors import BadSummary
+from kioku.messages import LogEntry
+from kioku.prompts import resolve_lang
+
+FORMAT = "kioku.chronicle/1"
+KEYS = ("events", "claims", "threads", "user_facts", "key_lines")
+Support = Literal["narration", "thought", "none"]
+Status = Literal["open", "resolved"]
+SUPPORT: tuple[str, ...] = ("narration", "thought", "none")
+# small models say "closed" or "done"; the meaning is not in doubt, so these are accepted
+_STATUS_WORDS: Mapping[str, Status] = {
+    "open": "open",
+    "ongoing": "open",
+    "resolved": "resolved",
+    "closed": "resolved",
+    "done": "resolved",
+    "settled": "resolved",
+}
+# words that describe a speech habit rather than a fact (seed 003: the summarizer wrote "she
+# often uses that expression" and the tic became the character)
+TIC_WORDS = re.compile(
+    r"catch-?phrase|verbal tic|pet phrase|口癖|決め台詞|语癖|口头禅|口頭禪", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int | None
+    text: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    seq: int | None
+    speaker: str
+    claim: str
+    listener: str = ""
+    supported_by: Support = "none"
+    actual: str | None = None
+
+
+@dataclass(frozen=True)
+class ThreadNote:
+    """What one record says about a thread: its state as of `seq`."""
+
+    id: str
+    title: str
+    status: Status
+    seq: int | None = None
+
+
+@dataclass(frozen=True)
+class UserFact:
+    seq: int | None
+    fact: str
+
+
+@dataclass(frozen=True)
+class KeyLine:
+    seq: int
+    speaker: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Thread:
+    """A thread's state merged across records, oldest first."""
+
+    id: str
+    title: str
+    status: Status
+    opened_seq: int | None
+    changed_seq: int | None
+
+
+@dataclass(frozen=True)
+class Record:
+    events: tuple[Event, ...] = ()
+    claims: tuple[Claim, ...] = ()
+    threads: tuple[ThreadNote, ...] = ()
+    user_facts: tuple[UserFact, ...] = ()
+    key_lines: tuple[KeyLine, ...] = ()
+
+    def is_empty(self) -> bool:
+        return not (self.events or self.claims or self.threads or self.user_facts or self.key_lines)
+
+    def to_json(self) -> dict[str, Any]:
+        def drop_none(d: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in d.items() if v is not None and v != ""}
+
+        return {
+            "events": [drop_none({"seq": e.seq, "text": e.text}) for e in self.events],
+            "claims": [
+                drop_none(
+                    {
+                        "seq": c.seq,
+                        "speaker": c.speaker,
+                        "listener": c.listener,
+                        "claim": c.claim,
+                        "supported_by": c.supported_by,
+                        "actual": c.actual,
+                    }
+                )
+                for c in self.claims
+            ],
+            "threads": [
+                drop_none({"id": t.id, "title": t.title, "status": t.status, "seq": t.seq})
+                for t in self.threads
+            ],
+            "user_facts": [drop_none({"seq": f.seq, "fact": f.fact}) for f in self.user_facts],
+            "key_lines": [
+                {"seq": k.seq, "speaker": k.speaker, "text": k.text} for k in self.key_lines
+            ],
+        }
+
+    def to_data(self, lang: str) -> dict[str, Any]:
+        """What `Summary.data` / `MemoryItem.data` holds."""
+        return {"format": FORMAT, "lang": resolve_lang(lang), **self.to_json()}
+
+
+def is_structured(data: Mapping[str, Any] | None) -> bool:
+    return bool(data) and data.get("format") == FORMAT  # type: ignore[union-attr]
+
+
+def record_from_data(data: Mapping[str, Any]) -> Record:
+    """A stored record back as values (trusted input: it passed `parse_record` once)."""
+    return _build(dict(data), span=None, stored=True)
+
+
+# parsing --------------------------------------------------------------------------------------
+
+_FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def extract_json(text: str) -> Any:
+    """The JSON object of a reply: the first fenced block, else the outermost braces.
+
+    Lenient about the wrapping (small models add a sentence before the block), strict about the
+    content: it must be valid JSON, no trailing commas or comments."""
+    candidates = [m.group(1) for m in _FENCE.finditer(text)]
+    start, end = text.find("{"), text.rfind("}")
+    if start >= 0 and end > start:
+        candidates.append(text[start : end + 1])
+    if not candidates:
+        raise BadSummary("unparseable: no JSON object in the reply", text)
+    error = ""
+    for c in candidates:
+        try:
+            return json.loads(c)
+        except json.JSONDecodeError as e:
+            error = error or f"unparseable: invalid JSON ({e.msg} at line {e.lineno})"
+    raise BadSummary(error, text)
+
+
+def parse_record(text: str, span: tuple[int, int]) -> Record:
+    """Parse a chronicler reply strictly; every seq must lie within `span`."""
+    obj = extract_json(text)
+    if not isinstance(obj, dict):
+        raise BadSummary("unparseable: the JSON is not an object", text)
+    try:
+        record = _build(obj, span=span, stored=False)
+    except _Invalid as e:
+        raise BadSummary(f"unparseable: {e}", text) from None
+    if record.is_empty():
+        raise BadSummary("unparseable: the record is empty", text)
+    return record
+
+
+class _Invalid(ValueError):
+    pass
+
+
+def _build(obj: dict[str, Any], span: tuple[int, int] | None, stored: bool) -> Record:
+    if not stored:
+        unknown = sorted(set(obj) - set(KEYS))
+        if unknown:
+            raise _Invalid(f"unknown keys {unknown}; use only {', '.join(KEYS)}")
+
+    def items(key: str) -> list[Any]:
+        v = obj.get(key)
+        if v is None:
+            return []
+        if not isinstance(v, list):
+            raise _Invalid(f'"{key}" must be a list')
+        return v
+
+    def seq(d: Mapping[str, Any], where: str, required: bool = False) -> int | None:
+        v = d.get("seq")
+        if v is None or v == "":
+            if required:
+                raise _Invalid(f"{where}.seq is required")
+            return None
+        if isinstance(v, str) and re.fullmatch(r"#?\d+", v.strip()):
+            v = int(v.strip().lstrip("#"))
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise _Invalid(f"{where}.seq must be a message number")
+        if span is not None and not span[0] <= v <= span[1]:
+            raise _Invalid(f"{where}.seq {v} is outside #{span[0]}–#{span[1]}")
+        return v
+
+    def text(d: Mapping[str, Any], key: str, where: str, required: bool = True) -> str:
+        v = d.get(key)
+        if v is None and not required:
+            return ""
+        if not isinstance(v, str) or (required and not v.strip()):
+            raise _Invalid(f"{where}.{key} must be a non-empty string")
+        return v.strip()
+
+    def obj_at(v: Any, where: str) -> Mapping[str, Any]:
+        if not isinstance(v, dict):
+            raise _Invalid(f"{where} must be an object")
+        return v
+
+    events: list[Event] = []
+    for i, v in enumerate(items("events")):
+        if isinstance(v, str) and v.strip():  # a bare sentence is an event without a seq
+            events.append(Event(None, v.strip()))
+            continue
+        d = obj_at(v, f"events[{i}]")
+        events.append(Event(seq(d, f"events[{i}]"), text(d, "text", f"events[{i}]")))
+
+    claims: list[Claim] = []
+    for i, v in enumerate(items("claims")):
+        w = f"claims[{i}]"
+        d = obj_at(v, w)
+        support = str(d.get("supported_by") or "none").strip().lower()
+        if support not in SUPPORT:
+            raise _Invalid(f"{w}.supported_by must be one of {', '.join(SUPPORT)}")
+        actual = d.get("actual")
+        if actual is not None and not isinstance(actual, str):
+            raise _Invalid(f"{w}.actual must be a string or null")
+        claims.append(
+            Claim(
+                seq=seq(d, w),
+                speaker=text(d, "speaker", w),
+                claim=text(d, "claim", w),
+                listener=text(d, "listener", w, required=False),
+                supported_by=support,  # type: ignore[arg-type]
+                actual=(actual or "").strip() or None,
+            )
+        )
+
+    threads: list[ThreadNote] = []
+    for i, v in enumerate(items("threads")):
+        w = f"threads[{i}]"
+        d = obj_at(v, w)
+        tid = thread_id(text(d, "id", w))
+        if not tid:
+            raise _Invalid(f"{w}.id must contain letters or digits")
+        status = _STATUS_WORDS.get(str(d.get("status") or "").strip().lower())
+        if status is None:
+            raise _Invalid(f"{w}.status must be open or resolved")
+        try:
+            tseq = seq(d, w)
+        except _Invalid:
+            # a thread's seq often points at where it opened, before this range: keep the note
+            tseq = None
+        threads.append(ThreadNote(tid, text(d, "title", w, required=False) or tid, status, tseq))
+
+    facts: list[UserFact] = []
+    for i, v in enumerate(items("user_facts")):
+        if isinstance(v, str) and v.strip():
+            facts.append(UserFact(None, v.strip()))
+            continue
+        d = obj_at(v, f"user_facts[{i}]")
+        facts.append(UserFact(seq(d, f"user_facts[{i}]"), text(d, "fact", f"user_facts[{i}]")))
+
+    lines: list[KeyLine] = []
+    for i, v in enumerate(items("key_lines")):
+        w = f"key_lines[{i}]"
+        d = obj_at(v, w)
+        s = seq(d, w, required=True)
+        assert s is not None
+        lines.append(KeyLine(s, text(d, "speaker", w), text(d, "text", w)))
+
+    return Record(tuple(events), tuple(claims), tuple(threads), tuple(facts), tuple(lines))
+
+
+def thread_id(raw: str) -> str:
+    """Ids compare loosely: case, spaces and punctuation do not make a new thread."""
+    s = unicodedata.normalize("NFKC", raw).strip().lower()
+    s = re.sub(r"[^\w]+", "-", s).strip("-")
+    return s[:64]
+
+
+# guards ---------------------------------------------------------------------------------------
+
+
+def _norm(s: str) -> str:
+    s = unicodedata.normalize("NFKC", s)
+    s = re.sub(r"\s+", " ", s).strip()
+    return s.strip("\"'「」『』“”‘’ ")
+
+
+def remove_phrases(record: Record, phrases: Sequence[str]) -> tuple[Record, int]:
+    """Keep verbal tics out of memory: key lines holding one are dropped (a verbatim line cannot
+    be edited), the phrase is cut from any other text, and items that describe a speech habit
+    are dropped. Returns the cleaned record and how many items were touched."""
+    pats = [re.compile(re.escape(p.strip()), re.IGNORECASE) for p in phrases if p.strip()]
+    touched = 0
+
+    def has_tic(s: str) -> bool:
+        return any(p.search(s) for p in pats)
+
+    def clean(s: str) -> str:
+        for p in pats:
+            s = p.sub("", s)
+        return re.sub(r"\s{2,}", " ", s).strip()
+
+    def keep(s: str) -> bool:
+        return bool(re.search(r"\w", s))
+
+    events: list[Event] = []
+    for e in record.events:
+        if TIC_WORDS.search(e.text) or has_tic(e.text):
+            touched += 1
+            if TIC_WORDS.search(e.text) or not keep(clean(e.text)):
+                continue
+            e = replace(e, text=clean(e.text))
+        events.append(e)
+    claims: list[Claim] = []
+    for c in record.claims:
+        joined = f"{c.claim} {c.actual or ''}"
+        if TIC_WORDS.search(joined) or has_tic(joined):
+            touched += 1
+            if TIC_WORDS.search(joined) or not keep(clean(c.claim)):
+                continue
+            c = replace(c, claim=clean(c.claim), actual=clean(c.actual) if c.actual else None)
+        claims.append(c)
+    facts: list[UserFact] = []
+    for f in record.user_facts:
+        if has_tic(f.fact):
+            touched += 1
+            if not keep(clean(f.fact)):
+                continue
+            f = replace(f, fact=clean(f.fact))
+        facts.append(f)
+    lines = [k for k in record.key_lines if not has_tic(k.text)]
+    touched += len(record.key_lines) - len(lines)
+    threads = [replace(t, title=clean(t.title) or t.id) for t in record.threads]
+    cleaned = Record(tuple(events), tuple(claims), tuple(threads), tuple(facts), tuple(lines))
+    return cleaned, touched
+
+
+def verify_key_lines(record: Record, sources: Mapping[int, Sequence[str]]) -> tuple[Record, int]:
+    """Keep only key lines whose text really occurs at their seq (`sources`: seq → texts).
+
+    "Verbatim" is checked, not trusted: a paraphrase presented as a quotation would put words in
+    a character's mouth. Returns the record and how many lines were dropped."""
+    kept = []
+    for k in record.key_lines:
+        needle = _norm(k.text)
+        if needle and any(needle in _norm(t) for t in sources.get(k.seq, ())):
+            kept.append(k)
+    return replace(record, key_lines=tuple(kept)), len(record.key_lines) - len(kept)
+
+
+def entry_sources(entries: Iterable[LogEntry]) -> dict[int, list[str]]:
+    return {e.seq: [p.text for p in e.message.parts] for e in entries}
+
+
+def record_sources(records: Iterable[Record]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for r in records:
+        for k in r.key_lines:
+            out.setdefault(k.seq, []).append(k.text)
+    return out
+
+
+# threads --------------------------------------------------------------------------------------
+
+
+def _notes_of(item: Any) -> Iterable[tuple[ThreadNote, int | None]]:
+    data = getattr(item, "data", item)
+    if not is_structured(data):
+        return []
+    default = getattr(item, "last_seq", None)
+    return [(t, t.seq if t.seq is not None else default) for t in record_from_data(data).threads]
+
+
+def merge_threads(items: Iterable[Any]) -> list[Thread]:
+    """Fold the thread notes of memory items (or their `data`), oldest first, into one state.
+
+    The note with the later seq wins; at the same seq "resolved" wins. So a thread resolved in
+    chapter 3 is closed however chapter 1 or an older synopsis described it: closed by data."""
+    state: dict[str, Thread] = {}
+    for item in items:
+        for note, seq in _notes_of(item):
+            cur = state.get(note.id)
+            if cur is None:
+                state[note.id] = Thread(note.id, note.title, note.status, seq, seq)
+                continue
+            if seq is not None and cur.changed_seq is not None:
+                if seq < cur.changed_seq:
+                    continue
+                if seq == cur.changed_seq and cur.status == "resolved":
+                    continue
+            state[note.id] = replace(cur, status=note.status, changed_seq=seq)
+    return list(state.values())
+
+
+def carry_threads(record: Record, before: Sequence[Thread], drop_resolved: bool = True) -> Record:
+    """A rewrite (synopsis, compress) cannot change what happened to a thread: every open
+    thread it was given stays, with its status from the data; a resolved one stays resolved.
+    A synopsis may drop a resolved thread (nothing older is left to reopen it); a compressed
+    chapter may not (its note is what closes the thread opened in an earlier chapter).
+    New ids the rewrite invents are kept as given."""
+    given = {t.id: t for t in record.threads}
+    out: list[ThreadNote] = []
+    for t in before:
+        mine = given.pop(t.id, None)
+        if t.status == "resolved" and mine is None and drop_resolved:
+            continue
+        title = mine.title if mine and mine.title != mine.id else t.title
+        out.append(ThreadNote(t.id, title, t.status, t.changed_seq))
+    out.extend(given.values())
+    return replace(record, threads=tuple(out))
+
+
+# rendering ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RenderLabels:
+    story: str
+    user: str
+    threads: str
+    key_lines: str
+    said_to: str  # {speaker} {listener} {claim}
+    said: str  # {speaker} {claim}
+    unconfirmed: str
+    by_narration: str
+    by_thought: str
+    ostensibly: str  # {said} {actual}
+    open: str
+    resolved: str
+    quote: str  # {speaker} {text}
+
+
+RENDER: Mapping[str, RenderLabels] = {
+    "en": RenderLabels(
+        story="Story",
+        user="About the user (facts)",
+        threads="Threads",
+        key_lines="Key lines (verbatim)",
+        said_to="{speaker} told {listener}: {claim}",
+        said="{speaker} said: {claim}",
+        unconfirmed=" (claim, unconfirmed)",
+        by_narration=" (borne out by narration)",
+        by_thought=" (borne out by their inner thought)",
+        ostensibly="Ostensibly: {said}. Actually: {actual}",
+        open="open",
+        resolved="resolved",
+        quote='{speaker}: "{text}"',
+    ),
+    "ja": RenderLabels(
+        story="物語",
+        user="ユーザーについて(事実)",
+        threads="スレッド",
+        key_lines="残す台詞(原文のまま)",
+        said_to="{speaker}は{listener}に「{claim}」と言った",
+        said="{speaker}は「{claim}」と言った",
+        unconfirmed="(本人の主張、未確認)",
+        by_narration="(地の文で裏付けあり)",
+        by_thought="(本音で裏付けあり)",
+        ostensibly="表向き: {said} / 実際は: {actual}",
+        open="未解決",
+        resolved="解決",
+        quote="{speaker}「{text}」",
+    ),
+    "zh": RenderLabels(
+        story="故事",
+        user="关于用户(事实)",
+        threads="线索",
+        key_lines="保留的原话",
+        said_to="{speaker}对{listener}说:“{claim}”",
+        said="{speaker}说:“{claim}”",
+        unconfirmed="(仅为其说法,未经证实)",
+        by_narration="(有旁白证实)",
+        by_thought="(有内心证实)",
+        ostensibly="表面上:{said} / 实际上:{actual}",
+        open="未解决",
+        resolved="已解决",
+        quote="{speaker}:“{text}”",
+    ),
+}
+
+
+def render_labels(lang: str) -> RenderLabels:
+    return RENDER[resolve_lang(lang)]
+
+
+def _at(seq: int | None) -> str:
+    return f"#{seq} " if seq is not None else ""
+
+
+def render_claim(c: Claim, lab: RenderLabels) -> str:
+    said = (
+        lab.said_to.format(speaker=c.speaker, listener=c.listener, claim=c.claim)
+        if c.listener
+        else lab.said.format(speaker=c.speaker, claim=c.claim)
+    )
+    if c.actual:
+        return lab.ostensibly.format(said=said, actual=c.actual)
+    tail = {"narration": lab.by_narration, "thought": lab.by_thought}.get(
+        c.supported_by, lab.unconfirmed
+    )
+    return said + tail
+
+
+def render_story(record: Record, lang: str) -> str:
+    """The story track: events and claims in story order, then the key lines."""
+    lab = render_labels(lang)
+    rows: list[tuple[int, int, str]] = []
+    for n, e in enumerate(record.events):
+        rows.append((e.seq if e.seq is not None else -1, n, f"- {_at(e.seq)}{e.text}"))
+    for n, c in enumerate(record.claims, len(rows)):
+        rows.append(
+            (c.seq if c.seq is not None else -1, n, f"- {_at(c.seq)}{render_claim(c, lab)}")
+        )
+    # events without a seq keep their place relative to each other, before numbered ones
+    lines = [text for _, _, text in sorted(rows)]
+    if record.key_lines:
+        lines.append(f"{lab.key_lines}:")
+        lines.extend(
+            f"- #{k.seq} {lab.quote.format(speaker=k.speaker, text=k.text)}"
+            for k in record.key_lines
+        )
+    return "\n".join(lines)
+
+
+def render_user(facts: Iterable[UserFact]) -> str:
+    seen: set[str] = set()
+    out = []
+    for f in facts:
+        key = _norm(f.fact).lower()
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(f"- {_at(f.seq)}{f.fact}")
+    return "\n".join(out)
+
+
+def render_threads(threads: Iterable[Thread | ThreadNote], lang: str) -> str:
+    lab = render_labels(lang)
+    out = []
+    for t in threads:
+        status = lab.open if t.status == "open" else lab.resolved
+        seq = t.changed_seq if isinstance(t, Thread) else t.seq
+        out.append(f"- [{status}] {t.id}: {t.title}" + (f" (#{seq})" if seq is not None else ""))
+    return "\n".join(out)
+
+
+def render_record(record: Record, lang: str) -> str:
+    """`Summary.text`: the record as the prompt will show it, one section per track."""
+    lab = render_labels(lang)
+    blocks = [f"### {lab.story}\n{render_story(record, lang)}"]
+    if record.threads:
+        blocks.append(f"### {lab.threads}\n{render_threads(record.threads, lang)}")
+    if record.user_facts:
+        blocks.append(f"### {lab.user}\n{render_user(record.user_facts)}")
+    return "\n\n".join(blocks)

@@ -1,0 +1,138 @@
+"""The conversation as the chronicler reads it: every line says who wrote it and what kind it is.
+
+The seed's summarizer was fed the character's replies joined into one string, so a lying character's
+claim about herself read exactly like narration and entered memory as fact. Here the structure is
+kept to the last step: each message shows its seq, its time, whether the user or the character wrote
+it, and each part is marked narration, speech (with the speaker) or unspoken thought. Labels follow
+the conversation's language, matching the words the prompt templates use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from kioku.messages import LogEntry, Part
+from kioku.prompts import resolve_lang
+
+
+@dataclass(frozen=True)
+class Labels:
+    user: str
+    character: str
+    system: str
+    tool: str
+    narration: str
+    speech: str
+    thought: str
+    open_quote: str
+    close_quote: str
+    colon: str
+
+
+LABELS: Mapping[str, Labels] = {
+    "en": Labels(
+        user="user",
+        character="character",
+        system="system",
+        tool="tool",
+        narration="[narration]",
+        speech="[speech]",
+        thought="[thought, unspoken]",
+        open_quote='"',
+        close_quote='"',
+        colon=": ",
+    ),
+    "ja": Labels(
+        user="ユーザー",
+        character="キャラクター",
+        system="システム",
+        tool="ツール",
+        narration="[地の文]",
+        speech="[台詞]",
+        thought="[本音・口に出していない]",
+        open_quote="「",
+        close_quote="」",
+        colon=": ",
+    ),
+    "zh": Labels(
+        user="用户",
+        character="角色",
+        system="系统",
+        tool="工具",
+        narration="[旁白]",
+        speech="[台词]",
+        thought="[内心·未说出口]",
+        open_quote="“",
+        close_quote="”",
+        colon=": ",
+    ),
+}
+
+INDENT = "  "
+
+
+def labels_for(lang: str) -> Labels:
+    return LABELS[resolve_lang(lang)]
+
+
+def _stamp(at: datetime | None, previous: datetime | None) -> str:
+    """Full date when the day changes (or on the first message), the time alone otherwise:
+    dates matter to the story but repeating them on every line costs tokens."""
+    if at is None:
+        return ""
+    if previous is None or previous.date() != at.date():
+        return at.strftime("%Y-%m-%d %H:%M")
+    return at.strftime("%H:%M")
+
+
+def _indent(text: str) -> str:
+    return text.strip().replace("\n", "\n" + INDENT + INDENT)
+
+
+def render_part(part: Part, author: str, labels: Labels) -> str:
+    text = _indent(part.text)
+    if part.kind == "narration":
+        return f"{INDENT}{labels.narration} {text}"
+    if part.kind == "speech":
+        who = part.speaker or author
+        quoted = f"{labels.open_quote}{text}{labels.close_quote}"
+        return f"{INDENT}{labels.speech} {who}{labels.colon}{quoted}"
+    if part.kind == "thought":
+        who = part.speaker or author
+        return f"{INDENT}{labels.thought} {who}{labels.colon}{text}"
+    return f"{INDENT}{text}"
+
+
+def render_entry(entry: LogEntry, labels: Labels, previous: datetime | None = None) -> str:
+    """One message: a header line (#seq, time, author and side) and one line per part."""
+    m = entry.message
+    side = {
+        "user": labels.user,
+        "assistant": labels.character,
+        "system": labels.system,
+        "tool": labels.tool,
+    }[m.role]
+    author = m.author or side
+    head = [f"#{entry.seq}"]
+    stamp = _stamp(m.at, previous)
+    if stamp:
+        head.append(stamp)
+    head.append(f"{author} ({side})" if m.author else side)
+    lines = [" · ".join(head)]
+    lines.extend(render_part(p, author, labels) for p in m.parts if p.text.strip())
+    return "\n".join(lines)
+
+
+def render_transcript(entries: Iterable[LogEntry], lang: str = "en") -> str:
+    """A range of the log as the chronicler reads it, messages separated by blank lines."""
+    labels = labels_for(lang)
+    out: list[str] = []
+    previous: datetime | None = None
+    for e in entries:
+        if e.message.is_empty():
+            continue
+        out.append(render_entry(e, labels, previous))
+        previous = e.message.at or previous
+    return "\n\n".join(out)

@@ -1,0 +1,686 @@
+"""The LLM chronicler's guards, each proven with a scripted model that records what it was sent."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from rich.console import Console
+
+from kioku.backlog import chunk_entries, summarize_transcript
+from kioku.chronicler import (
+    AsyncLLMChronicler,
+    ChroniclerConfig,
+    LLMChronicler,
+    first_max_tokens,
+    is_refusal,
+)
+from kioku.datasets import Transcript
+from kioku.errors import BadSummary, ModelUnavailable
+from kioku.memory import Memory, MemoryItem, render_memory
+from kioku.messages import LogEntry, Message, Part
+from kioku.models import ChatRequest, Completion, ScriptedModel, Usage
+from kioku.profiles import LOCAL_8K
+from kioku.structure import (
+    Record,
+    ThreadNote,
+    merge_threads,
+    parse_record,
+    record_from_data,
+)
+from kioku.summarizer import ExtractiveSummarizer, Summary, SummaryTask
+
+if TYPE_CHECKING:
+    from tests.llama import LlamaServer
+
+# the llama_server fixture
+pytest_plugins = ["tests.llama"]
+
+
+class QuarterCounter:
+    """Four chars a token: stable numbers for tests."""
+
+    def count(self, text: str) -> int:
+        return max(1, len(text) // 4)
+
+
+COUNTER = QuarterCounter()
+AT = datetime(2024, 3, 1, 21, 0)
+
+
+def lying_aoi(first: int = 10) -> tuple[LogEntry, ...]:
+    """Aoi claims she has never been here; narration and her own thought say otherwise."""
+    msgs = [
+        Message.user("Aoi, have you been to this town before?", author="Ren", at=AT),
+        Message(
+            "assistant",
+            (
+                Part(
+                    "narration",
+                    "Aoi looked away from the old lighthouse she had climbed as a child.",
+                ),
+                Part("speech", "Never. This is my first time here.", speaker="Aoi"),
+                Part("thought", "I grew up in this town. He must not find out.", speaker="Aoi"),
+            ),
+            author="Aoi",
+            at=AT + timedelta(minutes=1),
+        ),
+        Message.user(
+            "I start a new job in April, so I can only visit on weekends.",
+            author="Ren",
+            at=AT + timedelta(minutes=2),
+        ),
+        Message(
+            "assistant",
+            (
+                Part(
+                    "speech",
+                    "Then I'll wait for you at the shrine every Saturday, nya.",
+                    speaker="Aoi",
+                ),
+            ),
+            author="Aoi",
+            at=AT + timedelta(minutes=3),
+        ),
+    ]
+    return tuple(LogEntry(seq=first + i, message=m, tokens=20) for i, m in enumerate(msgs))
+
+
+GOOD: dict[str, Any] = {
+    "events": [{"seq": 10, "text": "Ren asked Aoi whether she knew the harbour town."}],
+    "claims": [
+        {
+            "seq": 11,
+            "speaker": "Aoi",
+            "listener": "Ren",
+            "claim": "she has never been to this town",
+            "supported_by": "none",
+            "actual": "narration and her thought show she grew up here",
+        }
+    ],
+    "threads": [
+        {"id": "aoi-past", "title": "What Aoi hides about the town", "status": "open", "seq": 11}
+    ],
+    "user_facts": [
+        {"seq": 12, "fact": "Ren starts a new job in April and can visit only on weekends."}
+    ],
+    "key_lines": [
+        {"seq": 13, "speaker": "Aoi", "text": "Then I'll wait for you at the shrine every Saturday"}
+    ],
+}
+
+
+def reply(obj: Any) -> str:
+    return "Here is the record.\n```json\n" + json.dumps(obj, ensure_ascii=False) + "\n```"
+
+
+def task(**kw: Any) -> SummaryTask:
+    base: dict[str, Any] = {
+        "kind": "chapter",
+        "target_tokens": 300,
+        "entries": lying_aoi(),
+        "lang": "en",
+        "character": "Aoi",
+        "user_name": "Ren",
+    }
+    base.update(kw)
+    return SummaryTask(**base)
+
+
+def chronicler(model: ScriptedModel, **config: Any) -> LLMChronicler:
+    return LLMChronicler(model, COUNTER, ExtractiveSummarizer(COUNTER), ChroniclerConfig(**config))
+
+
+def user_text(r: ChatRequest) -> str:
+    return r.messages[-1].content
+
+
+# --- a clean run -------------------------------------------------------------------------------
+
+
+def test_good_reply_becomes_a_structured_summary_with_its_provenance() -> None:
+    model = ScriptedModel([Completion(reply(GOOD), "stop", Usage(900, 200), "qwen")])
+    s = chronicler(model).summarize(task())
+    assert s.source == "llm" and s.model == "qwen"
+    assert s.prompt_version == "chapter-en-v1"
+    assert (s.attempts, s.events, s.input_tokens) == (1, (), 900)
+    assert s.tokens == COUNTER.count(s.text)
+    assert s.data["format"] == "kioku.chronicle/1"
+    assert s.data["usage"] == {"prompt_tokens": 900, "completion_tokens": 200}
+    # per track: the story (with attribution) and the facts about the user
+    assert "### Story" in s.text and "### About the user (facts)" in s.text
+    assert "Ostensibly: Aoi told Ren: she has never been to this town. Actually:" in s.text
+    assert "- #12 Ren starts a new job in April" in s.text
+    assert record_from_data(s.data).claims[0].actual
+
+
+def test_the_request_keeps_attribution_a_lie_arrives_as_speech_the_truth_as_narration() -> None:
+    model = ScriptedModel([reply(GOOD)])
+    chronicler(model).summarize(task())
+    (request,) = model.history
+    assert request.purpose == "chapter"
+    assert [m.role for m in request.messages] == ["system", "user"]
+    text = user_text(request)
+    assert "#11 · 21:01 · Aoi (character)" in text
+    assert '[speech] Aoi: "Never. This is my first time here."' in text
+    assert "[narration] Aoi looked away from the old lighthouse she had climbed as a child." in text
+    assert "[thought, unspoken] Aoi: I grew up in this town." in text
+    assert "#10 · 2024-03-01 21:00 · Ren (user)" in text
+    assert "messages #10–#13" in text
+    assert "chronicler" in request.messages[0].content
+
+
+def test_without_a_system_role_the_instructions_open_the_user_turn() -> None:
+    model = ScriptedModel([reply(GOOD)])
+    chronicler(model, system_role=False).summarize(task())
+    (request,) = model.history
+    assert [m.role for m in request.messages] == ["user"]
+    assert request.messages[0].content.startswith("You are the chronicler")
+    assert "[speech] Aoi:" in request.messages[0].content
+
+
+# --- refusal -----------------------------------------------------------------------------------
+
+
+def test_refusal_is_retried_once_and_never_stored() -> None:
+    model = ScriptedModel(["I'm sorry, but I can't help with creating that record.", reply(GOOD)])
+    s = chronicler(model).summarize(task())
+    assert s.source == "llm"
+    assert s.events == ("refusal", "retry")
+    assert s.attempts == 2
+    assert "sorry" not in s.text.lower()
+    # a refusal is a roll of the dice: the same request is sent again
+    assert model.history[0].messages == model.history[1].messages
+
+
+def test_second_refusal_falls_back_to_the_extractive_chronicler() -> None:
+    model = ScriptedModel(
+        ["申し訳ありませんが、その記録は作成できません。", "我不能帮助完成这个请求。"]
+    )
+    s = chronicler(model).summarize(task())
+    assert len(model.history) == 2  # no third try
+    assert s.source == "extractive"
+    assert s.events == ("refusal", "retry", "refusal", "fallback")
+    assert s.attempts == 2
+    assert "申し訳" not in s.text and "我不能" not in s.text
+    assert "[11] Aoi: Never." in s.text  # the extractive chapter, attributed
+
+
+def test_refusal_detection_is_short_and_phrase_based() -> None:
+    assert is_refusal("I’m sorry, I can’t help with that.")
+    assert is_refusal("その記録は作成できません。")
+    assert not is_refusal("A long summary. " * 40 + "I can't say more.")  # 400+ chars
+    assert not is_refusal(reply(GOOD))
+
+
+# --- truncation --------------------------------------------------------------------------------
+
+
+def test_truncated_reply_is_never_stored_and_retried_at_the_ceiling() -> None:
+    full = reply(GOOD)
+    model = ScriptedModel([Completion(full[:120], "length"), full])
+    s = chronicler(model).summarize(task(ceiling_tokens=4096))
+    assert s.events == ("truncated", "retry")
+    assert model.history[0].max_tokens == first_max_tokens(task()) == 300 * 2 + 256
+    assert model.history[1].max_tokens == 4096
+
+
+def test_length_finish_is_not_stored_even_when_the_text_parses() -> None:
+    # a record cut exactly at a closing brace still lost whatever came next
+    shorter = {"events": [{"seq": 10, "text": "CUT VERSION"}]}
+    model = ScriptedModel([Completion(reply(shorter), "length"), reply(GOOD)])
+    s = chronicler(model).summarize(task())
+    assert "CUT VERSION" not in s.text
+    assert s.events == ("truncated", "retry")
+
+
+def test_always_truncated_falls_back() -> None:
+    model = ScriptedModel(default=Completion('{ "events": [', "length"))
+    s = chronicler(model).summarize(task())
+    assert len(model.history) == 3
+    assert s.source == "extractive" and s.events[-1] == "fallback"
+    assert s.events.count("truncated") == 3
+
+
+# --- unparseable -------------------------------------------------------------------------------
+
+
+def test_story_continuation_is_unparseable_retried_with_the_reason() -> None:
+    model = ScriptedModel(["Aoi smiled and took Ren's hand. 'Let's go,' she said.", reply(GOOD)])
+    s = chronicler(model).summarize(task())
+    assert s.events == ("unparseable", "retry")
+    assert "smiled" not in s.text
+    retry = user_text(model.history[1])
+    assert "Your previous answer could not be used: no JSON object in the reply." in retry
+
+
+def test_unparseable_every_time_falls_back_never_stored() -> None:
+    model = ScriptedModel(default='```json\n{"events": [{"seq": 10, "text": "x"},]}\n```')
+    s = chronicler(model).summarize(task())
+    assert s.source == "extractive"
+    assert s.events == ("unparseable", "retry", "unparseable", "retry", "unparseable", "fallback")
+    assert "invalid JSON" in user_text(model.history[2])
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ({"events": [{"seq": 99, "text": "x"}]}, "outside #10–#13"),
+        ({"events": [], "summary": "prose"}, "unknown keys"),
+        (
+            {"claims": [{"seq": 11, "speaker": "Aoi", "claim": "x", "supported_by": "rumour"}]},
+            "supported_by",
+        ),
+        ({"threads": [{"id": "a", "status": "maybe"}]}, "status"),
+        ({"key_lines": [{"speaker": "Aoi", "text": "x"}]}, "seq is required"),
+        ({"events": []}, "empty"),
+        ([1, 2], "not an object"),
+    ],
+)
+def test_parse_is_strict(bad: Any, why: str) -> None:
+    with pytest.raises(BadSummary, match=why):
+        parse_record(reply(bad), (10, 13))
+
+
+def test_parse_accepts_bare_json_and_loose_status_words() -> None:
+    r = parse_record(
+        json.dumps(
+            {"events": ["Aoi arrived."], "threads": [{"id": "Aoi Past", "status": "Closed"}]}
+        ),
+        (10, 13),
+    )
+    assert r.events[0].text == "Aoi arrived."
+    assert r.threads[0] == ThreadNote("aoi-past", "aoi-past", "resolved", None)
+
+
+def test_model_errors_propagate_they_are_not_bad_summaries() -> None:
+    model = ScriptedModel([ModelUnavailable("server down")])
+    with pytest.raises(ModelUnavailable):
+        chronicler(model).summarize(task())
+
+
+# --- length targets ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lang", "wanted"),
+    [
+        ("en", "Length: about 300 words in total"),
+        ("ja", "長さは全体で500字程度"),
+        ("zh", "长度:全部合计约480字"),
+    ],
+)
+def test_length_targets_per_language_reach_the_request(lang: str, wanted: str) -> None:
+    model = ScriptedModel([reply(GOOD)])
+    chronicler(model).summarize(task(lang=lang, target_tokens=400))
+    (request,) = model.history
+    assert wanted in request.messages[0].content
+    assert request.max_tokens == 400 * 2 + 256
+
+
+def test_max_tokens_never_exceeds_the_ceiling() -> None:
+    model = ScriptedModel([reply(GOOD)])
+    chronicler(model).summarize(task(target_tokens=3000, ceiling_tokens=4096))
+    assert model.history[0].max_tokens == 4096
+
+
+# --- compression -------------------------------------------------------------------------------
+
+
+def chapter_item(first: int, last: int, record: dict[str, Any], lang: str = "en") -> MemoryItem:
+    data = parse_record(json.dumps(record), (first, last)).to_data(lang)
+    return MemoryItem(
+        kind="chapter",
+        first_seq=first,
+        last_seq=last,
+        text="(chapter)",
+        tokens=100,
+        source="llm",
+        data=data,
+    )
+
+
+def test_bloated_synopsis_is_compressed_by_the_model_not_truncated() -> None:
+    ch1 = chapter_item(0, 9, {"events": [{"seq": 3, "text": "Aoi met Ren at the harbour."}]})
+    ch2 = chapter_item(10, 13, GOOD)
+    bloated = {
+        "events": [
+            {"seq": i % 14, "text": f"Detail number {i} about the harbour and the weather."}
+            for i in range(40)
+        ],
+        "threads": [{"id": "aoi-past", "title": "What Aoi hides", "status": "open", "seq": 11}],
+    }
+    short = {
+        "events": [{"seq": 3, "text": "Aoi met Ren at the harbour."}],
+        "threads": [{"id": "aoi-past", "title": "What Aoi hides", "status": "open", "seq": 11}],
+    }
+    model = ScriptedModel([reply(bloated), reply(short)])
+    t = SummaryTask(
+        kind="synopsis",
+        target_tokens=60,
+        chapters=(ch1, ch2),
+        lang="en",
+        character="Aoi",
+        user_name="Ren",
+    )
+    s = chronicler(model).summarize(t)
+    assert s.events == ("compress",)
+    assert s.attempts == 2
+    assert s.prompt_version == "synopsis-en-v1+compress-en-v1"
+    assert "Detail number" not in s.text
+    compress = model.history[1]
+    assert "One of your records is too long" in compress.messages[0].content
+    assert '"Detail number 39 about the harbour and the weather."' in user_text(compress)
+    # the synopsis request showed both chapters, with their threads offered by id
+    first = user_text(model.history[0])
+    assert "[#0–#9]" in first and "[#10–#13]" in first
+    assert "- [open] aoi-past: What Aoi hides about the town (#11)" in first
+
+
+def test_compression_that_fails_keeps_the_whole_record_and_says_so() -> None:
+    ch = chapter_item(10, 13, GOOD)
+    bloated = {
+        "events": [
+            {"seq": 10 + i % 4, "text": f"Event {i} of the long evening."} for i in range(30)
+        ]
+    }
+    model = ScriptedModel([reply(bloated), "I'm sorry, I can't.", reply(bloated)])
+    t = SummaryTask(kind="synopsis", target_tokens=50, chapters=(ch,), lang="en")
+    s = chronicler(model).summarize(t)
+    assert s.events == ("compress", "refusal", "compress", "over_target")
+    assert "Event 29 of the long evening." in s.text  # nothing cut off the end
+    assert s.source == "llm"
+
+
+# --- threads -----------------------------------------------------------------------------------
+
+
+def generic_entries(first: int, n: int) -> tuple[LogEntry, ...]:
+    return tuple(
+        LogEntry(seq=first + i, message=Message.user(f"line {first + i}", author="Ren"), tokens=5)
+        for i in range(n)
+    )
+
+
+def test_thread_opened_in_chapter_1_and_resolved_in_chapter_3_is_closed_in_memory() -> None:
+    c1 = {
+        "events": [{"seq": 1, "text": "Aoi lost the lighthouse key."}],
+        "threads": [
+            {"id": "lost-key", "title": "The lost lighthouse key", "status": "open", "seq": 1}
+        ],
+    }
+    c2 = {"events": [{"seq": 5, "text": "They searched the beach."}]}
+    c3 = {
+        "events": [{"seq": 9, "text": "Ren found the key in his coat."}],
+        "threads": [{"id": "Lost Key", "title": "key", "status": "resolved", "seq": 9}],
+    }
+    model = ScriptedModel([reply(c1), reply(c2), reply(c3)])
+    ch = chronicler(model)
+    memory = Memory()
+    for first, n in ((0, 4), (4, 4), (8, 4)):
+        t = task(
+            entries=generic_entries(first, n), previous=memory.synopsis, chapters=memory.chapters
+        )
+        s = ch.summarize(t)
+        item = MemoryItem(
+            kind="chapter",
+            first_seq=first,
+            last_seq=first + n - 1,
+            text=s.text,
+            tokens=s.tokens,
+            source=s.source,
+            data=s.data,
+        )
+        memory = replace(memory, chapters=(*memory.chapters, item))
+    # chapters 2 and 3 were told the thread is open, by id
+    assert "- [open] lost-key: The lost lighthouse key (#1)" in user_text(model.history[1])
+    assert "- [open] lost-key" in user_text(model.history[2])
+    threads = merge_threads(memory.chapters)
+    assert [(t.id, t.status, t.opened_seq, t.changed_seq) for t in threads] == [
+        ("lost-key", "resolved", 1, 9)
+    ]
+    text, ack = render_memory(memory, "en")
+    assert "- [resolved] lost-key: The lost lighthouse key (#9)" in text
+    assert "[open] lost-key" not in text
+    assert ack
+
+
+def test_stale_open_note_does_not_reopen_a_resolved_thread() -> None:
+    older = Record(threads=(ThreadNote("t", "T", "resolved", 9),)).to_data("en")
+    stale = Record(threads=(ThreadNote("t", "T", "open", 4),)).to_data("en")
+    assert merge_threads([older, stale])[0].status == "resolved"
+    same_seq = Record(threads=(ThreadNote("t", "T", "open", 9),)).to_data("en")
+    assert merge_threads([older, same_seq])[0].status == "resolved"
+    later = Record(threads=(ThreadNote("t", "T", "open", 12),)).to_data("en")
+    assert merge_threads([older, later])[0].status == "open"  # reopened later: the data says so
+
+
+def test_synopsis_cannot_drop_an_open_thread_or_reopen_a_resolved_one() -> None:
+    ch1 = chapter_item(
+        0,
+        5,
+        {
+            "events": [{"seq": 1, "text": "a"}],
+            "threads": [
+                {"id": "open-one", "title": "Still open", "status": "open", "seq": 1},
+                {"id": "done-one", "title": "Settled", "status": "open", "seq": 2},
+            ],
+        },
+    )
+    ch2 = chapter_item(
+        6,
+        9,
+        {
+            "events": [{"seq": 7, "text": "b"}],
+            "threads": [{"id": "done-one", "title": "Settled", "status": "resolved", "seq": 7}],
+        },
+    )
+    forgetful = {
+        "events": [{"seq": 1, "text": "a and b"}],
+        "threads": [{"id": "done-one", "title": "Settled", "status": "open", "seq": 2}],
+    }
+    model = ScriptedModel([reply(forgetful)])
+    s = chronicler(model).summarize(
+        SummaryTask(kind="synopsis", target_tokens=300, chapters=(ch1, ch2))
+    )
+    got = {t.id: t.status for t in merge_threads([s.data])}
+    assert got == {"open-one": "open", "done-one": "resolved"}
+
+
+# --- verbatim key lines and verbal tics --------------------------------------------------------
+
+
+def test_key_lines_are_kept_verbatim_and_paraphrases_dropped() -> None:
+    rec = dict(GOOD)
+    rec["key_lines"] = [
+        {
+            "seq": 13,
+            "speaker": "Aoi",
+            "text": "Then I'll wait for you at the shrine every Saturday",
+        },
+        {"seq": 11, "speaker": "Aoi", "text": "I have never ever been here in my life"},
+    ]
+    model = ScriptedModel([reply(rec)])
+    s = chronicler(model).summarize(task())
+    assert s.events == ("key_lines_dropped",)
+    assert '- #13 Aoi: "Then I\'ll wait for you at the shrine every Saturday"' in s.text
+    assert "never ever" not in s.text
+    memory_text, _ = render_memory(
+        Memory(chapters=(MemoryItem("chapter", 10, 13, s.text, s.tokens, data=s.data),))
+    )
+    assert "Key lines (verbatim):" in memory_text
+    assert '#13 Aoi: "Then I\'ll wait for you at the shrine every Saturday"' in memory_text
+
+
+def test_verbal_tics_are_named_in_the_prompt_and_kept_out_of_memory() -> None:
+    rec = dict(GOOD)
+    rec["events"] = [
+        {"seq": 10, "text": "Ren asked about the town, nya."},
+        {"seq": 13, "text": "Aoi often uses her catchphrase at the end of sentences."},
+    ]
+    rec["key_lines"] = [
+        {
+            "seq": 13,
+            "speaker": "Aoi",
+            "text": "Then I'll wait for you at the shrine every Saturday, nya.",
+        }
+    ]
+    model = ScriptedModel([reply(rec)])
+    s = chronicler(model).summarize(task(avoid_phrases=("nya",)))
+    system = model.history[0].messages[0].content
+    assert 'they must not appear anywhere in the record: "nya".' in system
+    assert "nya" not in s.text.lower()
+    assert "catchphrase" not in s.text
+    assert "Ren asked about the town" in s.text
+    assert "tics_removed" in s.events
+
+
+# --- async, backlog ----------------------------------------------------------------------------
+
+
+class AsyncWrap:
+    def __init__(self, model: ScriptedModel) -> None:
+        self.model = model
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        return self.model.complete(request)
+
+
+def test_async_chronicler_behaves_like_the_sync_one() -> None:
+    script: list[str | Completion] = [
+        "I'm sorry, I can't help.",
+        Completion(reply(GOOD)[:50], "length"),
+        reply(GOOD),
+    ]
+    sync_model, async_model = ScriptedModel(list(script)), ScriptedModel(list(script))
+    s = chronicler(sync_model).summarize(task())
+    a = asyncio.run(
+        AsyncLLMChronicler(
+            AsyncWrap(async_model), COUNTER, ExtractiveSummarizer(COUNTER)
+        ).summarize(task())
+    )
+    assert a == s
+    assert async_model.history == sync_model.history
+
+
+def auto_reply(request: ChatRequest) -> str:
+    """A well-behaved chronicler: one event per range it is asked about."""
+    m = re.search(r"#(\d+)–#(\d+)", request.messages[-1].content)
+    assert m
+    first, last = int(m.group(1)), int(m.group(2))
+    return reply(
+        {"events": [{"seq": first, "text": f"Things happened between {first} and {last}."}]}
+    )
+
+
+def test_summarize_transcript_folds_chapters_into_a_synopsis() -> None:
+    msgs = tuple(
+        Message.user(f"message number {i} " + "word " * 30, author="Ren") for i in range(12)
+    )
+    transcript = Transcript(
+        messages=msgs, meta=tuple({} for _ in msgs), user="Ren", character="Aoi"
+    )
+    profile = replace(
+        LOCAL_8K, summary_chunk=120, chapter_tokens=60, major_gc=40, synopsis_tokens=80
+    )
+    out_buf = io.StringIO()
+    model = ScriptedModel(default=auto_reply)
+    result = summarize_transcript(
+        transcript, model, COUNTER, profile, console=Console(file=out_buf, width=100)
+    )
+    kinds = [t.kind for t, _ in result.summaries]
+    assert kinds.count("chapter") == len(
+        chunk_entries([LogEntry(i, m, COUNTER.count(m.text)) for i, m in enumerate(msgs)], 120)
+    )
+    assert "synopsis" in kinds
+    mem = result.memory
+    assert mem.synopsis is not None and mem.synopsis.first_seq == 0
+    assert mem.items[-1].last_seq == 11
+    # every seq covered exactly once
+    covered = [s for i in mem.items for s in range(i.first_seq, i.last_seq + 1)]
+    assert covered == list(range(12))
+    assert result.text.startswith("The story so far")
+    assert "## Synopsis (#0–" in result.text
+    log = out_buf.getvalue()
+    assert "chapter #0–" in log and "synopsis #0–" in log
+    # each chapter after the first saw the memory so far as context
+    assert all(isinstance(s, Summary) for _, s in result.summaries)
+
+
+def test_chunks_respect_the_budget() -> None:
+    es = [LogEntry(i, Message.user("x"), tokens=t) for i, t in enumerate([5, 5, 5, 50, 5])]
+    assert [[e.seq for e in c] for c in chunk_entries(es, 12)] == [[0, 1], [2], [3], [4]]
+
+
+# --- compaction stats (kioku/stats.py) ---------------------------------------------------------
+
+
+def test_compaction_stats_from_the_store_log() -> None:
+    from kioku.stats import compaction_stats, stats_table
+    from kioku.store import Store
+
+    store = Store.open("sqlite://")
+    for d, out in ((20.0, 900), (30.0, 1100), (27.0, 1000)):
+        store.log("c1", "chapter", duration_s=d, input_tokens=12000, output_tokens=out)
+    store.log("c1", "synopsis", duration_s=34.0, input_tokens=5000, output_tokens=2400)
+    store.log("c1", "refusal", detail="I'm sorry")
+    store.log("c1", "retry")
+    store.log("c2", "forced_cut", outcome="cut", first_seq=0, last_seq=99)
+    store.log("c2", "chapter", outcome="failed", duration_s=300.0)
+
+    everything = compaction_stats(store)
+    assert everything["rows"] == 8 and everything["conversations"] == 2
+    ch = everything["events"]["chapter"]
+    assert ch["count"] == 4 and ch["outcomes"] == {"ok": 3, "failed": 1}
+    assert ch["median_duration_s"] == 28.5
+    assert ch["mean_output_tokens"] == 1000
+    assert list(everything["events"]) == ["chapter", "synopsis", "refusal", "retry", "forced_cut"]
+
+    one = compaction_stats(store, "c1")
+    assert one["events"]["chapter"]["median_duration_s"] == 27.0
+    assert "forced_cut" not in one["events"]
+    assert one["events"]["refusal"]["median_duration_s"] is None
+
+    buf = io.StringIO()
+    Console(file=buf, width=120).print(stats_table(everything))
+    table = buf.getvalue()
+    assert "chapter" in table and "28.5" in table and "failed 1, ok 3" in table
+    store.close()
+
+
+def test_a_short_record_mentioning_a_refusal_word_is_not_a_refusal() -> None:
+    rec = {"events": [{"seq": 11, "text": "葵说她无法入睡。"}]}
+    model = ScriptedModel([reply(rec)])
+    s = chronicler(model).summarize(task(lang="zh"))
+    assert len(reply(rec)) < 400
+    assert s.source == "llm" and s.events == () and "无法入睡" in s.text
+
+
+@pytest.mark.llama
+def test_real_model_output_is_stored_only_if_it_passes_the_guards(
+    llama_server: LlamaServer,
+) -> None:
+    """The base gemma-3-270m cannot write a record: whatever it answers, nothing it wrote is
+    stored unless it parsed; the extractive chapter stands in, and the events say why."""
+    from kioku.client import OpenAIChatModel
+
+    with OpenAIChatModel(llama_server.url, model=llama_server.alias) as model:
+        ch = LLMChronicler(
+            model,
+            COUNTER,
+            ExtractiveSummarizer(COUNTER),
+            ChroniclerConfig(max_attempts=1, system_role=False),
+        )
+        s = ch.summarize(task(target_tokens=16, ceiling_tokens=64))
+    if s.source == "llm":  # it would have had to produce the JSON shape within 64 tokens
+        assert s.data["format"] == "kioku.chronicle/1"
+    else:
+        assert s.events[-1] == "fallback"
+        assert s.events[0] in ("truncated", "unparseable", "refusal")
+        assert "[11] Aoi: Never." in s.text

@@ -1,0 +1,157 @@
+"""Prompt templates: every task and language renders, versioned, with the structure the model sees."""
+
+from __future__ import annotations
+
+import re
+from string import Template
+from typing import Literal
+
+import pytest
+
+from kioku.chronicler import build_compress_request, build_request
+from kioku.errors import ConfigError
+from kioku.memory import MemoryItem
+from kioku.messages import LogEntry, Message, Part
+from kioku.prompts import LANGS, TASKS, load, resolve_lang, template
+from kioku.structure import Event, Record, ThreadNote
+from kioku.summarizer import SummaryTask
+
+ROLE = {"en": "chronicler", "ja": "記録係", "zh": "记录员"}
+CLAIM_RULE = {"en": "who told whom what", "ja": "誰が誰に何と言ったか", "zh": "谁对谁说了什么"}
+LIE_RULE = {
+    "en": "ostensibly … / actually …",
+    "ja": "表向き … / 実際は …",
+    "zh": "表面上……/实际上……",
+}
+TIC_RULE = {"en": "verbal tics", "ja": "口癖", "zh": "口头禅"}
+USER_FACT = {"en": "real self", "ja": "現実の自分", "zh": "真实自己"}
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_template_loads_with_a_version_and_all_sections(task: str, lang: str) -> None:
+    text, version = load(task, lang)
+    assert version == f"{task}-{lang}-v1"
+    assert re.search(r"^version: 1$", text, re.MULTILINE)
+    t = template(task, lang)
+    for section in ("system", "user", "none", "avoid", "retry", "length"):
+        assert t.has(section), section
+    # every placeholder is a known one: a typo would raise at render time in production
+    known = {
+        "user_name",
+        "character",
+        "target_length",
+        "max_key_lines",
+        "avoid",
+        "first",
+        "last",
+        "open_threads",
+        "retry",
+        "transcript",
+        "records",
+        "record",
+        "tokens",
+        "phrases",
+        "reason",
+        "n",
+    }
+    for name, body in t.sections:
+        names = {
+            m.group("named") or m.group("braced")
+            for m in Template.pattern.finditer(body)
+            if m.group("named") or m.group("braced")
+        }
+        assert names <= known, (name, names - known)
+
+
+def entries() -> tuple[LogEntry, ...]:
+    return (
+        LogEntry(5, Message.user("I love hiking.", author="Ren")),
+        LogEntry(
+            6,
+            Message(
+                "assistant",
+                (
+                    Part("speech", "I am a princess.", speaker="Mika"),
+                    Part("thought", "I am a maid.", speaker="Mika"),
+                ),
+                author="Mika",
+            ),
+        ),
+    )
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("kind", ["chapter", "cut"])
+def test_chapter_and_cut_prompts_carry_the_rules_and_the_transcript(
+    lang: str, kind: Literal["chapter", "cut"]
+) -> None:
+    task = SummaryTask(
+        kind=kind,
+        target_tokens=300,
+        entries=entries(),
+        lang=lang,
+        character="Mika",
+        user_name="Ren",
+        avoid_phrases=("desu wa",),
+    )
+    request, version = build_request(task, max_tokens=856)
+    assert version == f"{kind}-{lang}-v1"
+    assert request.purpose == kind and request.max_tokens == 856
+    system, user = request.messages[0].content, request.messages[1].content
+    for rule in (ROLE, CLAIM_RULE, LIE_RULE, TIC_RULE, USER_FACT):
+        assert rule[lang] in system
+    assert "Mika" in system and "Ren" in system
+    assert "desu wa" in system  # the avoided phrase is named
+    assert "```json" in system and '"supported_by"' in system and '"key_lines"' in system
+    assert "#5" in user and "#6" in user and "I am a princess." in user and "I am a maid." in user
+    assert "$" not in system + user  # no placeholder left behind
+    assert template(kind, lang).render("none") in user  # no open threads yet
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_synopsis_prompt_shows_the_records_and_open_threads(lang: str) -> None:
+    rec = Record(
+        events=(Event(5, "Ren and Mika met."),),
+        threads=(ThreadNote("mika-secret", "Mika's secret", "open", 6),),
+    )
+    item = MemoryItem("chapter", 0, 9, "x", 10, data=rec.to_data(lang))
+    old = MemoryItem("synopsis", 0, 0, "[0] Ren: hello", 5)
+    task = SummaryTask(
+        kind="synopsis", target_tokens=500, previous=old, chapters=(item,), lang=lang
+    )
+    request, version = build_request(task, max_tokens=1256)
+    user = request.messages[1].content
+    assert version == f"synopsis-{lang}-v1"
+    assert "[#0–#0]\n[0] Ren: hello" in user  # an extractive synopsis, as written
+    assert "[#0–#9]" in user and "Ren and Mika met." in user
+    assert "mika-secret: Mika's secret (#6)" in user
+    assert "#0" in user and "#9" in user
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_compress_and_retry_sections(lang: str) -> None:
+    rec = Record(events=(Event(5, "Ren and Mika met."),))
+    task = SummaryTask(kind="chapter", target_tokens=100, entries=entries(), lang=lang)
+    request, version = build_compress_request(
+        task, rec, tokens=900, max_tokens=456, retry_reason="invalid JSON"
+    )
+    assert version == f"compress-{lang}-v1"
+    system, user = request.messages[0].content, request.messages[1].content
+    assert "900" in system
+    assert '"text": "Ren and Mika met."' in user
+    assert "invalid JSON" in user
+    assert user.index("invalid JSON") > user.index("Ren and Mika met.")
+
+
+def test_language_resolution_and_unknown_task() -> None:
+    assert (
+        resolve_lang("ja-JP") == "ja"
+        and resolve_lang("zh_CN") == "zh"
+        and resolve_lang("fr") == "en"
+    )
+    assert template("chapter", "fr").version == "chapter-en-v1"
+    with pytest.raises(ConfigError, match="tasks are"):
+        load("poem", "en")
+    with pytest.raises(ConfigError, match="needs a value"):
+        template("chapter", "en").render("user")
