@@ -25,6 +25,7 @@ from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatModel, Completion
 from kioku.profiles import LOCAL_64K, Profile
+from kioku.revisions import stand_ins
 from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
 from kioku.tokens import ScriptEstimator, TokenCounter
@@ -162,6 +163,8 @@ class Conversation:
         self._last_prompt: Prompt | None = None
         self._raw: list[LogEntry] = []  # cache of the raw window; the log is append-only
         self._lang: str | None = None
+        # what `_compact` read, when it changed nothing: `prepare_for` builds from it
+        self._seen: tuple[ConversationInfo, list[LogEntry], Memory] | None = None
 
     # reading ---------------------------------------------------------------------------------
 
@@ -182,6 +185,10 @@ class Conversation:
 
     def memory(self) -> Memory:
         active = self.store.items(self.id, "active")
+        if any(i.stale for i in active):
+            # an edited message under memory: show the corrected messages until the re-summary
+            k = self.kioku
+            active = stand_ins(self.store, self.id, active, k.profile, k.counter, self.lang)
         synopsis = next((i for i in active if i.kind == "synopsis"), None)
         chapters = tuple(i for i in active if i.kind == "chapter")
         return Memory(
@@ -195,8 +202,8 @@ class Conversation:
                 self.id, self.kioku.notes(self), self.info().memory_version
             )
 
-    def raw_window(self) -> list[LogEntry]:
-        info = self.info()
+    def raw_window(self, info: ConversationInfo | None = None) -> list[LogEntry]:
+        info = info or self.info()
         self._raw = [e for e in self._raw if e.seq >= info.raw_start]
         after = self._raw[-1].seq + 1 if self._raw else info.raw_start
         if after < info.next_seq:
@@ -219,7 +226,11 @@ class Conversation:
 
     def prepare(self, user_message: str | Message) -> Prompt:
         """Store the user message, apply what is ready, and build the prompt for the reply."""
-        entry = self.append(as_message(user_message, "user", "user"))
+        return self.prepare_for(self.append(as_message(user_message, "user", "user")))
+
+    def prepare_for(self, entry: LogEntry) -> Prompt:
+        """Apply what is ready and build the prompt answering a stored message (`prepare` after
+        its append; the service also calls it to retry or regenerate a turn)."""
         self.last_turn = self._compact()
         if self.kioku.fold_immediately and self.last_turn.scheduled:
             # the baseline that blocks the turn on the summary and folds in the trigger turn
@@ -232,14 +243,20 @@ class Conversation:
                 scheduled=self.last_turn.scheduled + again.scheduled,
                 reasons=self.last_turn.reasons + again.reasons,
             )
-        raw = [e for e in self.raw_window() if e.seq < entry.seq]
-        info = self.info()
+        if self._seen is not None:
+            info, window, memory = self._seen
+        else:
+            info = self.info()
+            window, memory = self.raw_window(info), self.memory()
+        self._seen = None
+        # a message a client deleted keeps its seq with no content: nothing to show
+        raw = [e for e in window if e.seq < entry.seq and not e.message.is_empty()]
         k = self.kioku
         recollections = k.recall(self, entry, info.raw_start) if k.recall else ()
         instructions = k.instructions(self) if k.instructions else ()
         prompt = build(
             system_prompt=info.system_prompt,
-            memory=self.memory(),
+            memory=memory,
             raw=raw,
             new=entry,
             profile=k.profile,
@@ -296,10 +313,16 @@ class Conversation:
 
     # compaction --------------------------------------------------------------------------------
 
+    def settle(self) -> TurnReport:
+        """Apply whatever became ready (folds, major GCs) without a new message: what the next
+        turn would do first. Evaluations call it to read the memory a conversation ends with."""
+        return self._compact()
+
     def _compact(self) -> TurnReport:
         k = self.kioku
+        self._seen = None
         info = self.info()
-        raw = self.raw_window()
+        raw = self.raw_window(info)
         mem = self.memory()
         items = self.store.items(self.id, "ready")
         jobs = [
@@ -332,7 +355,7 @@ class Conversation:
                 self.store.fold(
                     self.id,
                     activate=decision.activate,
-                    retire=decision.retire,
+                    retire=(*decision.retire, *decision.revised),
                     raw_start=decision.raw_start
                     if decision.raw_start is not None
                     else info.raw_start,
@@ -365,6 +388,8 @@ class Conversation:
             )
         if decision.schedule and k._background is not None:
             k._background.poke()
+        if not decision.folds:
+            self._seen = (info, raw, mem)  # nothing the prompt shows has changed
         return TurnReport(
             folded=decision.folds,
             forced_cut=decision.forced_cut,

@@ -3,7 +3,8 @@
     KiokuError
     ├── ConfigError            a profile, URL or option that cannot work; fix the configuration
     ├── InputError             bad input from a caller (empty message, unknown role); nothing was lost
-    │   └── MessageTooLarge    one message cannot fit the window even alone; it is stored anyway
+    │   ├── MessageTooLarge    one message cannot fit the window even alone; it is stored anyway
+    │   └── SyncConflict       a client's transcript shares nothing with the log it names
     ├── NotFound               no such conversation / item (or it belongs to another tenant)
     ├── StoreError             the database refused; the transaction was rolled back
     ├── ContextOverflow        the prompt cannot be made to fit; raised instead of sending it
@@ -43,6 +44,11 @@ class MessageTooLarge(InputError):
             f"message is {tokens} tokens but at most {limit} fit in the window beside the "
             f"response reserve{where}; split it or use a profile with a larger window"
         )
+
+
+class SyncConflict(InputError):
+    """A stateless client sent a transcript that matches nothing in the conversation's log
+    (another chat under the same conversation id?); nothing was stored."""
 
 
 class NotFound(KiokuError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kioku import notes as notes_layer
 from kioku import tics as tics_layer
@@ -26,6 +27,19 @@ from kioku.recall import RecallIndexes
 
 TIC_WINDOW = 20
 _ASIDE = re.compile(r"\[[^\]]*\]")
+_QUOTES = "「」『』\"'“”‘’()（）"
+
+
+def _unquote(phrase: str) -> str:
+    return phrase.strip().strip(_QUOTES + " 、。,.!?！？~～…").strip()
+
+
+def _core(text: str) -> str:
+    return re.sub(r"[\W_]+", "", text).casefold()
+
+
+def _speakers(entry: LogEntry) -> list[str]:
+    return [p.speaker for p in entry.message.parts if p.speaker]
 
 
 @dataclass
@@ -35,6 +49,9 @@ class Layers:
     notes_extractor: notes_layer.NotesExtractor | None
     tic_threshold: int
     _alerted: dict[str, set[str]] = field(default_factory=dict)
+    # the last detection per conversation, keyed by the replies it read: every turn asks, but
+    # the answer changes only when a reply is added or edited
+    _tics: dict[str, tuple[Any, list[tics_layer.TicAlert]]] = field(default_factory=dict)
 
     def recollections(
         self, conv: Conversation, entry: LogEntry, raw_start: int
@@ -51,19 +68,25 @@ class Layers:
         return [Recollection(r.first_seq, r.last_seq, r.render(), r.tokens, r.score) for r in found]
 
     def tic_alerts(self, conversation_id: str) -> list[tics_layer.TicAlert]:
+        key = tuple(self.kioku.store.tail_hashes(conversation_id, TIC_WINDOW, role="assistant"))
+        hit = self._tics.get(conversation_id)
+        if hit is not None and hit[0] == key:
+            return list(hit[1])
         replies = self.kioku.store.tail(conversation_id, TIC_WINDOW, role="assistant")
         # bracketed asides ([shares a photo: …]) are markup, not the character's voice
         texts = [_ASIDE.sub("", e.text) for e in replies]
-        return tics_layer.detect_tics(texts, threshold=self.tic_threshold, window=TIC_WINDOW)
+        alerts = tics_layer.detect_tics(texts, threshold=self.tic_threshold, window=TIC_WINDOW)
+        # A name opening narration ("Mina smiled…") repeats, but it is not a way of speaking.
+        names = {_core(n) for e in replies for n in (e.message.author, *_speakers(e))}
+        alerts = [a for a in alerts if _core(a.phrase) not in names and _core(a.phrase)]
+        self._tics[conversation_id] = (key, alerts)
+        return list(alerts)
 
     def instructions(self, conv: Conversation) -> list[str]:
         alerts = self.tic_alerts(conv.id)
         if not alerts:
             return []
-        known = self._alerted.get(conv.id)
-        if known is None:
-            log = conv.store.log_entries(conv.id)
-            known = self._alerted[conv.id] = {e["detail"] for e in log if e["event"] == "tic_alert"}
+        known = self._known(conv.id)
         for a in alerts:
             if a.phrase not in known:
                 conv.store.log(conv.id, "tic_alert", "alert", detail=a.phrase)
@@ -72,7 +95,20 @@ class Layers:
         return [tics_layer.anti_repetition_line(alerts, conv.lang)]
 
     def avoid_phrases(self, conversation_id: str) -> list[str]:
-        return [a.phrase for a in self.tic_alerts(conversation_id)]
+        """Every phrase ever alerted, not only the live ones: a tic whose count dipped below the
+        threshold this turn must still stay out of memory. Matched without the quotes around
+        speech, since summaries quote differently."""
+        live = {a.phrase for a in self.tic_alerts(conversation_id)}
+        known = self._known(conversation_id)
+        return sorted({_unquote(p) for p in live | known} - {""})
+
+    def _known(self, conversation_id: str) -> set[str]:
+        known = self._alerted.get(conversation_id)
+        if known is None:
+            log = self.kioku.store.log_entries(conversation_id)
+            known = {e["detail"] for e in log if e["event"] == "tic_alert" and e["detail"]}
+            self._alerted[conversation_id] = known
+        return known
 
     def render_notes(self, conv: Conversation) -> str:
         current = notes_layer.notes(conv.store, conv.id)

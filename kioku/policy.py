@@ -64,6 +64,7 @@ class Decision:
     schedule: tuple[JobPlan, ...] = ()
     cancel_through: int | None = None  # cancel queued jobs starting at or before this seq
     reasons: tuple[str, ...] = ()
+    revised: tuple[int, ...] = ()  # stale items (edited under memory) their revisions replace
 
     @property
     def folds(self) -> bool:
@@ -80,7 +81,11 @@ def _fold_ready(
     start = state.raw_start
     chapters = list(state.memory.chapters)
     synopsis = state.memory.synopsis
-    due = [r for r in state.ready if r.ready_at <= state.now and r.id is not None]
+    due = [
+        r
+        for r in state.ready
+        if r.ready_at <= state.now and r.id is not None and not _revises(r, state.memory)
+    ]
     ready_chapters = sorted(
         (r for r in due if r.kind == "chapter"), key=lambda r: (r.first_seq, -r.last_seq)
     )
@@ -121,6 +126,39 @@ def _fold_ready(
     return activate, retire, discard, start, chapters, synopsis
 
 
+def _revises(item: MemoryItem, memory: Memory) -> bool:
+    """A revision re-summarizes one stale item after a client edited a message under memory:
+    it replaces exactly that item, with the same kind and range (a major GC never does)."""
+    return len(item.replaces) == 1 and any(
+        i.id == item.replaces[0] and i.kind == item.kind and i.span == item.span
+        for i in memory.items
+    )
+
+
+def _swap_revisions(
+    state: State, chapters: list[MemoryItem], synopsis: MemoryItem | None
+) -> tuple[list[int], list[int], list[int], list[MemoryItem], MemoryItem | None]:
+    """Put ready revisions in place of the stale items they rewrite: (activate, revised,
+    discard, chapters, synopsis). The raw window does not move."""
+    activate: list[int] = []
+    revised: list[int] = []
+    discard: list[int] = []
+    for r in sorted(state.ready, key=lambda r: -(r.id or 0)):  # the newest revision wins
+        if r.ready_at > state.now or r.id is None or not _revises(r, state.memory):
+            continue
+        old = r.replaces[0]
+        if r.kind == "chapter" and any(c.id == old for c in chapters):
+            chapters = [r if c.id == old else c for c in chapters]
+        elif r.kind == "synopsis" and synopsis is not None and synopsis.id == old:
+            synopsis = r
+        else:
+            discard.append(r.id)  # a major GC folded the stale item away in this very fold
+            continue
+        activate.append(r.id)
+        revised.append(old)
+    return activate, revised, discard, chapters, synopsis
+
+
 def _tail_tokens(raw: Sequence[tuple[int, int]], start: int) -> int:
     return sum(t for s, t in raw if s >= start)
 
@@ -159,6 +197,11 @@ def decide(state: State) -> Decision:
     p = state.profile
     reasons: list[str] = []
     activate, retire, discard, start, chapters, synopsis = _fold_ready(state)
+    swapped, revised, dropped, chapters, synopsis = _swap_revisions(state, chapters, synopsis)
+    activate += swapped
+    discard += dropped
+    if revised:
+        reasons.append(f"revision: {len(revised)} stale item(s) re-summarized after an edit")
     if activate:
         reasons.append(f"fold: {len(activate)} ready item(s) applied")
     memory_tokens = sum(c.tokens for c in chapters) + (synopsis.tokens if synopsis else 0)
@@ -184,7 +227,10 @@ def decide(state: State) -> Decision:
             start = cut
 
     schedule: list[JobPlan] = []
-    pending = [j for j in state.jobs if not (forced and j.first_seq <= forced[1])]
+    # a forced cut overtakes the raw-range jobs it covers, never a major GC (its range is memory)
+    pending = [
+        j for j in state.jobs if not (forced and j.kind != "synopsis" and j.first_seq <= forced[1])
+    ]
     waiting_chapters = [
         r
         for r in state.ready
@@ -227,6 +273,7 @@ def decide(state: State) -> Decision:
         and chapter_tokens > p.major_gc
         and len(chapters) >= 2
         and not synopsis_pending
+        and not any(i.stale for i in (*chapters, *([synopsis] if synopsis else [])))
     ):
         older = chapters[: max(1, len(chapters) // 2)]
         ids = [c.id for c in older if c.id is not None]
@@ -249,4 +296,5 @@ def decide(state: State) -> Decision:
         schedule=tuple(schedule),
         cancel_through=cancel_through,
         reasons=tuple(reasons),
+        revised=tuple(revised),
     )

@@ -7,7 +7,8 @@ order, each in its own transaction. Add new ones at the end; never edit one that
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from sqlalchemy import (
@@ -28,6 +29,7 @@ from sqlalchemy import (
     UniqueConstraint,
     insert,
     select,
+    text,
 )
 
 metadata = MetaData()
@@ -164,13 +166,42 @@ MIGRATIONS: list[Migration] = [
 ]
 
 
+# Any constant shared by every kioku process; PostgreSQL advisory locks are per database.
+MIGRATION_LOCK = 0x6B696F6B75  # "kioku"
+
+
+def _one_at_a_time(conn: Connection) -> None:
+    """Serialize migrations across processes that start at once (each waits for the other's
+    transaction, then sees what it did). SQLite's BEGIN IMMEDIATE already serializes writers."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK})
+
+
+# Set on a connection's info for a transaction that will write: SQLite then takes the write
+# lock at BEGIN (IMMEDIATE) instead of failing to upgrade a read lock later.
+WRITE_FLAG = "kioku_write"
+
+
+@contextmanager
+def writing(engine: Engine) -> Iterator[Connection]:
+    with engine.connect() as conn:
+        conn.info[WRITE_FLAG] = True
+        try:
+            with conn.begin():
+                yield conn
+        finally:
+            conn.info.pop(WRITE_FLAG, None)
+
+
 def migrate(engine: Engine) -> list[str]:
     """Apply pending migrations in order; return the names applied."""
-    with engine.begin() as conn:
+    with writing(engine) as conn:
+        _one_at_a_time(conn)
         migrations_table.create(conn, checkfirst=True)
     applied: list[str] = []
     for name, run in MIGRATIONS:
-        with engine.begin() as conn:
+        with writing(engine) as conn:
+            _one_at_a_time(conn)
             done = conn.execute(
                 select(migrations_table.c.name).where(migrations_table.c.name == name)
             ).first()
@@ -237,3 +268,39 @@ notes_snapshots = Table(
 )
 
 MIGRATIONS.append(("0005_notes_snapshot", _create(notes_snapshots)))
+
+# the service (issue 5) ---------------------------------------------------------------------
+
+# A stateless client (SillyTavern) re-sends the whole transcript; when it edited, deleted or
+# regenerated a stored message, the old content lands here and the `messages` row keeps its seq
+# with the new content (a deleted one: no parts, `superseded` = 1). Append-only.
+message_versions = Table(
+    "message_versions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("conversation_id", String(200), ForeignKey("conversations.id"), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("role", String(20), nullable=False),
+    Column("author", String(200), nullable=False, default=""),
+    Column("parts", Text, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("content_hash", String(64), nullable=False),
+    Column("change", String(20), nullable=False),  # edit | delete | regenerate
+    Column("replaced_at", Float, nullable=False),
+    Index("ix_message_versions_conv_seq", "conversation_id", "seq"),
+)
+
+# API keys of the service: only a salted hash is stored; the key itself is shown once.
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(40), primary_key=True),  # public, printed by `kioku keys list`
+    Column("tenant", String(200), nullable=False),
+    Column("salt", String(64), nullable=False),
+    Column("hash", String(128), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("revoked_at", Float, nullable=True),
+    Index("ix_api_keys_tenant", "tenant"),
+)
+
+MIGRATIONS.append(("0006_message_versions_api_keys", _create(message_versions, api_keys)))

@@ -8,7 +8,11 @@ old memory state or the new one, never half of each.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,20 +29,22 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.pool import StaticPool
 
 from kioku import schema as s
-from kioku.errors import NotFound, StoreError
+from kioku.errors import InputError, NotFound, StoreError
 from kioku.memory import MemoryItem, coverage_gaps
 from kioku.messages import LogEntry, Message, parts_from_json
 
 DEFAULT_URL = "sqlite:///kioku.db"
 DEFAULT_LEASE_S = 600.0
+# namespace of the per-conversation advisory locks taken while claiming a job (PostgreSQL)
+CLAIM_LOCK_NS = 0x6B696F
 
 
 @dataclass(frozen=True)
@@ -71,13 +77,19 @@ def make_engine(url: str) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
-    memory = url in ("sqlite://", "sqlite:///:memory:")
-    engine = create_engine(
-        url,
-        connect_args={"check_same_thread": False, "timeout": 30},
-        poolclass=StaticPool if memory else None,
-    )
+        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        if engine.dialect.name == "postgresql":
+            event.listen(engine, "before_cursor_execute", _refuse_nul)
+        return engine
+    scratch: str | None = None
+    if url in ("sqlite://", "sqlite:///:memory:"):
+        # An in-memory database lives in one connection, which threads (the background worker)
+        # cannot share safely; a throwaway file behaves the same and is removed with the engine.
+        scratch = tempfile.mkdtemp(prefix="kioku-")
+        url = f"sqlite:///{os.path.join(scratch, 'scratch.db')}"
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    if scratch is not None:
+        weakref.finalize(engine, shutil.rmtree, scratch, True)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
@@ -85,17 +97,36 @@ def make_engine(url: str) -> Engine:
         # writes can deadlock against another writer instead of waiting for it.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        if not memory:
-            cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA busy_timeout=30000")
         cur.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Writers (`Store.atomic`) take the write lock up front; readers start deferred so that,
+        # under WAL, they never queue behind a writer.
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get(s.WRITE_FLAG) else "BEGIN")
 
     return engine
+
+
+def _refuse_nul(
+    _conn: Any, _cursor: Any, _statement: Any, parameters: Any, _ctx: Any, _many: Any
+) -> None:
+    """PostgreSQL text cannot hold a NUL character: refuse such input as bad input (nothing is
+    stored), not as a database failure."""
+    rows = parameters if isinstance(parameters, list | tuple) else [parameters]
+    for row in rows:
+        values = row.values() if isinstance(row, dict) else row
+        if isinstance(values, str):
+            values = [values]
+        for v in values or ():
+            if isinstance(v, str) and "\x00" in v:
+                raise InputError(
+                    "text with a NUL character (\\x00) cannot be stored in PostgreSQL; "
+                    "remove it and send again"
+                )
 
 
 def _new_id(result: Any) -> int:
@@ -156,10 +187,12 @@ class Store:
     def is_postgres(self) -> bool:
         return self.engine.dialect.name == "postgresql"
 
+    def _upsert(self, table: Any) -> Any:
+        """The dialect's INSERT, which has `on_conflict_do_nothing/_do_update`."""
+        return pg_insert(table) if self.is_postgres else sqlite_insert(table)
+
     def _insert_ignore(self, table: Any) -> Any:
-        if self.is_postgres:
-            return pg_insert(table).on_conflict_do_nothing()
-        return sqlite_insert(table).on_conflict_do_nothing()
+        return self._upsert(table).on_conflict_do_nothing()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -167,7 +200,7 @@ class Store:
     @contextmanager
     def atomic(self) -> Iterator[Connection]:
         try:
-            with self.engine.begin() as conn:
+            with s.writing(self.engine) as conn:
                 yield conn
         except SQLAlchemyError as e:
             raise StoreError(f"database error, transaction rolled back: {e}") from e
@@ -311,6 +344,18 @@ class Store:
             rows = list(conn.execute(q.order_by(m.seq.desc()).limit(n)))
         return [_message_row(r) for r in reversed(rows)]
 
+    def tail_hashes(
+        self, conversation_id: str, n: int, role: str | None = None
+    ) -> list[tuple[int, str]]:
+        """(seq, content hash) of what `tail` would return: a cheap "has it changed?" key."""
+        m = s.messages.c
+        q = select(m.seq, m.content_hash).where(m.conversation_id == conversation_id)
+        if role is not None:
+            q = q.where(m.role == role)
+        with self.engine.connect() as conn:
+            rows = list(conn.execute(q.order_by(m.seq.desc()).limit(n)))
+        return [(int(r.seq), str(r.content_hash)) for r in reversed(rows)]
+
     def notes_snapshot(self, conversation_id: str) -> str:
         with self.engine.connect() as conn:
             row = conn.execute(
@@ -323,20 +368,12 @@ class Store:
     def set_notes_snapshot(self, conversation_id: str, text: str, memory_version: int) -> None:
         with self.atomic() as conn:
             t = s.notes_snapshots
-            r = conn.execute(
-                update(t)
-                .where(t.c.conversation_id == conversation_id)
-                .values(text=text, memory_version=memory_version, updated_at=time.time())
+            values = dict(text=text, memory_version=memory_version, updated_at=time.time())
+            conn.execute(
+                self._upsert(t)
+                .values(conversation_id=conversation_id, **values)
+                .on_conflict_do_update(index_elements=[t.c.conversation_id], set_=values)
             )
-            if not r.rowcount:
-                conn.execute(
-                    insert(t).values(
-                        conversation_id=conversation_id,
-                        text=text,
-                        memory_version=memory_version,
-                        updated_at=time.time(),
-                    )
-                )
 
     def count_messages(self, conversation_id: str) -> int:
         return self.conversation(conversation_id).next_seq
@@ -504,66 +541,119 @@ class Store:
             and_(j.status == "queued", j.run_after <= now),
             and_(j.status == "running", j.lease_until < now),
         )
-        with self.atomic() as conn:
-            busy = (
-                select(s.jobs.c.conversation_id)
-                .where(j.status == "running", j.lease_until >= now)
-                .scalar_subquery()
-            )
-            q = select(s.jobs).where(due, j.conversation_id.not_in(busy))
-            if conversation_id is not None:
-                q = q.where(j.conversation_id == conversation_id)
-            q = q.order_by(j.run_after, j.id).limit(1)
-            if self.is_postgres:
-                q = q.with_for_update(skip_locked=True)
-            row = conn.execute(q).first()
-            if row is None:
-                return None
-            conn.execute(
-                update(s.jobs)
-                .where(j.id == row.id)
-                .values(
-                    status="running",
-                    attempts=row.attempts + 1,
-                    lease_until=now + lease_s,
-                    leased_by=worker,
+        skip: set[str] = set()
+        while True:
+            with self.atomic() as conn:
+                busy = (
+                    select(s.jobs.c.conversation_id)
+                    .where(j.status == "running", j.lease_until >= now)
+                    .scalar_subquery()
                 )
-            )
-            job = _job_row(row)
-            return Job(**{**job.__dict__, "status": "running", "attempts": row.attempts + 1})
+                q = select(s.jobs).where(due, j.conversation_id.not_in(busy))
+                if conversation_id is not None:
+                    q = q.where(j.conversation_id == conversation_id)
+                if skip:
+                    q = q.where(j.conversation_id.not_in(skip))
+                q = q.order_by(j.run_after, j.id).limit(1)
+                if self.is_postgres:
+                    q = q.with_for_update(skip_locked=True)
+                row = conn.execute(q).first()
+                if row is None:
+                    return None
+                if self.is_postgres and self._conversation_busy(conn, row, now):
+                    skip.add(row.conversation_id)
+                    continue
+                return self._lease(conn, row, worker, now, lease_s)
 
-    def finish_job(self, job_id: int, status: str = "done", error: str | None = None) -> None:
+    def _conversation_busy(self, conn: Connection, row: Any, now: float) -> bool:
+        """PostgreSQL: did another worker claim a job of this conversation meanwhile?
+
+        Under READ COMMITTED two workers can both see a conversation idle and lock two
+        different jobs of it (SKIP LOCKED steers the second past the first). A per-conversation
+        advisory lock, held to the end of the claiming transaction, makes them take turns; the
+        check after it runs on a fresh snapshot and sees the other claim once it committed."""
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(:ns, hashtext(:cid))"),
+            {"ns": CLAIM_LOCK_NS, "cid": row.conversation_id},
+        )
+        j = s.jobs.c
+        other = conn.execute(
+            select(j.id)
+            .where(
+                j.conversation_id == row.conversation_id,
+                j.id != row.id,
+                j.status == "running",
+                j.lease_until >= now,
+            )
+            .limit(1)
+        ).first()
+        return other is not None
+
+    def _lease(self, conn: Connection, row: Any, worker: str, now: float, lease_s: float) -> Job:
+        j = s.jobs.c
+        conn.execute(
+            update(s.jobs)
+            .where(j.id == row.id)
+            .values(
+                status="running",
+                attempts=row.attempts + 1,
+                lease_until=now + lease_s,
+                leased_by=worker,
+            )
+        )
+        job = _job_row(row)
+        return Job(**{**job.__dict__, "status": "running", "attempts": row.attempts + 1})
+
+    def finish_job(
+        self,
+        job_id: int,
+        status: str = "done",
+        error: str | None = None,
+        worker: str | None = None,
+    ) -> bool:
+        """Close a job. With `worker`, only while that worker still holds its lease: a worker
+        whose lease expired (another one took the job over) changes nothing. True if closed."""
         with self.atomic() as conn:
-            conn.execute(
+            r = conn.execute(
                 update(s.jobs)
-                .where(s.jobs.c.id == job_id)
+                .where(*_held(job_id, worker))
                 .values(status=status, error=error, finished_at=time.time(), lease_until=None)
             )
+            return bool(r.rowcount)
 
     def complete_job(
-        self, job_id: int, conversation_id: str, item: MemoryItem | None
+        self, job_id: int, conversation_id: str, item: MemoryItem | None, worker: str | None = None
     ) -> int | None:
         """Store a job's memory item and mark the job done in one transaction, so a crash
-        between the two can neither lose the summary nor write it twice."""
+        between the two can neither lose the summary nor write it twice.
+
+        With `worker`, raises LeaseLost (nothing written) if that worker no longer holds the
+        job: its lease expired and another worker took the job over."""
         with self.atomic() as conn:
-            item_id = self.add_item(conversation_id, item, conn) if item is not None else None
-            conn.execute(
+            r = conn.execute(
                 update(s.jobs)
-                .where(s.jobs.c.id == job_id)
+                .where(*_held(job_id, worker))
                 .values(status="done", finished_at=time.time(), lease_until=None)
             )
-            return item_id
+            if worker is not None and not r.rowcount:
+                raise LeaseLost(f"job {job_id} is no longer leased by {worker}; not stored")
+            return self.add_item(conversation_id, item, conn) if item is not None else None
 
-    def retry_job(self, job_id: int, run_after: float, error: str) -> None:
+    def retry_job(
+        self, job_id: int, run_after: float, error: str, worker: str | None = None
+    ) -> bool:
         with self.atomic() as conn:
-            conn.execute(
+            r = conn.execute(
                 update(s.jobs)
-                .where(s.jobs.c.id == job_id)
+                .where(*_held(job_id, worker))
                 .values(status="queued", run_after=run_after, error=error, lease_until=None)
             )
+            return bool(r.rowcount)
 
     def cancel_jobs(self, conversation_id: str, up_to_seq: int) -> int:
-        """Cancel queued jobs that start at or before `up_to_seq` (their range was overtaken)."""
+        """Cancel queued jobs that start at or before `up_to_seq` (their range was overtaken).
+        A major GC (synopsis job) folds memory, not raw messages, and a revision re-summarizes
+        memory a client's edit made stale: a cut never overtakes either."""
         j = s.jobs.c
         with self.atomic() as conn:
             r = conn.execute(
@@ -571,6 +661,7 @@ class Store:
                 .where(
                     j.conversation_id == conversation_id,
                     j.status == "queued",
+                    j.kind.not_in(("synopsis", "revision")),
                     j.first_seq <= up_to_seq,
                 )
                 .values(status="cancelled", finished_at=time.time())
@@ -620,15 +711,14 @@ class Store:
     def incr(self, conversation_id: str, name: str, by: int = 1) -> None:
         with self.atomic() as conn:
             t = s.counters.c
-            r = conn.execute(
-                update(s.counters)
-                .where(t.conversation_id == conversation_id, t.name == name)
-                .values(value=t.value + by)
-            )
-            if not r.rowcount:
-                conn.execute(
-                    insert(s.counters).values(conversation_id=conversation_id, name=name, value=by)
+            # one statement, so two first increments racing on PostgreSQL cannot both insert
+            conn.execute(
+                self._upsert(s.counters)
+                .values(conversation_id=conversation_id, name=name, value=by)
+                .on_conflict_do_update(
+                    index_elements=[t.conversation_id, t.name], set_={"value": t.value + by}
                 )
+            )
 
     def counters(self, conversation_id: str | None = None) -> dict[str, int]:
         t = s.counters.c
@@ -637,6 +727,18 @@ class Store:
             q = q.where(t.conversation_id == conversation_id)
         with self.engine.connect() as conn:
             return {name: int(v) for name, v in conn.execute(q)}
+
+
+def _held(job_id: int, worker: str | None) -> list[Any]:
+    """WHERE clauses naming a job, and with `worker`, only while that worker leases it."""
+    j = s.jobs.c
+    if worker is None:
+        return [j.id == job_id]
+    return [j.id == job_id, j.status == "running", j.leased_by == worker]
+
+
+class LeaseLost(StoreError):
+    """A worker finished a job after its lease expired and another worker took it over."""
 
 
 class _FoldRefused(StoreError):

@@ -15,14 +15,15 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kioku.errors import KiokuError
 from kioku.generations import chapter_task, item_from_summary, synopsis_task
 from kioku.lang import detect_lang
 from kioku.messages import LogEntry
 from kioku.profiles import Profile
-from kioku.store import DEFAULT_LEASE_S, Job, Store
+from kioku.revisions import revised_item, revision_task
+from kioku.store import DEFAULT_LEASE_S, Job, LeaseLost, Store
 from kioku.summarizer import Summarizer, SummaryTask
 
 log = logging.getLogger("kioku.worker")
@@ -35,7 +36,7 @@ DEFAULT_POLL_S = 1.0
 @dataclass(frozen=True)
 class JobOutcome:
     job: Job
-    status: str  # done | retry | failed | overtaken
+    status: str  # done | retry | failed | overtaken | lost
     item_id: int | None = None
     duration_s: float = 0.0
     error: str = ""
@@ -100,6 +101,8 @@ class Worker:
         conv = self.store.conversation(job.conversation_id)
         profile = self.profile_for(job.conversation_id)
         avoid = tuple(self.avoid_phrases(job.conversation_id)) if self.avoid_phrases else ()
+        if job.kind == "revision":  # re-summarize an item a client's edit made stale
+            return revision_task(self.store, job, profile, conv.character, avoid)
         if job.kind == "synopsis":
             active = {i.id: i for i in self.store.items(job.conversation_id, "active")}
             ids = list(job.payload.get("chapter_ids") or [])
@@ -125,10 +128,16 @@ class Worker:
             if syn_id is not None and syn_id not in active:
                 return None
             entries = self.store.entries(job.conversation_id, job.first_seq, job.last_seq)
+            # chapters a forced cut added since the last rewrite are folded in with it, or
+            # the new summary could never join the raw window (and memory would only grow)
+            stand_ins = sorted(
+                (i for i in active.values() if i.kind == "chapter"), key=lambda i: i.first_seq
+            )
             return SummaryTask(
                 kind="synopsis",
                 target_tokens=profile.synopsis_tokens,
                 previous=active[syn_id] if syn_id is not None else None,
+                chapters=tuple(stand_ins),
                 entries=tuple(entries),
                 ceiling_tokens=profile.summary_ceiling,
                 lang=detect_lang([e.text for e in entries[:20]]),
@@ -139,7 +148,7 @@ class Worker:
         if not entries:
             return None
         lang = detect_lang([e.text for e in entries[:20]])
-        return chapter_task(
+        task = chapter_task(
             entries,
             profile,
             lang=lang,
@@ -147,13 +156,20 @@ class Worker:
             avoid_phrases=avoid,
             kind=job.kind,
         )
+        # The chronicler reads the open threads of the memory so far, to reuse their ids.
+        so_far = self.store.items(job.conversation_id, "active")
+        synopsis = next((i for i in so_far if i.kind == "synopsis"), None)
+        threads_from = tuple(i for i in so_far if i.kind == "chapter")
+        return replace(task, previous=synopsis, chapters=threads_from)
 
     def execute(self, job: Job) -> JobOutcome:
         started = time.monotonic()
         cid = job.conversation_id
         task = self.task_for(job)
         if task is None:
-            self.store.finish_job(job.id, "cancelled", "overtaken: range already covered")
+            self.store.finish_job(
+                job.id, "cancelled", "overtaken: range already covered", worker=self.name
+            )
             self.store.log(
                 cid, job.kind, "overtaken", first_seq=job.first_seq, last_seq=job.last_seq
             )
@@ -164,7 +180,14 @@ class Worker:
             return self._failed(job, e, time.monotonic() - started)
         duration = time.monotonic() - started
         item = item_from_summary(task, summary, ready_at=self.clock() + self.simulated_duration_s)
-        item_id = self.store.complete_job(job.id, cid, item)
+        if job.kind == "revision":
+            item = revised_item(self.store, job, item)
+        try:
+            item_id = self.store.complete_job(job.id, cid, item, worker=self.name)
+        except LeaseLost as e:
+            # slower than the lease: another worker took the job over and its result counts
+            self.store.log(cid, job.kind, "lease_lost", duration_s=duration, detail=str(e))
+            return JobOutcome(job, "lost", duration_s=duration, error=str(e))
         for ev in summary.events:
             self.store.log(cid, ev, "ok", first_seq=job.first_seq, last_seq=job.last_seq)
             self.store.incr(cid, ev)
@@ -196,13 +219,13 @@ class Worker:
         msg = f"{type(error).__name__}: {error}"
         if job.attempts >= self.max_attempts:
             # Give up: the ceiling's extractive stand-in will cover this range if it must.
-            self.store.finish_job(job.id, "failed", msg)
+            self.store.finish_job(job.id, "failed", msg, worker=self.name)
             self.store.log(cid, job.kind, "failed", duration_s=duration, detail=msg)
             self.store.incr(cid, "failed_jobs")
             log.warning("job %s failed for good after %s attempts: %s", job.id, job.attempts, msg)
             return JobOutcome(job, "failed", duration_s=duration, error=msg)
         delay = self.backoff_s * (2 ** (job.attempts - 1))
-        self.store.retry_job(job.id, self.clock() + delay, msg)
+        self.store.retry_job(job.id, self.clock() + delay, msg, worker=self.name)
         self.store.log(cid, "retry", "scheduled", duration_s=duration, detail=msg)
         return JobOutcome(job, "retry", duration_s=duration, error=msg)
 

@@ -1,18 +1,34 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import select
 
 from kioku.errors import NotFound, StoreError
 from kioku.memory import MemoryItem
 from kioku.messages import Message, Part
-from kioku.store import Store
+from kioku.store import LeaseLost, Store
+from tests.pg import BACKENDS, backend_url
+
+# Every test here runs on SQLite and on PostgreSQL (`KIOKU_TEST_PG`, see tests/pg.py), each on
+# a fresh database (a fresh schema on PostgreSQL).
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request, tmp_path) -> Iterator[str]:
+    with backend_url(request.param, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture
-def store(tmp_path) -> Store:
-    return Store.open(str(tmp_path / "k.db"))
+def store(db_url: str) -> Iterator[Store]:
+    st = Store.open(db_url)
+    yield st
+    st.close()
 
 
 def test_append_gives_gap_free_seq_and_keeps_structure(store: Store) -> None:
@@ -34,8 +50,7 @@ def test_append_gives_gap_free_seq_and_keeps_structure(store: Store) -> None:
     assert store.tokens_between("c", 1) == 10
 
 
-def test_concurrent_appends_never_duplicate_or_skip_a_seq(tmp_path) -> None:
-    store = Store.open(str(tmp_path / "k.db"))
+def test_concurrent_appends_never_duplicate_or_skip_a_seq(store: Store) -> None:
     store.ensure_conversation("c")
 
     def writer(n: int) -> None:
@@ -51,13 +66,16 @@ def test_concurrent_appends_never_duplicate_or_skip_a_seq(tmp_path) -> None:
     assert seqs == list(range(80))
 
 
-def test_migrations_are_recorded_and_not_rerun(tmp_path) -> None:
-    path = str(tmp_path / "k.db")
-    Store.open(path)
+def test_migrations_are_recorded_and_not_rerun(db_url: str) -> None:
     from kioku import schema
 
-    again = schema.migrate(Store.open(path).engine)
-    assert again == []
+    first = Store.open(db_url)
+    second = Store.open(db_url)
+    try:
+        assert schema.migrate(second.engine) == []
+    finally:
+        first.close()
+        second.close()
 
 
 def test_other_tenant_sees_nothing(store: Store) -> None:
@@ -107,3 +125,82 @@ def test_job_not_claimed_before_its_time(store: Store) -> None:
     store.enqueue_job("c", "chapter", 0, 5, run_after=30)
     assert store.claim_job("w", now=29) is None
     assert store.claim_job("w", now=30) is not None
+
+
+# concurrency: what several worker or server processes do at once ------------------------------
+
+
+def _at_once(n: int, fn) -> list:
+    """Run fn(i) in n threads released together; return what they returned."""
+    barrier = threading.Barrier(n)
+    results: list = [None] * n
+
+    def run(i: int) -> None:
+        barrier.wait()
+        results[i] = fn(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def test_racing_workers_never_claim_two_jobs_of_one_conversation(store: Store) -> None:
+    # Under READ COMMITTED both workers can see the conversation idle; SKIP LOCKED then hands
+    # each a different job of it unless the claim serializes per conversation.
+    store.ensure_conversation("c")
+    store.ensure_conversation("d")
+    for i in range(4):
+        store.enqueue_job("c", "chapter", i, i, run_after=0)
+    store.enqueue_job("d", "chapter", 0, 0, run_after=0)
+    for rnd in range(8):
+        now = 1000.0 * (rnd + 1)  # every earlier lease has expired by now
+        jobs = [j for j in _at_once(5, lambda i, now=now: store.claim_job(f"w{i}", now, 100)) if j]
+        convs = [j.conversation_id for j in jobs]
+        assert sorted(convs) == ["c", "d"], convs
+
+
+def test_first_increments_racing_all_count(store: Store) -> None:
+    for name in ("a", "b", "c"):
+        _at_once(4, lambda i, name=name: store.incr("conv", name))
+    assert store.counters("conv") == {"a": 4, "b": 4, "c": 4}
+
+
+def test_processes_starting_together_migrate_once(db_url: str) -> None:
+    code = "import sys; from kioku.store import Store; Store.open(sys.argv[1]).close()"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, db_url], stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    errors = [p.communicate(timeout=60)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], errors
+    st = Store.open(db_url)
+    try:
+        from kioku import schema
+
+        with st.engine.connect() as conn:
+            names = [r.name for r in conn.execute(select(schema.migrations_table.c.name))]
+        assert sorted(names) == sorted(n for n, _ in schema.MIGRATIONS)
+    finally:
+        st.close()
+
+
+def test_a_worker_whose_lease_was_taken_over_writes_nothing(store: Store) -> None:
+    store.ensure_conversation("c")
+    store.append("c", Message.user("hello"), 1)
+    store.enqueue_job("c", "chapter", 0, 0, run_after=0)
+    slow = store.claim_job("slow", now=10, lease_s=5)
+    heir = store.claim_job("heir", now=20, lease_s=60)  # slow's lease expired
+    assert slow is not None and heir is not None and slow.id == heir.id
+    item = MemoryItem(kind="chapter", first_seq=0, last_seq=0, text="x", tokens=1)
+    with pytest.raises(LeaseLost):
+        store.complete_job(slow.id, "c", item, worker="slow")
+    assert not store.retry_job(slow.id, 0, "late", worker="slow")
+    assert not store.finish_job(slow.id, "failed", "late", worker="slow")
+    assert store.items("c") == []
+    assert store.complete_job(heir.id, "c", item, worker="heir") is not None
+    (job,) = store.jobs("c")
+    assert (job.status, job.attempts) == ("done", 2)
+    assert len(store.items("c")) == 1

@@ -1,0 +1,331 @@
+"""Edits under memory: message versions, stale items, their stand-ins, and the re-summary.
+
+A stateless client (SillyTavern) can edit, delete or regenerate any message it shows. The log
+stays append-only in its seqs: the old content goes to `message_versions` and the `messages` row
+keeps its seq with the new content (a deleted message: no parts, `superseded` = 1, skipped by
+the raw window and by every summary). The coverage invariant (every seq before the raw window is
+covered by active memory exactly once) is untouched, because ranges never move:
+
+- a memory item whose range holds a changed message is marked `stale` and a `revision` job is
+  queued; the worker re-summarizes that range (a chapter from the corrected log, a synopsis from
+  its stale text plus the corrections) and the revision replaces the stale item at the next fold
+  (`policy._swap_revisions`), one cache break as for any fold;
+- until then the prompt shows a stand-in: a stale chapter becomes the corrected messages of its
+  range when they fit a small budget, otherwise (and for a synopsis) its text followed by the
+  corrected messages;
+- a ready item (written, not yet in the prompt) that covers a changed message is retired: the
+  policy schedules that range again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+
+from kioku import schema as s
+from kioku.errors import NotFound
+from kioku.generations import chapter_task, synopsis_task
+from kioku.lang import detect_lang
+from kioku.memory import MemoryItem
+from kioku.messages import LogEntry, Message
+from kioku.profiles import Profile
+from kioku.store import Job, Store
+from kioku.structure import is_structured, record_from_data, render_story
+from kioku.summarizer import SummaryTask
+from kioku.tokens import ScriptEstimator, TokenCounter
+from kioku.transcript import render_transcript
+
+NOTE: Mapping[str, Mapping[str, str]] = {
+    "en": {
+        "raw": "(This part was edited and is being summarized again; the corrected messages:)",
+        "errata": "Corrections (these messages changed after the above was written; they win):",
+        "deleted": "deleted; disregard what it said",
+    },
+    "ja": {
+        "raw": "(この部分は編集されたため要約し直しています。修正後のメッセージ:)",
+        "errata": "訂正(以下のメッセージは上の要約の後に変更された。こちらが正しい):",
+        "deleted": "削除済み。その内容は無視すること",
+    },
+    "zh": {
+        "raw": "(这部分已被编辑,正在重新总结;修改后的消息:)",
+        "errata": "更正(以下消息在上文写成后被修改,以此为准):",
+        "deleted": "已删除;请忽略其内容",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Change:
+    """One stored message's new content; `message` None deletes it."""
+
+    seq: int
+    message: Message | None
+    kind: str = "edit"  # edit | delete | regenerate
+    meta: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Revised:
+    entries: tuple[LogEntry, ...]  # the rows as they are now
+    stale: tuple[int, ...]  # active items marked stale (a revision job queued for each)
+    retired: tuple[int, ...]  # ready items retired (their range will be scheduled again)
+
+
+def revise(
+    store: Store,
+    conversation_id: str,
+    changes: Sequence[Change],
+    counter: TokenCounter,
+    *,
+    delay_s: float = 0.0,
+    now: float | None = None,
+) -> Revised:
+    """Apply edits and deletions in one transaction: versions kept, items marked stale, revision
+    jobs queued. `now` is the engine's clock (jobs run after `now + delay_s`)."""
+    now = time.time() if now is None else now
+    m = s.messages.c
+    out: list[LogEntry] = []
+    with store.atomic() as conn:
+        for ch in changes:
+            row = conn.execute(
+                select(s.messages).where(m.conversation_id == conversation_id, m.seq == ch.seq)
+            ).first()
+            if row is None:
+                raise NotFound(f"conversation {conversation_id!r} has no message #{ch.seq}")
+            conn.execute(
+                insert(s.message_versions).values(
+                    conversation_id=conversation_id,
+                    seq=ch.seq,
+                    role=row.role,
+                    author=row.author,
+                    parts=row.parts,
+                    text=row.text,
+                    content_hash=row.content_hash,
+                    change=ch.kind if ch.message is not None else "delete",
+                    replaced_at=time.time(),
+                )
+            )
+            new = ch.message or Message(role=row.role, parts=(), author=row.author)
+            tokens = counter.count(new.text) if ch.message is not None else 0
+            conn.execute(
+                update(s.messages)
+                .where(m.conversation_id == conversation_id, m.seq == ch.seq)
+                .values(
+                    role=new.role,
+                    author=new.author,
+                    parts=new.parts_json(),
+                    text=new.text,
+                    tokens=tokens,
+                    content_hash=new.content_hash(),
+                    superseded=0 if ch.message is not None else 1,
+                    meta=dict(ch.meta) if ch.meta else None,
+                )
+            )
+            out.append(LogEntry(ch.seq, new, tokens, ch.meta or {}))
+        stale, retired = _mark_stale(
+            conn, conversation_id, {c.seq for c in changes}, now + delay_s, now
+        )
+    return Revised(tuple(out), stale, retired)
+
+
+def _mark_stale(
+    conn: Connection, conversation_id: str, seqs: set[int], run_after: float, now: float
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    mi = s.memory_items.c
+    rows = conn.execute(
+        select(s.memory_items).where(
+            mi.conversation_id == conversation_id, mi.status.in_(("active", "ready"))
+        )
+    ).all()
+    hit = [r for r in rows if any(r.first_seq <= q <= r.last_seq for q in seqs)]
+    retired = tuple(r.id for r in hit if r.status == "ready")
+    if retired:
+        conn.execute(update(s.memory_items).where(mi.id.in_(retired)).values(status="retired"))
+    j = s.jobs.c
+    waiting = {
+        (r.payload or {}).get("item_id")
+        for r in conn.execute(
+            select(s.jobs).where(
+                j.conversation_id == conversation_id,
+                j.kind == "revision",
+                j.status == "queued",  # a running one may have read the old text
+            )
+        )
+    }
+    stale: list[int] = []
+    for r in hit:
+        if r.status != "active":
+            continue
+        stale.append(r.id)
+        conn.execute(update(s.memory_items).where(mi.id == r.id).values(stale=1))
+        if r.id in waiting:
+            continue  # its queued revision will read the corrected log
+        conn.execute(
+            insert(s.jobs).values(
+                conversation_id=conversation_id,
+                kind="revision",
+                first_seq=r.first_seq,
+                last_seq=r.last_seq,
+                payload={"item_id": r.id},
+                status="queued",
+                attempts=0,
+                run_after=run_after,
+                created_at=now,
+            )
+        )
+    if stale:
+        # a queued major GC would fold the stale text into the synopsis: the policy plans it
+        # again once the revisions are in
+        conn.execute(
+            update(s.jobs)
+            .where(
+                j.conversation_id == conversation_id,
+                j.kind == "synopsis",
+                j.status == "queued",
+            )
+            .values(status="cancelled", finished_at=time.time(), error="stale input")
+        )
+    return tuple(stale), retired
+
+
+def changed_seqs(store: Store, conversation_id: str, first: int, last: int) -> list[int]:
+    """Seqs in [first, last] that have an older version (edited, deleted or regenerated)."""
+    v = s.message_versions.c
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            select(v.seq)
+            .where(v.conversation_id == conversation_id, v.seq >= first, v.seq <= last)
+            .distinct()
+            .order_by(v.seq)
+        )
+        return [int(r.seq) for r in rows]
+
+
+def versions(store: Store, conversation_id: str, seq: int) -> list[dict[str, Any]]:
+    """Earlier contents of one message, oldest first."""
+    v = s.message_versions.c
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            select(s.message_versions)
+            .where(v.conversation_id == conversation_id, v.seq == seq)
+            .order_by(v.id)
+        )
+        return [dict(r._mapping) for r in rows]
+
+
+# the prompt until the revision lands ---------------------------------------------------------
+
+
+def _body(item: MemoryItem, lang: str) -> str:
+    if is_structured(item.data):
+        return render_story(record_from_data(item.data), lang).strip()
+    return item.text.strip()
+
+
+def _errata(store: Store, conversation_id: str, item: MemoryItem, lang: str) -> str:
+    note = NOTE.get(lang, NOTE["en"])
+    lines: list[str] = []
+    for seq in changed_seqs(store, conversation_id, item.first_seq, item.last_seq):
+        entry = store.entries(conversation_id, seq, seq)
+        if not entry or entry[0].message.is_empty():
+            lines.append(f"#{seq} ({note['deleted']})")
+        else:
+            lines.append(render_transcript(entry, lang))
+    return "\n\n".join([note["errata"], *lines])
+
+
+def stand_in(
+    store: Store,
+    conversation_id: str,
+    item: MemoryItem,
+    profile: Profile,
+    counter: TokenCounter | None = None,
+    lang: str = "en",
+) -> MemoryItem:
+    """What the prompt shows for a stale item: a chapter's corrected messages when they fit
+    half of the room the profile leaves above its ceiling, else the stale text plus the
+    corrected messages. Same id, kind and range, so the policy and the fold see the item."""
+    counter = counter or ScriptEstimator()
+    note = NOTE.get(lang, NOTE["en"])
+    text = ""
+    if item.kind == "chapter":
+        entries = store.entries(conversation_id, item.first_seq, item.last_seq)
+        if sum(e.tokens for e in entries) <= max(0, profile.prompt_budget - profile.ceiling) // 2:
+            text = f"{note['raw']}\n\n{render_transcript(entries, lang)}"
+    if not text:
+        text = f"{_body(item, lang)}\n\n{_errata(store, conversation_id, item, lang)}"
+    return replace(item, text=text, data={}, tokens=counter.count(text))
+
+
+def stand_ins(
+    store: Store,
+    conversation_id: str,
+    items: Sequence[MemoryItem],
+    profile: Profile,
+    counter: TokenCounter,
+    lang: str = "en",
+) -> list[MemoryItem]:
+    return [
+        stand_in(store, conversation_id, i, profile, counter, lang) if i.stale else i for i in items
+    ]
+
+
+# the worker's side ---------------------------------------------------------------------------
+
+
+def revision_task(
+    store: Store,
+    job: Job,
+    profile: Profile,
+    character: str = "",
+    avoid_phrases: Sequence[str] = (),
+) -> SummaryTask | None:
+    """The re-summary of a stale item, or None when the item is no longer in memory."""
+    cid = job.conversation_id
+    target = revision_target(store, job)
+    if target is None:
+        return None
+    if target.kind == "chapter":
+        entries = store.entries(cid, target.first_seq, target.last_seq)
+        lang = detect_lang([e.text for e in entries[:20]])
+        task = chapter_task(
+            entries, profile, lang=lang, character=character, avoid_phrases=avoid_phrases
+        )
+        # the memory before it, so the chronicler reuses the ids of open threads
+        active = store.items(cid, "active")
+        return replace(
+            task,
+            previous=next((i for i in active if i.kind == "synopsis"), None),
+            chapters=tuple(
+                i for i in active if i.kind == "chapter" and i.last_seq < target.first_seq
+            ),
+        )
+    # A synopsis may span thousands of messages: it is rewritten from its own stale text with
+    # the corrections, as a major GC folds a chapter.
+    lang = detect_lang([target.text])
+    source = stand_in(store, cid, target, profile, lang=lang)
+    return synopsis_task(
+        None, [source], profile, lang=lang, character=character, avoid_phrases=avoid_phrases
+    )
+
+
+def revision_target(store: Store, job: Job) -> MemoryItem | None:
+    """The active item a revision job rewrites: the stale item it was queued for, or the
+    revision that already replaced it (an edit came while an earlier revision was running)."""
+    active = store.items(job.conversation_id, "active")
+    wanted = job.payload.get("item_id")
+    return next((i for i in active if i.id == wanted), None) or next(
+        (i for i in active if i.span == (job.first_seq, job.last_seq)), None
+    )
+
+
+def revised_item(store: Store, job: Job, item: MemoryItem) -> MemoryItem:
+    """A revision covers exactly the range of the item it replaces (it is discarded at the
+    fold if that item is gone by then)."""
+    target = revision_target(store, job)
+    old = target.id if target is not None and target.id is not None else job.payload["item_id"]
+    return replace(item, first_seq=job.first_seq, last_seq=job.last_seq, replaces=(int(old),))

@@ -1,0 +1,356 @@
+"""The REST API an operator (and the console) uses: conversations, messages, memory, notes, cut,
+tic alerts, the compaction log.
+
+Every route takes the tenant from the API key; a conversation of another tenant answers 404,
+exactly like one that does not exist. Reads never create anything.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+
+from kioku import notes as notes_layer
+from kioku import schema as s
+from kioku.engine import Conversation, Kioku
+from kioku.errors import StoreError
+from kioku.memory import MemoryItem
+from kioku.messages import parts_from_json
+from kioku.revisions import versions
+from kioku.service.auth import tenant_of
+from kioku.structure import is_structured, merge_threads
+
+MAX_SEQ = 2**62
+
+ConversationId = Annotated[str, Path(min_length=1, max_length=200)]
+Tenant = Annotated[str, Depends(tenant_of)]
+
+
+class ConversationOut(BaseModel):
+    id: str
+    character: str
+    messages: int
+    raw_start: int
+    memory_version: int
+
+
+class ConversationList(BaseModel):
+    data: list[ConversationOut]
+
+
+class PartOut(BaseModel):
+    kind: str
+    text: str
+    speaker: str | None = None
+
+
+class MessageOut(BaseModel):
+    seq: int
+    role: str
+    author: str
+    at: str | None
+    text: str
+    parts: list[PartOut]
+    deleted: bool
+    edited: bool = Field(description="An earlier version exists (see …/versions).")
+
+
+class MessagePage(BaseModel):
+    data: list[MessageOut]
+    next_after: int | None
+
+
+class VersionOut(BaseModel):
+    seq: int
+    role: str
+    author: str
+    text: str
+    change: str
+    replaced_at: float
+
+
+class VersionList(BaseModel):
+    data: list[VersionOut]
+
+
+class ItemOut(BaseModel):
+    id: int
+    kind: str
+    first_seq: int
+    last_seq: int
+    text: str
+    tokens: int
+    source: str
+    model: str
+    prompt_version: str
+    stale: bool
+    data: dict[str, Any]
+
+
+class MemoryOut(BaseModel):
+    synopsis: ItemOut | None
+    chapters: list[ItemOut]
+    notes: str = Field(description="The notes as the prompt shows them (rendered at a fold).")
+    notes_editable: str = Field(description="The notes in force, one editable line each.")
+    threads: list[dict[str, Any]]
+    key_lines: list[dict[str, Any]]
+    raw_start: int
+    memory_version: int
+
+
+class NotesIn(BaseModel):
+    text: str = Field(max_length=200_000)
+    base: str | None = Field(
+        None, max_length=200_000, description="The text the edit started from (default: now)."
+    )
+
+
+class NotesOut(BaseModel):
+    added: int
+    changed: int
+    retracted: int
+    notes_editable: str
+
+
+class CutOut(BaseModel):
+    raw_start: int
+    memory_version: int
+    reasons: list[str]
+
+
+class TicOut(BaseModel):
+    phrase: str
+    count: int
+    window: int
+    kind: str = "phrase"
+
+
+class TicsOut(BaseModel):
+    alerts: list[TicOut]
+
+
+class LogRow(BaseModel):
+    id: int
+    event: str
+    outcome: str
+    duration_s: float | None
+    input_tokens: int | None
+    output_tokens: int | None
+    first_seq: int | None
+    last_seq: int | None
+    detail: str | None
+    at: float
+
+
+class LogOut(BaseModel):
+    data: list[LogRow]
+
+
+router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+
+
+def _kioku(request: Request, tenant: str) -> Kioku:
+    return request.app.state.service.kioku(tenant)  # type: ignore[no-any-return]
+
+
+def _conversation(request: Request, tenant: str, conversation_id: str) -> Conversation:
+    kk = _kioku(request, tenant)
+    kk.store.conversation(conversation_id, tenant=tenant)  # NotFound (404) for others' ids
+    return Conversation(kk, conversation_id)
+
+
+def _item(i: MemoryItem) -> ItemOut:
+    return ItemOut(
+        id=i.id or 0,
+        kind=i.kind,
+        first_seq=i.first_seq,
+        last_seq=i.last_seq,
+        text=i.text,
+        tokens=i.tokens,
+        source=i.source,
+        model=i.model,
+        prompt_version=i.prompt_version,
+        stale=i.stale,
+        data=dict(i.data or {}),
+    )
+
+
+@router.get("", response_model=ConversationList, summary="The tenant's conversations")
+def list_conversations(request: Request, tenant: Tenant) -> ConversationList:
+    kk = _kioku(request, tenant)
+    return ConversationList(
+        data=[
+            ConversationOut(
+                id=c.id,
+                character=c.character,
+                messages=c.next_seq,
+                raw_start=c.raw_start,
+                memory_version=c.memory_version,
+            )
+            for c in kk.store.conversations(tenant)
+        ]
+    )
+
+
+@router.get("/{conversation_id}/messages", response_model=MessagePage, summary="The log, paged")
+def messages(
+    request: Request,
+    tenant: Tenant,
+    conversation_id: ConversationId,
+    after: Annotated[int, Query(ge=-1, le=MAX_SEQ, description="Messages after this seq.")] = -1,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> MessagePage:
+    conv = _conversation(request, tenant, conversation_id)
+    m, v = s.messages.c, s.message_versions.c
+    with conv.store.engine.connect() as c:
+        rows = list(
+            c.execute(
+                select(s.messages)
+                .where(m.conversation_id == conv.id, m.seq > after)
+                .order_by(m.seq)
+                .limit(limit + 1)
+            )
+        )
+        page = rows[:limit]
+        edited = set()
+        if page:
+            edited = {
+                r.seq
+                for r in c.execute(
+                    select(v.seq)
+                    .where(
+                        v.conversation_id == conv.id,
+                        v.seq >= page[0].seq,
+                        v.seq <= page[-1].seq,
+                    )
+                    .distinct()
+                )
+            }
+    data = [
+        MessageOut(
+            seq=r.seq,
+            role=r.role,
+            author=r.author,
+            at=r.at,
+            text=r.text,
+            parts=[PartOut(**p.to_json()) for p in parts_from_json(r.parts)],
+            deleted=bool(r.superseded),
+            edited=r.seq in edited,
+        )
+        for r in page
+    ]
+    return MessagePage(data=data, next_after=page[-1].seq if len(rows) > limit else None)
+
+
+@router.get(
+    "/{conversation_id}/messages/{seq}/versions",
+    response_model=VersionList,
+    summary="Earlier contents of one message (edits, deletions, regenerations)",
+)
+def message_versions(
+    request: Request,
+    tenant: Tenant,
+    conversation_id: ConversationId,
+    seq: Annotated[int, Path(ge=0, le=MAX_SEQ)],
+) -> VersionList:
+    conv = _conversation(request, tenant, conversation_id)
+    return VersionList(
+        data=[
+            VersionOut(
+                seq=r["seq"],
+                role=r["role"],
+                author=r["author"],
+                text=r["text"],
+                change=r["change"],
+                replaced_at=r["replaced_at"],
+            )
+            for r in versions(conv.store, conv.id, seq)
+        ]
+    )
+
+
+@router.get("/{conversation_id}/memory", response_model=MemoryOut, summary="Memory with ranges")
+def memory(request: Request, tenant: Tenant, conversation_id: ConversationId) -> MemoryOut:
+    conv = _conversation(request, tenant, conversation_id)
+    info = conv.info()
+    active = conv.store.items(conv.id, "active")
+    synopsis = next((i for i in active if i.kind == "synopsis"), None)
+    chapters = [i for i in active if i.kind == "chapter"]
+    ordered = ([synopsis] if synopsis else []) + chapters
+    key_lines = [
+        {**line, "item_id": i.id}
+        for i in ordered
+        if is_structured(i.data)
+        for line in (i.data.get("key_lines") or [])
+        if isinstance(line, dict)
+    ]
+    return MemoryOut(
+        synopsis=_item(synopsis) if synopsis else None,
+        chapters=[_item(c) for c in chapters],
+        notes=conv.store.notes_snapshot(conv.id),
+        notes_editable=notes_layer.render_editable(notes_layer.notes(conv.store, conv.id)),
+        threads=[t.__dict__ for t in merge_threads(ordered)],
+        key_lines=key_lines,
+        raw_start=info.raw_start,
+        memory_version=info.memory_version,
+    )
+
+
+@router.put("/{conversation_id}/notes", response_model=NotesOut, summary="Edit the notes")
+def put_notes(
+    request: Request, tenant: Tenant, conversation_id: ConversationId, body: NotesIn
+) -> NotesOut:
+    conv = _conversation(request, tenant, conversation_id)
+    kk = conv.kioku
+    if kk.layers is not None:
+        result = kk.layers.edit_notes(conv, body.text, base=body.base)
+    else:
+        result = notes_layer.apply_edit(conv.store, conv.id, body.text, base=body.base)
+        conv.refresh_notes()
+    return NotesOut(
+        added=len(result.added),
+        changed=len(result.changed),
+        retracted=len(result.retracted),
+        notes_editable=notes_layer.render_editable(notes_layer.notes(conv.store, conv.id)),
+    )
+
+
+@router.post(
+    "/{conversation_id}/cut", response_model=CutOut, summary="区切り: fold all, start anew"
+)
+def cut(request: Request, tenant: Tenant, conversation_id: ConversationId) -> CutOut:
+    conv = _conversation(request, tenant, conversation_id)
+    try:
+        report = conv.cut()
+    except StoreError as e:
+        raise StoreError(f"{e}; a turn folded meanwhile: press cut again") from e
+    info = conv.info()
+    return CutOut(
+        raw_start=info.raw_start, memory_version=info.memory_version, reasons=list(report.reasons)
+    )
+
+
+@router.get("/{conversation_id}/tics", response_model=TicsOut, summary="Verbal-tic alerts")
+def tics(request: Request, tenant: Tenant, conversation_id: ConversationId) -> TicsOut:
+    conv = _conversation(request, tenant, conversation_id)
+    kk = conv.kioku
+    alerts = kk.layers.tic_alerts(conv.id) if kk.layers is not None else []
+    return TicsOut(
+        alerts=[
+            TicOut(phrase=a.phrase, count=a.count, window=a.window, kind=a.kind) for a in alerts
+        ]
+    )
+
+
+@router.get("/{conversation_id}/log", response_model=LogOut, summary="The compaction log")
+def compaction_log(request: Request, tenant: Tenant, conversation_id: ConversationId) -> LogOut:
+    conv = _conversation(request, tenant, conversation_id)
+    return LogOut(
+        data=[
+            LogRow(**{k: r[k] for k in LogRow.model_fields})
+            for r in conv.store.log_entries(conv.id)
+        ]
+    )

@@ -1,0 +1,296 @@
+"""The FastAPI app: `create_app(settings, …)` wires a store, the upstream, API keys, a `Kioku`
+per tenant and (by default) an embedded summary worker.
+
+Routes: `POST /v1/chat/completions` and `GET /v1/models` (the OpenAI-compatible proxy), the REST
+API under `/v1/conversations` (see `api`), `GET /metrics`, the console at `/console`, the schema
+at `/openapi.json`, and `GET /healthz` (no key, no data). Every error answers JSON in the
+OpenAI shape `{"error": {"message", "type", "code"}}`, never a stack trace.
+
+Turns of one conversation are serialized in this process (a lock per conversation around the
+store work, not around the upstream call), which keeps a stateless client's sync exact. Several
+`kioku serve` processes on one database stay correct (seqs are gap-free in the store) but each
+conversation should be routed to one of them for exact syncing of stateless clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from kioku.config import Settings, build_kioku
+from kioku.engine import Conversation, Kioku
+from kioku.errors import (
+    ConfigError,
+    ContextOverflow,
+    InputError,
+    KiokuError,
+    MessageTooLarge,
+    ModelError,
+    ModelTimeout,
+    NotFound,
+    StoreError,
+    SyncConflict,
+)
+from kioku.models import ChatMessage
+from kioku.profiles import Profile
+from kioku.service import proxy
+from kioku.service.api import router as api_router
+from kioku.service.auth import Unauthorized, tenant_of
+from kioku.service.keys import KeyRing
+from kioku.service.metrics import Metrics
+from kioku.service.upstream import KEEPALIVE_S, Upstream, UpstreamError
+from kioku.store import Store
+
+log = logging.getLogger("kioku.service")
+
+CONSOLE_DIR = Path(__file__).resolve().parent.parent / "console"
+MAX_SLOTS = 10_000
+WORKER_TENANT = "-worker-"  # the embedded worker's Kioku never opens a conversation
+
+Tenant = Annotated[str, Depends(tenant_of)]
+
+
+@dataclass
+class Slot:
+    """Per conversation in this process: a lock and the cached `Conversation`."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    conv: Conversation | None = None
+    system: str | None = None
+    character: str = ""
+    last_prompt: tuple[ChatMessage, ...] | None = None
+
+
+class Service:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        upstream: Upstream | None = None,
+        make_kioku: Callable[[str, Store], Kioku] | None = None,
+        worker: bool = True,
+        worker_poll_s: float = 1.0,
+        profile: Profile | None = None,
+    ) -> None:
+        self.settings = settings
+        self.profile = profile or settings.profile_obj
+        self.store = store or Store.open(settings.db)
+        if upstream is None:
+            if not settings.llm_url:
+                raise ConfigError("no upstream: pass --upstream URL (or set KIOKU_LLM_URL)")
+            upstream = Upstream(
+                settings.llm_url,
+                self.profile,
+                api_key=settings.api_key,
+                model=settings.llm_model,
+            )
+        self.upstream = upstream
+        self._make = make_kioku or (
+            lambda tenant, store: build_kioku(settings.with_(tenant=tenant), store=store)
+        )
+        self.keys = KeyRing(self.store)
+        self.metrics = Metrics()
+        self.keepalive_s = KEEPALIVE_S  # upstream silence before a streamed keep-alive comment
+        self.worker = worker
+        self.worker_poll_s = worker_poll_s
+        self._tenants: dict[str, Kioku] = {}
+        self._lock = threading.Lock()
+        self._slots: OrderedDict[tuple[str, str], Slot] = OrderedDict()
+        self._worker_kk: Kioku | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run work after a response (kept until done; `close` waits for it)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def kioku(self, tenant: str) -> Kioku:
+        with self._lock:
+            kk = self._tenants.get(tenant)
+            if kk is None:
+                kk = self._tenants[tenant] = self._make(tenant, self.store)
+            return kk
+
+    def slot(self, tenant: str, conversation_id: str) -> Slot:
+        key = (tenant, conversation_id)
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = Slot()
+            if len(self._slots) > MAX_SLOTS:
+                for k in list(self._slots)[: MAX_SLOTS // 10]:
+                    if not self._slots[k].lock.locked():
+                        del self._slots[k]
+        else:
+            self._slots.move_to_end(key)
+        return slot
+
+    def start(self) -> None:
+        if self.worker and self._worker_kk is None:
+            self._worker_kk = self._make(WORKER_TENANT, self.store)
+            self._worker_kk.start_background(self.worker_poll_s)
+
+    async def close(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._worker_kk is not None:
+            await run_in_threadpool(self._worker_kk.close)
+            self._worker_kk = None
+        await self.upstream.aclose()
+
+
+def error_response(
+    status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "code": status}},
+        status_code=status,
+        headers=headers,
+    )
+
+
+def kioku_error(e: KiokuError) -> JSONResponse:
+    status, kind = 500, "server_error"
+    if isinstance(e, NotFound):
+        status, kind = 404, "not_found_error"
+    elif isinstance(e, SyncConflict):
+        status, kind = 409, "conflict_error"
+    elif isinstance(e, MessageTooLarge | ContextOverflow):
+        status, kind = 400, "context_length_exceeded"
+    elif isinstance(e, InputError):
+        status, kind = 400, "invalid_request_error"
+    elif isinstance(e, StoreError):
+        status, kind = 503, "store_busy"
+    elif isinstance(e, ModelTimeout):
+        status, kind = 504, "upstream_timeout"
+    elif isinstance(e, ModelError):
+        status, kind = 502, "upstream_error"
+    elif isinstance(e, ConfigError):
+        kind = "config_error"
+    return error_response(status, str(e), kind)
+
+
+def _install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(Unauthorized)
+    async def _unauthorized(_: Request, e: Unauthorized) -> Response:
+        return error_response(
+            401, e.message, "authentication_error", {"WWW-Authenticate": "Bearer"}
+        )
+
+    @app.exception_handler(UpstreamError)
+    async def _upstream(_: Request, e: UpstreamError) -> Response:
+        return JSONResponse(e.body(), status_code=e.status)
+
+    @app.exception_handler(KiokuError)
+    async def _kioku(_: Request, e: KiokuError) -> Response:
+        return kioku_error(e)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> Response:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg', '')}"
+            for err in e.errors()[:5]
+        )
+        return error_response(400, f"invalid request: {problems}", "invalid_request_error")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, e: StarletteHTTPException) -> Response:
+        return error_response(e.status_code, str(e.detail), "invalid_request_error", e.headers)
+
+    @app.exception_handler(Exception)
+    async def _crash(_: Request, e: Exception) -> Response:
+        log.exception("unhandled error")
+        return error_response(
+            500, f"internal error ({type(e).__name__}); see the server log", "server_error"
+        )
+
+
+def create_app(
+    settings: Settings,
+    *,
+    store: Store | None = None,
+    upstream: Upstream | None = None,
+    make_kioku: Callable[[str, Store], Kioku] | None = None,
+    worker: bool = True,
+    worker_poll_s: float = 1.0,
+    profile: Profile | None = None,
+) -> FastAPI:
+    """The service. Tests inject `store`, `upstream` (e.g. with an httpx transport) and
+    `make_kioku(tenant, store)` (e.g. an extractive summarizer) and the `profile` (timeouts,
+    response reserve) that `make_kioku` uses; `worker=False` leaves the summaries to
+    `kioku worker` processes."""
+    svc = Service(
+        settings,
+        store=store,
+        upstream=upstream,
+        make_kioku=make_kioku,
+        worker=worker,
+        worker_poll_s=worker_poll_s,
+        profile=profile,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        svc.start()
+        try:
+            yield
+        finally:
+            await svc.close()
+
+    app = FastAPI(
+        title="kioku",
+        version="0.1.0",
+        summary="Long-term memory for one very long LLM conversation, as an OpenAI-compatible "
+        "proxy.",
+        lifespan=lifespan,
+    )
+    app.state.service = svc
+    _install_handlers(app)
+
+    @app.post(
+        "/v1/chat/completions",
+        tags=["proxy"],
+        summary="Chat with memory (OpenAI-compatible; streaming or not)",
+        response_model=None,
+    )
+    async def chat_completions(request: Request, body: proxy.ChatBody, tenant: Tenant) -> Response:
+        return await proxy.chat(svc, body, tenant, dict(request.headers))
+
+    @app.get("/v1/models", tags=["proxy"], summary="The upstream's models", response_model=None)
+    async def models(tenant: Tenant) -> Response:
+        return JSONResponse(await svc.upstream.models())
+
+    @app.get(
+        "/metrics",
+        tags=["operations"],
+        summary="Prometheus metrics of the key's tenant",
+        response_class=PlainTextResponse,
+    )
+    def metrics(tenant: Tenant) -> PlainTextResponse:
+        return PlainTextResponse(
+            svc.metrics.render(svc.store, tenant), media_type="text/plain; version=0.0.4"
+        )
+
+    @app.get("/healthz", tags=["operations"], summary="Liveness (no key needed, no data)")
+    def healthz() -> dict[str, Any]:
+        return {"ok": True}
+
+    app.include_router(api_router)
+    if CONSOLE_DIR.is_dir():
+        app.mount("/console", StaticFiles(directory=CONSOLE_DIR, html=True), name="console")
+    return app

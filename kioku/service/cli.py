@@ -1,0 +1,144 @@
+"""The service's commands: `kioku serve`, `kioku keys create|list|revoke`, `kioku bench serve`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kioku.cli import DbOpt, JsonOpt, ProfileOpt, WindowOpt, emit, out, settings
+from kioku.service.worker_cli import worker_command
+from kioku.store import Store
+
+keys_app = typer.Typer(no_args_is_help=True, help="API keys of `kioku serve`, one tenant each.")
+
+
+def serve(
+    upstream: Annotated[
+        str | None,
+        typer.Option("--upstream", help="OpenAI-compatible base URL (env KIOKU_LLM_URL)."),
+    ] = None,
+    summarizer_upstream: Annotated[
+        str | None,
+        typer.Option("--summarizer-upstream", help="Base URL of the chronicler's model."),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Model name sent upstream (default: client's).")
+    ] = None,
+    db: DbOpt = None,
+    profile: ProfileOpt = None,
+    window: WindowOpt = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port")] = 8000,
+    worker: Annotated[
+        bool,
+        typer.Option(
+            "--worker/--no-worker", help="Run summaries in this process (or in `kioku worker`)."
+        ),
+    ] = True,
+) -> None:
+    """Serve the OpenAI-compatible memory proxy, the REST API and the console.
+
+    Example: kioku serve --db kioku.db --upstream http://127.0.0.1:8080/v1 --port 8000
+    """
+    import uvicorn
+
+    from kioku.service.app import create_app
+
+    s = settings(
+        db,
+        profile,
+        window,
+        llm_url=upstream,
+        summarizer_url=summarizer_upstream,
+        llm_model=model,
+    )
+    app = create_app(s, worker=worker)
+    p = s.profile_obj
+    out.print(
+        f"kioku serving on http://{host}:{port} → {s.llm_url} (profile {p.name}, "
+        f"upstream timeout {p.reply_timeout_s:g} s; console at /console)",
+        highlight=False,
+    )
+    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=30)
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Argument(help="The tenant the key reaches.")],
+    db: DbOpt = None,
+) -> None:
+    """Create an API key; the key is printed once, as the last line.
+
+    Example: kioku keys create --db kioku.db acme
+    """
+    from kioku.service.keys import create_key
+
+    key, text = create_key(Store.open(settings(db).db), tenant)
+    typer.echo(f"key id {key.id} for tenant {key.tenant} (store it now: it is not kept)")
+    typer.echo(text)
+
+
+@keys_app.command("list")
+def keys_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """List API keys (ids and tenants; the keys themselves are not stored).
+
+    Example: kioku keys list --db kioku.db
+    """
+    from rich.table import Table
+
+    from kioku.service.keys import list_keys
+
+    keys = list_keys(Store.open(settings(db).db))
+    if as_json:
+        emit([k.__dict__ for k in keys])
+        return
+    t = Table("key id", "tenant", "created", "revoked")
+    for k in keys:
+        t.add_row(
+            k.id, k.tenant, f"{k.created_at:.0f}", f"{k.revoked_at:.0f}" if k.revoked_at else ""
+        )
+    out.print(t)
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key id (`kioku keys list`).")],
+    db: DbOpt = None,
+) -> None:
+    """Revoke an API key (a running server stops accepting it within seconds).
+
+    Example: kioku keys revoke --db kioku.db 3f2a9c1b7d40
+    """
+    from kioku.service.keys import revoke_key
+
+    key = revoke_key(Store.open(settings(db).db), key_id)
+    typer.echo(f"revoked key {key.id} of tenant {key.tenant}")
+
+
+def bench_serve(
+    conversations: Annotated[int, typer.Option("--conversations")] = 20,
+    turns: Annotated[int, typer.Option("--turns")] = 20,
+    upstream_ms: Annotated[float, typer.Option("--upstream-ms")] = 20.0,
+    think_ms: Annotated[
+        float, typer.Option("--think-ms", help="Mean pause between a reply and the next turn.")
+    ] = 500.0,
+    as_json: JsonOpt = True,
+) -> None:
+    """kioku's added latency on loopback: a fake upstream answering in fixed time, N concurrent
+    conversations × M turns, direct and through kioku in the same run.
+
+    Example: kioku bench serve --json
+    """
+    from kioku.service.bench import run
+
+    emit(run(conversations=conversations, turns=turns, upstream_ms=upstream_ms, think_ms=think_ms))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+    app.command("worker")(worker_command)
+    app.add_typer(keys_app, name="keys")
+    for group in app.registered_groups:
+        if group.name == "bench" and group.typer_instance is not None:
+            group.typer_instance.command("serve")(bench_serve)

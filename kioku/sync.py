@@ -1,0 +1,302 @@
+"""Syncing a stateless client's transcript with the log.
+
+Most chat apps (SillyTavern, the openai SDK used naively) send the whole visible transcript at
+every turn, and let the user edit, delete, regenerate or swipe any message in it. The log keeps
+one row per seq forever, so each request is compared with the log's tail by content hash:
+
+- `diff(log, incoming) -> SyncPlan` is pure: which rows changed (edits, deletions), what is new
+  (appends), which stored message the reply answers, and whether the reply replaces the last
+  one (a regeneration or a swipe). The client's window may start anywhere in the log (it drops
+  old messages to fit its context): messages before the first match are out of its window,
+  never deletions.
+- `apply(conv, plan)` stores it: changes through `kioku.revisions.revise` (versions kept, memory
+  over a changed range marked stale and re-summarized), new messages through
+  `Conversation.append`.
+
+A stateful client sends only the new message; `diff_one` handles it (a retried request whose
+message is already the last, unanswered one is not stored twice).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+
+from kioku import schema as s
+from kioku.errors import InputError, SyncConflict
+from kioku.messages import LogEntry, Message, Role
+from kioku.models import Completion
+from kioku.revisions import Change, revise
+
+if TYPE_CHECKING:
+    from kioku.engine import Conversation
+
+# how far back the log is compared: the client's window plus room for messages it deleted
+TAIL_SLACK = 16
+
+
+def line_key(role: str, text: str) -> str:
+    """A message's identity for syncing: role and text, with line ends and outer whitespace
+    normalized (clients trim replies; that is not an edit)."""
+    norm = text.replace("\r\n", "\n").strip()
+    return hashlib.sha256(f"{role}\0{norm}".encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class Incoming:
+    role: Role
+    text: str
+    name: str = ""
+
+    @property
+    def key(self) -> str:
+        return line_key(self.role, self.text)
+
+
+@dataclass(frozen=True)
+class Logged:
+    seq: int
+    role: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Edit:
+    seq: int
+    message: Incoming
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    edits: tuple[Edit, ...] = ()
+    deletes: tuple[int, ...] = ()
+    appends: tuple[Incoming, ...] = ()
+    turn: int | None = None  # the stored message the reply answers, when nothing is appended
+    regenerate: int | None = None  # the stored reply the new one replaces (regenerate / swipe)
+    ignored: int = 0  # leading messages older than anything in the log: not stored
+
+    @property
+    def changes(self) -> int:
+        return len(self.edits) + len(self.deletes)
+
+
+def diff_one(log: Sequence[Logged], message: Incoming) -> SyncPlan:
+    """A stateful client's turn: append the message, unless it is a retry of the last one."""
+    last = log[-1] if log else None
+    if last is not None and last.role == "user" == message.role and last.key == message.key:
+        return SyncPlan(turn=last.seq)
+    return SyncPlan(appends=(message,))
+
+
+def diff(log: Sequence[Logged], incoming: Sequence[Incoming]) -> SyncPlan:
+    """Compare the log's tail (non-deleted rows, oldest first) with a client's transcript."""
+    if not incoming:
+        raise InputError("the request has no user or assistant message to answer")
+    if not log:
+        return SyncPlan(appends=tuple(incoming))
+    ops = SequenceMatcher(
+        None, [x.key for x in log], [m.key for m in incoming], autojunk=False
+    ).get_opcodes()
+    equal = [k for k, op in enumerate(ops) if op[0] == "equal"]
+    if not equal:
+        raise SyncConflict(
+            "the transcript shares no message with this conversation's log: is it another "
+            "chat? name each chat with its own X-Kioku-Conversation header (nothing was stored)"
+        )
+    edits: list[Edit] = []
+    deletes: list[int] = []
+    appends: list[Incoming] = []
+    mapped: dict[int, int] = {}  # incoming index -> seq
+    regenerate: int | None = None
+    ignored = 0
+
+    def pair(i: int, j: int) -> None:
+        if log[i].key != incoming[j].key:
+            edits.append(Edit(log[i].seq, incoming[j]))
+        mapped[j] = log[i].seq
+
+    for k, (tag, i1, i2, j1, j2) in enumerate(ops):
+        if tag == "equal":
+            for t in range(i2 - i1):
+                mapped[j1 + t] = log[i1 + t].seq
+        elif k < equal[0]:
+            # Before the first match: the client's window starts here. Log rows it does not
+            # show are outside its window; the ones right before the match were edited.
+            n = min(i2 - i1, j2 - j1)
+            for t in range(n):
+                pair(i2 - n + t, j2 - n + t)
+            ignored += (j2 - j1) - n
+        elif k > equal[-1]:
+            # The end of the conversation: new messages, or a regenerated last reply.
+            n = min(i2 - i1, j2 - j1)
+            for t in range(n):
+                pair(i1 + t, j1 + t)
+            rest = log[i1 + n : i2]
+            appends.extend(incoming[j1 + n : j2])
+            if len(rest) == 1 and rest[0].role == "assistant" and j2 - j1 == n:
+                regenerate = rest[0].seq
+            else:
+                deletes.extend(r.seq for r in rest)
+        elif j2 - j1 > i2 - i1:
+            # Messages inserted mid-history: seqs cannot move, so every row from here on takes
+            # the content the client shows at its position, and the surplus is appended.
+            n = min(len(log) - i1, len(incoming) - j1)
+            for t in range(n):
+                pair(i1 + t, j1 + t)
+            deletes.extend(x.seq for x in log[i1 + n :])
+            appends.extend(incoming[j1 + n :])
+            break
+        else:
+            n = j2 - j1
+            for t in range(n):
+                pair(i1 + t, j1 + t)
+            deletes.extend(x.seq for x in log[i1 + n : i2])
+    matched = sum(ops[k][2] - ops[k][1] for k in equal)
+    if len(edits) + len(deletes) > max(2, matched):
+        raise SyncConflict(
+            f"the transcript would rewrite {len(edits) + len(deletes)} stored messages but "
+            f"matches only {matched}: is it another chat? name each chat with its own "
+            "X-Kioku-Conversation header (nothing was stored)"
+        )
+    turn = None if appends else mapped.get(len(incoming) - 1)
+    return SyncPlan(
+        edits=tuple(edits),
+        deletes=tuple(deletes),
+        appends=tuple(appends),
+        turn=turn,
+        regenerate=regenerate,
+        ignored=ignored,
+    )
+
+
+# applying a plan ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Synced:
+    entry: LogEntry  # the stored message the reply answers
+    plan: SyncPlan
+    appended: tuple[int, ...] = ()
+    stale: tuple[int, ...] = ()  # memory items an edit made stale
+
+
+def log_tail(conv: Conversation, n: int) -> list[Logged]:
+    """The newest `n` messages the client can see (deleted ones are not), oldest first."""
+    m = s.messages.c
+    q = (
+        select(m.seq, m.role, m.text)
+        .where(m.conversation_id == conv.id, m.superseded == 0)
+        .order_by(m.seq.desc())
+        .limit(n)
+    )
+    with conv.store.engine.connect() as c:
+        rows = list(c.execute(q))
+    return [Logged(int(r.seq), r.role, line_key(r.role, r.text)) for r in reversed(rows)]
+
+
+def to_message(m: Incoming, character: str = "") -> Message:
+    author = m.name or ("user" if m.role == "user" else character if m.role == "assistant" else "")
+    return Message.of(m.role, m.text, author=author)
+
+
+def sync(
+    conv: Conversation,
+    incoming: Sequence[Incoming],
+    *,
+    stateful: bool | None = None,
+    character: str | None = None,
+) -> Synced:
+    """Bring the log in line with a request and store what is new. `stateful` None: a request
+    with one message is a stateful client's turn, a longer one a transcript."""
+    if not incoming:
+        raise InputError("the request has no user or assistant message to answer")
+    if stateful is None:
+        stateful = len(incoming) == 1
+    if stateful:
+        plan = diff_one(log_tail(conv, 1), incoming[-1])
+    else:
+        plan = diff(log_tail(conv, 2 * len(incoming) + TAIL_SLACK), incoming)
+    return apply(conv, plan, character)
+
+
+def apply(conv: Conversation, plan: SyncPlan, character: str | None = None) -> Synced:
+    """Store a plan. `character` names unnamed assistant messages (default: the
+    conversation's character)."""
+    store, k = conv.store, conv.kioku
+    changed = [*plan.appends, *(e.message for e in plan.edits)]
+    if character is None and any(m.role == "assistant" and not m.name for m in changed):
+        character = conv.info().character
+    character = character or ""
+    stale: tuple[int, ...] = ()
+    if plan.changes:
+        changes = [Change(e.seq, to_message(e.message, character)) for e in plan.edits]
+        changes += [Change(q, None, "delete") for q in plan.deletes]
+        done = revise(
+            store,
+            conv.id,
+            changes,
+            k.counter,
+            delay_s=k.profile.summary_delay_s,
+            now=k.clock(),
+        )
+        conv.invalidate()
+        stale = done.stale
+        seqs = ", ".join(
+            [f"#{e.seq} edited" for e in plan.edits] + [f"#{q} deleted" for q in plan.deletes]
+        )
+        store.log(
+            conv.id,
+            "sync",
+            "changed",
+            first_seq=min(c.seq for c in changes),
+            last_seq=max(c.seq for c in changes),
+            detail=seqs + (f"; stale items {list(stale)}" if stale else ""),
+        )
+        if plan.edits:
+            store.incr(conv.id, "edits", len(plan.edits))
+        if plan.deletes:
+            store.incr(conv.id, "deletions", len(plan.deletes))
+        if stale:
+            store.incr(conv.id, "stale_items", len(stale))
+    appended = [conv.append(to_message(m, character)) for m in plan.appends]
+    if appended:
+        entry = appended[-1]
+    elif plan.turn is not None:
+        entry = store.entries(conv.id, plan.turn, plan.turn)[0]
+    else:  # pragma: no cover - diff always names the turn when nothing is appended
+        raise InputError("nothing to answer in this request")
+    return Synced(entry, plan, tuple(e.seq for e in appended), stale)
+
+
+def replace_reply(conv: Conversation, seq: int, reply: Completion, author: str = "") -> LogEntry:
+    """A regeneration or swipe: the new reply takes the old one's seq (the old one is kept as a
+    version). A cut reply is marked and counted as `Conversation.record` does."""
+    store, k = conv.store, conv.kioku
+    meta = {"finish_reason": "length"} if reply.truncated else None
+    message = Message.assistant(reply.text, author=author or conv.info().character)
+    done = revise(
+        store,
+        conv.id,
+        [Change(seq, message, "regenerate", meta)],
+        k.counter,
+        delay_s=k.profile.summary_delay_s,
+        now=k.clock(),
+    )
+    conv.invalidate()
+    store.incr(conv.id, "regenerations")
+    if reply.truncated:
+        store.incr(conv.id, "truncated_replies")
+        store.log(
+            conv.id,
+            "truncated_reply",
+            "length",
+            output_tokens=reply.usage.completion_tokens,
+            first_seq=seq,
+            last_seq=seq,
+        )
+    return done.entries[0]

@@ -1,0 +1,272 @@
+"""The operator console in a real headless Chromium, against the real service.
+
+The service runs with uvicorn in a thread on a free loopback port, on a SQLite file that holds a
+conversation with memory (folded by the extractive summarizer) and a planted verbal tic. The
+browser enters the key, reads memory, opens a chapter's source messages, edits a note, presses
+cut and reads the tic alerts and the compaction log. Needs Debian `chromium` + `chromium-driver`
+(`.ci/chromium.sh`); skips without them locally, fails in CI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kioku.config import Settings
+from kioku.engine import Kioku
+from kioku.layers import attach
+from kioku.profiles import LOCAL_8K
+from kioku.store import Store
+from tests.conftest import need
+from tests.helpers import Clock
+
+pytestmark = pytest.mark.browser
+
+TENANT = "acme"
+CID = "mika"
+TIC = "nya~ just kidding, darling!"
+FIRST = "Hi Mika! <b>not bold</b> — my sister Hana lives in Sapporo."
+FILLER = [
+    "The weather was grey and we walked along the pier talking about nothing much.",
+    "We tried the new noodle stall near the station and it was far too salty.",
+    "You showed me the photos from your cousin's wedding in the mountains.",
+    "We watched the fishing boats come in while the gulls fought over scraps.",
+    "You complained about your printer jamming again before the deadline.",
+]
+NOTE = "- [promise] Mika: to visit the lighthouse in May"
+
+
+def seed(store: Store, turns: int = 160) -> Kioku:
+    """A conversation that folded at least once, with a tic in most of the last 20 replies."""
+    clock = Clock(time.time() - 10 * turns)
+    kk = Kioku(store, profile=LOCAL_8K, clock=clock, tenant=TENANT)
+    attach(kk)
+    conv = kk.conversation(CID, system_prompt="You are Mika.", character="Mika")
+    for i in range(turns):
+        clock.advance(10)
+        conv.prepare(FIRST if i == 0 else f"{FILLER[i % 5]} ({i})")
+        tic = f" {TIC}" if i >= turns - 14 else ""
+        conv.record(f"{FILLER[(i + 2) % 5]} Reply {i}.{tic}")
+        kk.worker.run_until_idle()
+    assert conv.info().raw_start > 0, "the seeded conversation should have folded"
+    return kk
+
+
+@dataclass
+class Served:
+    base: str
+    key: str
+    store: Store
+    kk: Kioku
+
+
+def _browser_paths() -> tuple[str, str]:
+    chromium = os.environ.get("KIOKU_CHROMIUM") or shutil.which("chromium") or ""
+    driver = os.environ.get("KIOKU_CHROMEDRIVER") or shutil.which("chromedriver") or ""
+    need(bool(chromium), "chromium is not installed (.ci/chromium.sh)")
+    need(bool(driver), "chromedriver is not installed (.ci/chromium.sh)")
+    return chromium, driver
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    need(importlib.util.find_spec("fastapi") is not None, "fastapi is not installed")
+    import uvicorn
+
+    from kioku.service.app import create_app
+    from kioku.service.keys import create_key
+    from kioku.service.upstream import Upstream
+
+    url = f"sqlite:///{tmp_path / 'console.db'}"
+    store = Store.open(url)
+    kk = seed(store)
+    _, key = create_key(store, TENANT)
+    settings = Settings(db=url, profile=LOCAL_8K.name, tenant=TENANT)
+    # the console never chats: the upstream is a closed port
+    app = create_app(
+        settings, store=store, upstream=Upstream("http://127.0.0.1:9/v1", LOCAL_8K), worker=False
+    )
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield Served(f"http://127.0.0.1:{port}", key, store, kk)
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+        store.close()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    chromium, driver_path = _browser_paths()
+    need(importlib.util.find_spec("selenium") is not None, "selenium is not installed")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service as DriverService
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        "--window-size=1500,1500",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=DriverService(executable_path=driver_path), options=opts)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+class Page:
+    """Small helpers over the driver: find by id / data-testid, wait for a condition."""
+
+    def __init__(self, driver: Any) -> None:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        self.d = driver
+        self.By = By
+        self.wait = WebDriverWait(driver, 20, poll_frequency=0.1)
+
+    def id(self, element_id: str) -> Any:
+        return self.d.find_element(self.By.ID, element_id)
+
+    def all(self, testid: str) -> list[Any]:
+        return list(self.d.find_elements(self.By.CSS_SELECTOR, f'[data-testid="{testid}"]'))
+
+    def until(self, cond: Any, what: str) -> Any:
+        try:
+            return self.wait.until(lambda _d: cond())
+        except Exception as e:
+            errors = self.d.find_elements(self.By.ID, "error")
+            shown = errors[0].text if errors and errors[0].is_displayed() else ""
+            raise AssertionError(f"waiting for {what}: {type(e).__name__} {shown}") from e
+
+    def visible(self, element_id: str) -> bool:
+        found = self.d.find_elements(self.By.ID, element_id)
+        return bool(found) and found[0].is_displayed()
+
+
+def test_console_reads_memory_edits_notes_cuts_and_shows_alerts_and_log(
+    served: Served, browser: Any, tmp_path: Path
+) -> None:
+    store, kk = served.store, served.kk
+    p = Page(browser)
+    browser.get(f"{served.base}/console/")
+
+    # a wrong key is refused and the key form stays
+    p.until(lambda: p.visible("api-key"), "the key form")
+    p.id("api-key").send_keys("kioku_nope_nope")
+    p.id("key-submit").click()
+    p.until(lambda: p.visible("error") and "401" in p.id("error").text, "the 401 message")
+    assert p.visible("api-key") and not p.visible("app")
+
+    p.id("api-key").send_keys(served.key)
+    p.id("key-submit").click()
+    p.until(lambda: p.all("conversation"), "the conversation list")
+    (button,) = p.all("conversation")
+    assert button.get_attribute("data-id") == CID
+    button.click()
+
+    # memory, with the seq range each item came from
+    info = store.conversation(CID)
+    items = store.items(CID, "active")
+    p.until(lambda: len(p.all("memory-item")) == len(items), "every memory item")
+    assert p.id("raw-start").text == str(info.raw_start)
+    assert p.id("memory-version").text == str(info.memory_version)
+    shown = p.all("memory-item")
+    first = items[0]
+    assert shown[0].get_attribute("data-first") == str(first.first_seq)
+    assert shown[0].get_attribute("data-last") == str(first.last_seq)
+    text = shown[0].find_element(p.By.CSS_SELECTOR, '[data-testid="item-text"]').text
+    assert text and text.split("\n")[0] in first.text
+
+    # a chapter's range opens its source messages, rendered as text (never as HTML)
+    shown[0].find_element(p.By.CSS_SELECTOR, '[data-testid="source-link"]').click()
+    p.until(lambda: p.all("message"), "the source messages")
+    seqs = [int(m.get_attribute("data-seq")) for m in p.all("message")]
+    assert seqs == list(range(first.first_seq, min(first.last_seq, first.first_seq + 99) + 1))
+    assert "<b>not bold</b>" in p.all("message")[0].text
+    bold = [b.text for b in browser.find_elements(p.By.CSS_SELECTOR, "#messages b")]
+    assert "not bold" not in bold
+
+    # tic alerts: what the guard finds is on the page
+    alerts = kk.layers.tic_alerts(CID)
+    assert alerts, "the planted tic should raise an alert"
+    p.until(lambda: p.all("tic"), "the tic alerts")
+    assert [t.get_attribute("data-phrase") for t in p.all("tic")] == [a.phrase for a in alerts]
+    assert "kidding" in p.all("tic")[0].text
+
+    # the compaction log, newest first
+    log = store.log_entries(CID)
+    p.until(lambda: len(p.all("log-row")) == len(log), "every log row")
+    events = [r.get_attribute("data-event") for r in p.all("log-row")]
+    assert events == [e["event"] for e in reversed(log)] and "fold" in events
+
+    # edit a note, save, and find it again after a reload
+    area = p.id("notes-text")
+    original = area.get_attribute("value") or ""
+    area.send_keys("this is not a note line\n")  # refused with kioku's message, nothing saved
+    p.id("notes-save").click()
+    p.until(lambda: p.visible("error") and "not `- [kind]" in p.id("error").text, "the refusal")
+    area.clear()
+    area.send_keys(original + NOTE + "\n")
+    p.id("notes-save").click()
+    p.until(lambda: "1 added" in p.id("notes-status").text, "the save confirmation")
+    browser.refresh()
+    p.until(lambda: NOTE in (p.id("notes-text").get_attribute("value") or ""), "the saved note")
+    assert "lighthouse in May" in p.id("notes-current").get_attribute("textContent")
+
+    # cut: the raw window starts now, and the page says so
+    before = int(p.id("raw-start").text)
+    p.id("cut-button").click()
+    p.until(lambda: p.visible("cut-confirm"), "the cut confirmation")
+    p.id("cut-confirm").click()
+    p.until(lambda: p.visible("cut-result"), "the cut result")
+    after = store.conversation(CID)
+    assert after.raw_start == after.next_seq > before
+    assert f"starts at seq {after.raw_start} (was {before})" in p.id("cut-result").text
+    p.until(lambda: p.id("raw-start").text == str(after.raw_start), "the new raw window start")
+    p.until(lambda: "cut" in [r.get_attribute("data-event") for r in p.all("log-row")], "cut row")
+    assert len(p.all("memory-item")) == len(store.items(CID, "active"))
+
+    shot = Path(os.environ.get("KIOKU_CONSOLE_SCREENSHOT") or tmp_path / "console.png")
+    last_item = p.all("memory-item")[-1]  # the cut's chapter and its messages, for the picture
+    last_item.find_element(p.By.CSS_SELECTOR, '[data-testid="source-link"]').click()
+    p.until(lambda: p.all("message"), "the cut's source messages")
+    browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000
+
+    # no script error on the way; the refused key (401) and note (400) are the expected failures
+    severe = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    expected = ("status of 401", "status of 400")
+    assert [m for m in severe if not any(x in m for x in expected)] == []
