@@ -73,7 +73,7 @@ class Profile:
         def s(v: int, floor: int = 1) -> int:
             return max(floor, round(v * f))
 
-        return replace(
+        out = replace(
             self,
             name=f"{self.name}@{window}",
             window=window,
@@ -89,6 +89,20 @@ class Profile:
             notes_tokens=s(self.notes_tokens, 128),
             recollection_tokens=s(self.recollection_tokens, 128),
         )
+        # The floors above keep memory items readable, but at a very small window they would
+        # not fit under the trigger beside the minimum raw window (every turn would end in a
+        # forced cut): then memory's three sizes shrink together until they fit.
+        room = out.trigger - out.min_raw
+        need = out.synopsis_tokens + out.major_gc + out.chapter_tokens
+        if need > room:
+            k = room / need
+            out = replace(
+                out,
+                chapter_tokens=max(64, int(out.chapter_tokens * k)),
+                synopsis_tokens=max(64, int(out.synopsis_tokens * k)),
+                major_gc=max(128, int(out.major_gc * k)),
+            )
+        return out
 
 
 LOCAL_64K = Profile(

@@ -1,0 +1,409 @@
+"""`kioku eval …` and `kioku demo`: thin commands over `kioku.eval` and `kioku.demo`.
+
+Each command reads its options, calls one library function, prints JSON (`--json`) or a short
+table, and writes the PNG / Markdown it was asked for. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kioku.errors import InputError
+
+eval_app = typer.Typer(
+    no_args_is_help=True,
+    help="Measure forgetting: the forgetting curve, the LoCoMo proxy, the memory audit.",
+)
+err = Console(stderr=True)
+out = Console()
+
+DataOpt = Annotated[Path | None, typer.Option("--data", help="Conversation file.")]
+FormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format", help="kioku, sillytavern, locomo, realpersonachat or story (built in)."
+    ),
+]
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="OpenAI-compatible base URL (env KIOKU_LLM_URL).")
+]
+ModelIdOpt = Annotated[
+    str | None, typer.Option("--model-id", help="Model name to request (env KIOKU_LLM_MODEL).")
+]
+JudgeOpt = Annotated[
+    str | None, typer.Option("--judge-model", help="Base URL of the judge (default: --model).")
+]
+JudgeIdOpt = Annotated[str | None, typer.Option("--judge-model-id", help="Judge model name.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the full result as JSON.")]
+PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Write a PNG here.")]
+ReportOpt = Annotated[Path | None, typer.Option("--report", help="Write a Markdown report here.")]
+StrategiesOpt = Annotated[
+    str,
+    typer.Option(
+        "--strategies", help="Comma-separated: generational,rolling,rolling-long,truncation,full."
+    ),
+]
+TokenizerOpt = Annotated[
+    str, typer.Option("--tokenizer", help="Token counter: qwen2.5, estimate, server:URL, …")
+]
+
+
+def emit(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=1, default=str) + "\n")
+
+
+def _chat_model(url: str | None, model_id: str | None, env: Mapping[str, str]) -> Any:
+    if not url:
+        return None
+    from kioku.client import OpenAIChatModel
+
+    return OpenAIChatModel(
+        url,
+        model=model_id or env.get("KIOKU_LLM_MODEL") or None,
+        api_key=env.get("KIOKU_LLM_API_KEY") or None,
+    )
+
+
+def _strategies(spec: str) -> tuple[str, ...]:
+    from kioku.eval.strategies import check_strategies
+
+    return check_strategies(s.strip() for s in spec.split(",") if s.strip())
+
+
+def _conversations(spec: str) -> tuple[int, ...]:
+    picked: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                picked.extend(range(lo, hi + 1))
+            else:
+                picked.append(int(part))
+        except ValueError:
+            raise InputError(f"--conversations takes indexes like 0-4,7, not {spec!r}") from None
+    return tuple(picked)
+
+
+def _load(
+    data: Path | None,
+    fmt: str,
+    *,
+    speaker: str | None,
+    conversation: int,
+    lang: str,
+    messages: int | None,
+) -> Any:
+    if fmt == "story":
+        from kioku.story import DEFAULT_MESSAGES, story
+
+        return story(lang, messages or DEFAULT_MESSAGES)
+    from kioku.datasets import load
+
+    t = load(data, fmt, speaker=speaker, conversation=conversation)
+    if messages:
+        from dataclasses import replace
+
+        t = replace(t, messages=t.messages[:messages], meta=t.meta[:messages])
+    return t
+
+
+def _write(result: Mapping[str, Any], plot: Path | None, report: Path | None, kind: str) -> None:
+    from kioku.eval import plots
+    from kioku.eval.report import markdown
+
+    if plot:
+        p = (
+            plots.forgetting_curve(result, plot)
+            if kind == "forgetting"
+            else plots.answer_by_age(result, plot)
+        )
+        err.print(f"wrote {p}", highlight=False)
+    if report:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(markdown(result), encoding="utf-8")
+        err.print(f"wrote {report}", highlight=False)
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.1f}%"
+
+
+@eval_app.command("forgetting")
+def forgetting(
+    data: DataOpt = None,
+    fmt: FormatOpt = "kioku",
+    model: ModelOpt = None,
+    model_id: ModelIdOpt = None,
+    judge_model: JudgeOpt = None,
+    judge_model_id: JudgeIdOpt = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="Replay and answer N times.")] = 1,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    questions: Annotated[int, typer.Option("--questions", help="Questions per segment.")] = 8,
+    min_segment_tokens: Annotated[int, typer.Option("--min-segment-tokens")] = 1000,
+    speaker: Annotated[
+        str | None, typer.Option("--speaker", help="realpersonachat: whose timeline.")
+    ] = None,
+    conversation: Annotated[
+        int, typer.Option("--conversation", help="locomo: which conversation.")
+    ] = 0,
+    lang: Annotated[str, typer.Option("--lang", help="story: en or ja.")] = "en",
+    messages: Annotated[
+        int | None, typer.Option("--messages", help="Only the first N messages.")
+    ] = None,
+    profile: Annotated[str, typer.Option("--profile")] = "local-64k",
+    window: Annotated[
+        int | None, typer.Option("--window", help="Scale the profile to this window.")
+    ] = None,
+    strategies: StrategiesOpt = "generational,rolling,rolling-long,truncation,full",
+    tokenizer: TokenizerOpt = "qwen2.5",
+    as_json: JsonOpt = False,
+    plot: PlotOpt = None,
+    report: ReportOpt = None,
+) -> None:
+    """The forgetting curve: an LLM writes questions per segment, each strategy answers from its
+    final context, a judge grades.
+
+    Example: kioku eval forgetting --data chat.jsonl --format kioku --model http://127.0.0.1:8080/v1 --repeats 3 --json --plot curve.png
+    """
+    from kioku.eval.forgetting import run
+    from kioku.eval.report import file_digest
+    from kioku.profiles import get_profile
+    from kioku.tokens import counter_from_spec
+
+    env = os.environ
+    url = model or env.get("KIOKU_LLM_URL")
+    if not url:
+        raise InputError(
+            "the forgetting curve needs a model: pass --model URL or set KIOKU_LLM_URL"
+        )
+    chat = _chat_model(url, model_id, env)
+    judge = _chat_model(judge_model, judge_model_id, env) if judge_model else None
+    t = _load(data, fmt, speaker=speaker, conversation=conversation, lang=lang, messages=messages)
+    result = run(
+        t,
+        model=chat,
+        judge_model=judge,
+        counter=counter_from_spec(tokenizer),
+        profile=get_profile(profile, window),
+        strategies=_strategies(strategies),
+        repeats=repeats,
+        seed=seed,
+        questions_per_segment=questions,
+        min_segment_tokens=min_segment_tokens,
+        log=lambda s: err.print(s, highlight=False),
+        data={
+            "path": str(data) if data else None,
+            "format": fmt,
+            "sha256": file_digest(data),
+            "conversation": conversation,
+            "speaker": speaker,
+            "messages": len(t.messages),
+            "tokenizer": tokenizer,
+        },
+    )
+    _write(result, plot, report, "forgetting")
+    if as_json:
+        emit(result)
+        return
+    table = Table(
+        "strategy",
+        "mean recall",
+        "spread",
+        "memory tokens",
+        "memory chars",
+        "per segment (oldest first)",
+    )
+    for name, s in result["strategies"].items():
+        sp = s["spread"]["mean_recall"]
+        table.add_row(
+            name,
+            _pct(s["mean_recall"]),
+            f"{_pct(sp['min'])}–{_pct(sp['max'])}",
+            f"{s['memory_tokens'] or 0:.0f}",
+            f"{s['memory_chars'] or 0:.0f}",
+            " ".join("–" if v is None else f"{100 * v:.0f}" for v in s["recall_per_segment"]),
+        )
+    out.print(table)
+
+
+@eval_app.command("locomo")
+def locomo(
+    data: DataOpt = None,
+    budget: Annotated[int, typer.Option("--budget", help="Prompt window in tokens.")] = 4096,
+    conversations: Annotated[
+        str, typer.Option("--conversations", help="Indexes, e.g. 0-4,7.")
+    ] = "0-9",
+    strategies: StrategiesOpt = "generational,rolling,rolling-long,truncation,full",
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", help="Base URL: chronicler and answering model (LLM-free without it)."
+        ),
+    ] = None,
+    model_id: ModelIdOpt = None,
+    judge_model: JudgeOpt = None,
+    judge_model_id: JudgeIdOpt = None,
+    limit_questions: Annotated[
+        int | None, typer.Option("--limit-questions", help="At most N questions per conversation.")
+    ] = None,
+    tokenizer: TokenizerOpt = "qwen2.5",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    as_json: JsonOpt = False,
+    plot: PlotOpt = None,
+    report: ReportOpt = None,
+) -> None:
+    """LLM-free forgetting proxy on LoCoMo: is the gold answer in the context each strategy would
+    send? By evidence age, dev (0–4) and held-out (5–9) halves.
+
+    Example: kioku eval locomo --data ../shared/datasets/locomo/locomo10.json --budget 4096 --json --plot locomo.png
+    """
+    from kioku.eval.locomo import run
+
+    env = os.environ
+    chat = _chat_model(model, model_id, env)
+    judge = _chat_model(judge_model, judge_model_id, env) if judge_model else None
+    if judge is not None and chat is None:
+        raise InputError("--judge-model grades answers: pass --model for the answers too")
+    result = run(
+        data,
+        budget=budget,
+        conversations=_conversations(conversations),
+        strategies=_strategies(strategies),
+        tokenizer=tokenizer,
+        model=chat,
+        judge_model=judge,
+        limit_questions=limit_questions,
+        seed=seed,
+        log=lambda s: err.print(s, highlight=False),
+    )
+    _write(result, plot, report, "locomo")
+    if as_json:
+        emit(result)
+        return
+    table = Table("strategy", "split", "in context", "old (10+)", "context tokens")
+    for name, s in result["strategies"].items():
+        for split in ("dev", "heldout"):
+            if split in s:
+                d = s[split]
+                table.add_row(
+                    name,
+                    split,
+                    _pct(d["answer_in_context"]),
+                    _pct(d["old"]),
+                    f"{d['context_tokens']:.0f}",
+                )
+    out.print(table)
+
+
+@eval_app.command("audit")
+def audit(
+    conversation: Annotated[str | None, typer.Argument(help="Conversation id in --db.")] = None,
+    db: Annotated[
+        str | None, typer.Option("--db", help="Database URL or SQLite path (env KIOKU_DB).")
+    ] = None,
+    data: DataOpt = None,
+    fmt: FormatOpt = "kioku",
+    speaker: Annotated[str | None, typer.Option("--speaker")] = None,
+    index: Annotated[
+        int, typer.Option("--conversation-index", help="locomo: which conversation.")
+    ] = 0,
+    lang: Annotated[str, typer.Option("--lang", help="story: en or ja.")] = "en",
+    messages: Annotated[int | None, typer.Option("--messages")] = None,
+    profile: Annotated[str, typer.Option("--profile")] = "local-64k",
+    window: Annotated[int | None, typer.Option("--window")] = None,
+    model: ModelOpt = None,
+    model_id: ModelIdOpt = None,
+    tokenizer: TokenizerOpt = "qwen2.5",
+    as_json: JsonOpt = False,
+    report: ReportOpt = None,
+) -> None:
+    """Audit memory against its source: claims written as facts, resolved threads left open,
+    verbal tics and attribution phrases in memory (LLM-assisted with --model).
+
+    Example: kioku eval audit mika --db kioku.db --json
+    Example: kioku eval audit --data chat.jsonl --format sillytavern --window 8192
+    """
+    from kioku.eval.audit import audit_store
+    from kioku.eval.report import markdown
+
+    env = os.environ
+    chat = _chat_model(model, model_id, env)
+    log = lambda s: err.print(s, highlight=False)  # noqa: E731
+    if data is not None or fmt == "story":
+        from kioku.eval.strategies import CONVERSATION_ID, KiokuArm, fit_profile, replay
+        from kioku.profiles import get_profile
+        from kioku.summarizer import ExtractiveSummarizer
+        from kioku.tokens import counter_from_spec
+
+        t = _load(data, fmt, speaker=speaker, conversation=index, lang=lang, messages=messages)
+        counter = counter_from_spec(tokenizer)
+        summarizer: Any = ExtractiveSummarizer(counter)
+        if chat is not None:
+            from kioku.chronicler import LLMChronicler
+
+            summarizer = LLMChronicler(chat, counter, fallback=summarizer)
+        prof, _ = fit_profile(get_profile(profile, window))
+        arms = replay(
+            t, profile=prof, counter=counter, summarizer=summarizer, strategies=["generational"]
+        )
+        arm = arms["generational"]
+        assert isinstance(arm, KiokuArm)
+        result = audit_store(arm.kk.store, CONVERSATION_ID, model=chat, log=log)
+        result["conversation"] = str(data or f"story:{lang}")
+    else:
+        if not conversation:
+            raise InputError("name a conversation (with --db) or pass --data")
+        from kioku.config import from_env
+        from kioku.store import Store
+
+        s = from_env()
+        result = audit_store(
+            Store.open(db or s.db), conversation, model=chat, tenant=s.tenant, log=log
+        )
+    if report:
+        report.write_text(markdown(result), encoding="utf-8")
+    if as_json:
+        emit(result)
+        return
+    table = Table("check", "count")
+    for k, v in result["totals"].items():
+        table.add_row(k.replace("_", " "), str(v))
+    out.print(table)
+
+
+def demo(
+    lang: Annotated[str, typer.Option("--lang", help="ja, en or both.")] = "both",
+    messages: Annotated[
+        int | None, typer.Option("--messages", help="Messages in total (default 3,200).")
+    ] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="Where to write kioku-demo.png.")] = Path(
+        "."
+    ),
+    quiet: Annotated[bool, typer.Option("--quiet", help="Only the summary tables.")] = False,
+) -> None:
+    """Replay a long built-in roleplay through kioku: folds, major GCs, the final memory, prefix
+    reuse against a sliding window, and which planted facts each strategy still has (PNG).
+    No model needed; with KIOKU_LLM_URL set, that model writes the chapters.
+
+    Example: kioku demo --lang en --messages 1200 --out /tmp
+    """
+    from kioku.demo import run
+
+    run(lang, messages, out_dir, quiet=quiet)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(eval_app, name="eval")
+    app.command("demo")(demo)

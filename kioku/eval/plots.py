@@ -1,0 +1,194 @@
+"""PNG plots of the evaluation results (matplotlib, Agg backend, nothing interactive).
+
+- `forgetting_curve`: recall per segment, oldest first, one line per strategy, the spread over
+  repeats as a band — the seed's instrument;
+- `answer_by_age`: answer-in-context by the age of the evidence, per strategy (LoCoMo: dev and
+  held-out panels; the demo: its planted facts);
+- `prefix_reuse`: the share of each prompt a serving engine takes from its prefix cache, per turn,
+  kioku against its baselines (`kioku.bench.prefix` computes it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+STYLE: Mapping[str, dict[str, Any]] = {
+    "generational": {"color": "#d62728", "lw": 2.4, "marker": "o", "label": "generational (kioku)"},
+    "kioku": {"color": "#d62728", "lw": 1.6, "label": "kioku"},
+    "rolling": {"color": "#1f77b4", "lw": 1.6, "marker": "s"},
+    "rolling-long": {"color": "#17becf", "lw": 1.6, "marker": "D"},
+    "generational-norecall": {"color": "#ff9896", "lw": 1.6, "ls": ":", "marker": "o"},
+    "truncation": {"color": "#7f7f7f", "lw": 1.6, "marker": "v"},
+    "sliding_window": {"color": "#7f7f7f", "lw": 1.2, "label": "sliding window"},
+    "summary_in_system": {"color": "#1f77b4", "lw": 1.2, "label": "summary in system prompt"},
+    "immediate_fold": {"color": "#ff7f0e", "lw": 1.2, "label": "fold in the trigger turn"},
+    "full": {
+        "color": "#000000",
+        "lw": 1.2,
+        "ls": "--",
+        "marker": "x",
+        "label": "full (upper bound)",
+    },
+}
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _style(name: str) -> dict[str, Any]:
+    s = dict(STYLE.get(name, {}))
+    s.setdefault("label", name)
+    return s
+
+
+def _save(fig: Any, path: Path | str) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, dpi=110, bbox_inches="tight")
+    _plt().close(fig)
+    return p
+
+
+def _pct(v: float | None) -> float:
+    return float("nan") if v is None else 100.0 * v
+
+
+def forgetting_curve(result: Mapping[str, Any], path: Path | str) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    segs = result["segments"]
+    x = list(range(1, len(segs) + 1))
+    for name, s in result["strategies"].items():
+        st = _style(name)
+        tok = s.get("memory_tokens") or 0
+        label = f"{st.pop('label')} (mean {_pct(s['mean_recall']):.0f}%, memory {tok:.0f} tok)"
+        ax.plot(x, [_pct(v) for v in s["recall_per_segment"]], label=label, **st)
+        reps = [r["recall_per_segment"] for r in s.get("repeats", [])]
+        if len(reps) > 1:
+            lo = [min(_pct(r[i]) for r in reps) for i in range(len(x))]
+            hi = [max(_pct(r[i]) for r in reps) for i in range(len(x))]
+            ax.fill_between(x, lo, hi, color=st.get("color"), alpha=0.15, lw=0)
+    ax.set_xticks(x)
+    ax.set_xticklabels(
+        [f"{s['first_seq']}–{s['last_seq']}" for s in segs], rotation=45, ha="right", fontsize=7
+    )
+    ax.set_xlabel("segment of the conversation (messages), oldest first")
+    ax.set_ylabel("recall (%)")
+    ax.set_ylim(-3, 103)
+    ax.set_title("Forgetting curve: questions per segment answered from the final context")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return _save(fig, path)
+
+
+def _age_panel(
+    ax: Any,
+    by_strategy: Mapping[str, Mapping[str, Any]],
+    buckets: Sequence[str],
+    title: str,
+    counts: Mapping[str, int] | None = None,
+    overall_key: str = "answer_in_context",
+) -> None:
+    x = list(range(len(buckets)))
+    for name, s in by_strategy.items():
+        st = _style(name)
+        overall = s.get(overall_key)
+        label = st.pop("label") + (f" ({_pct(overall):.0f}%)" if overall is not None else "")
+        ax.plot(x, [_pct(s["by_age"].get(b)) for b in buckets], label=label, **st)
+    labels = list(buckets)
+    if counts:
+        labels = [f"{b}\n(n={counts.get(b, 0)})" for b in buckets]
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylim(-3, 103)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+
+
+def answer_by_age(result: Mapping[str, Any], path: Path | str) -> Path:
+    """LoCoMo: answer-in-context by evidence age, dev and held-out side by side."""
+    plt = _plt()
+    buckets = result["age_buckets"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), sharey=True)
+    for ax, split, title in (
+        (axes[0], "dev", "conversations 0–4 (dev)"),
+        (axes[1], "heldout", "conversations 5–9 (held out)"),
+    ):
+        part = {n: s[split] for n, s in result["strategies"].items() if split in s}
+        first: Mapping[str, Any] = next(iter(part.values()), {})
+        counts = first.get("by_age_questions")
+        _age_panel(ax, part, buckets, title, counts)
+        ax.set_xlabel("age of the evidence (sessions before the end)")
+    axes[0].set_ylabel("gold answer in the context (%)")
+    for ax in axes:
+        if ax.get_lines():
+            ax.legend(
+                fontsize=7, loc="upper right", title="(overall in this half)", title_fontsize=7
+            )
+        else:
+            ax.text(0.5, 0.5, "no conversations in this half", ha="center", transform=ax.transAxes)
+    fig.suptitle(
+        f"LoCoMo answer-in-context at a {result['budget']}-token budget (categories 1–4)",
+        fontsize=11,
+    )
+    return _save(fig, path)
+
+
+def prefix_reuse(series: Mapping[str, Sequence[float]], path: Path | str, title: str = "") -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    _reuse_panel(ax, series, title or "Prefix-cache reuse per turn")
+    return _save(fig, path)
+
+
+def _reuse_panel(ax: Any, series: Mapping[str, Sequence[float]], title: str) -> None:
+    for name, values in series.items():
+        st = _style(name.split(" ")[0])
+        st.pop("marker", None)
+        st["label"] = name if name not in STYLE else st["label"]
+        mean = 100 * sum(values) / len(values) if values else 0.0
+        st["label"] += f" (mean {mean:.0f}%)"
+        ax.plot(range(1, len(values) + 1), [100 * v for v in values], **st)
+    ax.set_xlabel("turn")
+    ax.set_ylabel("prompt served from cache (%)")
+    ax.set_ylim(-3, 103)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+
+
+def demo_figure(
+    facts: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    buckets: Sequence[str],
+    reuse: Mapping[str, Mapping[str, Sequence[float]]],
+    path: Path | str,
+) -> Path:
+    """The demo's PNG: per language, answer-in-context of the planted facts by age (top) and
+    prefix reuse per turn, kioku against the sliding window (bottom)."""
+    plt = _plt()
+    langs = list(facts)
+    fig, axes = plt.subplots(2, len(langs), figsize=(6.5 * len(langs), 8.5), squeeze=False)
+    for j, lang in enumerate(langs):
+        first: Mapping[str, Any] = next(iter(facts[lang].values()), {})
+        counts = first.get("by_age_questions")
+        _age_panel(
+            axes[0][j], facts[lang], buckets, f"{lang}: planted facts in the final context", counts
+        )
+        axes[0][j].set_xlabel("planted how far back (share of the conversation)")
+        axes[0][j].legend(fontsize=8, loc="lower left")
+        if lang in reuse:
+            _reuse_panel(axes[1][j], reuse[lang], f"{lang}: prefix-cache reuse per turn")
+    axes[0][0].set_ylabel("answer in the context (%)")
+    fig.suptitle(
+        "kioku demo: what each strategy still holds, and what it costs the cache", fontsize=12
+    )
+    fig.tight_layout()
+    return _save(fig, path)

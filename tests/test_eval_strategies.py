@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from kioku.context import MESSAGE_OVERHEAD
+from kioku.errors import InputError
+from kioku.eval.strategies import (
+    KiokuArm,
+    WindowArm,
+    check_strategies,
+    close_all,
+    fit_profile,
+    replay,
+)
+from kioku.memory import Memory, MemoryItem
+from kioku.messages import Message
+from kioku.policy import PendingJob, State, decide
+from kioku.profiles import LOCAL_8K, get_profile
+from kioku.store import Store
+from kioku.story import story
+from kioku.summarizer import ExtractiveSummarizer
+from kioku.tokens import ScriptEstimator
+from kioku.worker import Worker
+
+
+@pytest.fixture(scope="module")
+def arms():
+    t = story("en", 500)
+    counter = ScriptEstimator()
+    profile, _ = fit_profile(get_profile("local-64k", 4096))
+    out = replay(t, profile=profile, counter=counter, summarizer=ExtractiveSummarizer(counter))
+    yield t, profile, out
+    close_all(out)
+
+
+def test_fit_profile_leaves_room_for_memory_and_the_minimum_raw_window() -> None:
+    # a scaled profile already fits; a hand-made one may not
+    scaled = get_profile("local-64k", 4096)
+    assert (
+        scaled.synopsis_tokens + scaled.major_gc + scaled.chapter_tokens
+        <= scaled.trigger - scaled.min_raw
+    )
+    p = replace(scaled, chapter_tokens=300, synopsis_tokens=600, major_gc=1200)
+    assert p.synopsis_tokens + p.major_gc + p.chapter_tokens > p.trigger - p.min_raw
+    fitted, changed = fit_profile(p)
+    assert fitted.synopsis_tokens + fitted.major_gc + fitted.chapter_tokens <= p.trigger - p.min_raw
+    assert set(changed) == {"chapter_tokens", "synopsis_tokens", "major_gc"}
+    assert fit_profile(get_profile("local-64k")) == (get_profile("local-64k"), {})
+
+
+def test_every_arm_answers_with_a_prompt_that_fits(arms) -> None:
+    t, profile, out = arms
+    assert list(out) == ["generational", "rolling", "rolling-long", "truncation", "full"]
+    for name, arm in out.items():
+        ctx = arm.context("What is the name of the user's cat?")
+        assert ctx.messages[-1].content.endswith(ctx.question)
+        assert ctx.question not in ctx.text
+        if name != "full":
+            assert ctx.tokens + profile.response_reserve <= profile.window, name
+    assert out["full"].context("q").tokens > profile.window  # no limit
+
+
+def test_full_keeps_everything_and_truncation_the_newest(arms) -> None:
+    t, profile, out = arms
+    full = out["full"].context("anything").text
+    assert all(m.text in full for m in t.messages)
+    trunc = out["truncation"].context("anything")
+    assert t.messages[-1].text in trunc.text
+    assert t.messages[0].text not in trunc.text
+    assert trunc.tokens <= profile.prompt_budget
+    assert isinstance(out["truncation"], WindowArm)
+    # no room left for one more message
+    kept = len(trunc.messages) - 2  # system + question
+    older = t.messages[len(t.messages) - kept - 1]
+    assert (
+        trunc.tokens + ScriptEstimator().count(older.text) + MESSAGE_OVERHEAD
+        > profile.prompt_budget
+    )
+
+
+def test_kioku_arms_fold_and_rolling_long_is_length_matched(arms) -> None:
+    _, profile, out = arms
+    gen, rolling, long = out["generational"], out["rolling"], out["rolling-long"]
+    assert isinstance(gen, KiokuArm) and isinstance(long, KiokuArm)
+    assert gen.counters()["folds"] > 3 and gen.counters()["major_gcs"] >= 1
+    assert gen.counters()["forced_cuts"] == 0
+    assert long.profile.synopsis_tokens == max(profile.synopsis_tokens, gen.memory().tokens)
+    assert rolling.memory().tokens <= profile.synopsis_tokens + 64
+    assert long.memory().tokens > rolling.memory().tokens
+    assert out["truncation"].memory().tokens == 0
+    # the generational arm's question gets a recollection from the archive
+    ctx = gen.context("Whose cat gets grumpy if dinner is late?")
+    assert "Mochi" in ctx.extra
+
+
+def test_strategy_names_are_checked() -> None:
+    assert check_strategies(["full"]) == ("full",)
+    with pytest.raises(InputError):
+        check_strategies(["generational", "bogus"])
+    with pytest.raises(InputError):
+        check_strategies(["rolling-long"])  # nothing to match its length to
+
+
+# regressions found by the eval ----------------------------------------------------------------
+
+
+def _chapter(i: int, first: int, last: int, tokens: int) -> MemoryItem:
+    return MemoryItem("chapter", first, last, f"c{i}", tokens, status="active", id=i, ready_at=0.0)
+
+
+def test_a_forced_cut_does_not_cancel_the_pending_major_gc() -> None:
+    """At a small window a forced cut used to drop the queued major GC and schedule a new one,
+    every turn: memory grew until the prompt overflowed."""
+    p = LOCAL_8K
+    chapters = tuple(_chapter(i, i * 10, i * 10 + 9, 400) for i in range(1, 5))
+    raw = [(s, 40) for s in range(50, 50 + 150)]
+    state = State(
+        profile=p,
+        now=100.0,
+        raw_start=50,
+        raw=raw,
+        memory=Memory(chapters=chapters),
+        jobs=[PendingJob("synopsis", 10, 29)],
+    )
+    d = decide(state)
+    assert d.forced_cut is not None
+    assert not any(j.kind == "synopsis" for j in d.schedule)
+
+    store = Store.open("sqlite://")
+    store.ensure_conversation("c")
+    syn = store.enqueue_job("c", "synopsis", 0, 29, run_after=0)
+    store.enqueue_job("c", "chapter", 30, 39, run_after=0)
+    assert store.cancel_jobs("c", 39) == 1
+    assert [j.id for j in store.jobs("c", "queued")] == [syn]
+
+
+def test_a_rolling_rewrite_folds_in_the_stand_in_chapters_a_forced_cut_left() -> None:
+    store = Store.open("sqlite://")
+    store.ensure_conversation("c")
+    for i in range(20):
+        store.append("c", Message.user(f"message {i} about harbour lanterns"), 8)
+    syn = store.add_item("c", replace(_chapter(0, 0, 9, 50), kind="synopsis", id=None))
+    ch = store.add_item("c", replace(_chapter(0, 10, 14, 30), id=None))
+    store.enqueue_job("c", "rolling", 15, 19, run_after=0, payload={"synopsis_id": syn})
+    worker = Worker(store, ExtractiveSummarizer(ScriptEstimator()), LOCAL_8K)
+    (job,) = store.jobs("c", "queued")
+    task = worker.task_for(job)
+    assert task is not None
+    assert [c.id for c in task.chapters] == [ch]
+    assert task.span == (0, 19)
+    outcome = worker.run_once("c")
+    assert outcome is not None and outcome.status == "done"
+    (item,) = [i for i in store.items("c", "ready") if i.id == outcome.item_id]
+    assert set(item.replaces) == {syn, ch}
