@@ -197,8 +197,8 @@ def summarize(
     from kioku.backlog import summarize_transcript
     from kioku.chronicler import ChroniclerConfig
     from kioku.client import OpenAIChatModel
+    from kioku.counters import counter_from_spec
     from kioku.datasets import load
-    from kioku.tokens import counter_from_spec
 
     s = settings(None, profile, window, summarizer_url=model)
     url = s.summarizer_url or s.llm_url

@@ -28,7 +28,7 @@ class Settings:
     summarizer_url: str | None = None  # the chronicler's model; defaults to llm_url
     summarizer_model: str | None = None
     api_key: str | None = None
-    tokenizer: str = "estimate"  # see kioku.tokens.counter_from_spec
+    tokenizer: str = "estimate"  # see kioku.counters.counter_from_spec
     tenant: str = "default"
     layers: bool = True
     # Some chat templates (llama-cpp-python's "gemma") silently drop system messages: with False
@@ -65,7 +65,7 @@ def build_kioku(
     settings: Settings, *, store: Store | None = None, background: bool = False
 ) -> Kioku:
     """A `Kioku` with the models, tokenizer and layers the settings name."""
-    from kioku.tokens import counter_from_spec
+    from kioku.counters import counter_from_spec
 
     profile = settings.profile_obj
     counter = counter_from_spec(settings.tokenizer)

@@ -24,6 +24,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kioku.bench.prefix import ChatMLTokens, Tally, turns_of
+from kioku.counters import counter_from_spec
 from kioku.datasets import Transcript
 from kioku.errors import InputError
 from kioku.eval.answers import answer_in_context, mean
@@ -34,7 +35,7 @@ from kioku.models import ChatMessage
 from kioku.profiles import Profile, get_profile
 from kioku.story import LANGS, story
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
-from kioku.tokens import TokenCounter, counter_from_spec
+from kioku.tokens import TokenCounter
 
 DEFAULT_MESSAGES = 3200  # in total, split between the languages
 DEFAULT_PROFILE = "local-8k"

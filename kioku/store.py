@@ -1,6 +1,6 @@
-"""The append-only log, memory items and durable jobs, on SQLite or PostgreSQL.
+"""The append-only log and memory items, on SQLite or PostgreSQL (jobs: `kioku.queue`).
 
-The store is the only module that talks to the database. Messages get a gap-free `seq` per
+The store (with its `JobQueue` and `Database` bases) is the only code that talks to the database. Messages get a gap-free `seq` per
 conversation inside the transaction that stores them; nothing here ever deletes a message.
 A fold (apply memory, move the raw-window start) is one transaction, so a crash leaves either the
 old memory state or the new one, never half of each.
@@ -8,43 +8,37 @@ old memory state or the new one, never half of each.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
-import weakref
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     Connection,
-    Engine,
-    and_,
-    create_engine,
-    event,
     func,
     insert,
-    or_,
     select,
-    text,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import SQLAlchemyError
 
 from kioku import schema as s
-from kioku.errors import InputError, NotFound, StoreError
+from kioku.db import DEFAULT_URL, make_engine, new_id
+from kioku.errors import NotFound, StoreError
 from kioku.memory import MemoryItem, coverage_gaps
 from kioku.messages import LogEntry, Message, parts_from_json
+from kioku.queue import DEFAULT_LEASE_S, Job, JobQueue, LeaseLost
 
-DEFAULT_URL = "sqlite:///kioku.db"
-DEFAULT_LEASE_S = 600.0
-# namespace of the per-conversation advisory locks taken while claiming a job (PostgreSQL)
-CLAIM_LOCK_NS = 0x6B696F
+__all__ = [
+    "DEFAULT_LEASE_S",
+    "DEFAULT_URL",
+    "ConversationInfo",
+    "FoldRefused",
+    "Job",
+    "LeaseLost",
+    "Store",
+    "make_engine",
+]
 
 
 @dataclass(frozen=True)
@@ -57,80 +51,6 @@ class ConversationInfo:
     next_seq: int
     raw_start: int
     memory_version: int
-
-
-@dataclass(frozen=True)
-class Job:
-    id: int
-    conversation_id: str
-    kind: str
-    first_seq: int
-    last_seq: int
-    status: str
-    attempts: int
-    run_after: float
-    payload: dict[str, Any]
-
-
-def make_engine(url: str) -> Engine:
-    """An engine with the settings kioku relies on (WAL and immediate write locks on SQLite)."""
-    if url.startswith("postgresql://"):
-        url = "postgresql+psycopg://" + url[len("postgresql://") :]
-    if not url.startswith("sqlite"):
-        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
-        if engine.dialect.name == "postgresql":
-            event.listen(engine, "before_cursor_execute", _refuse_nul)
-        return engine
-    scratch: str | None = None
-    if url in ("sqlite://", "sqlite:///:memory:"):
-        # An in-memory database lives in one connection, which threads (the background worker)
-        # cannot share safely; a throwaway file behaves the same and is removed with the engine.
-        scratch = tempfile.mkdtemp(prefix="kioku-")
-        url = f"sqlite:///{os.path.join(scratch, 'scratch.db')}"
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-    if scratch is not None:
-        weakref.finalize(engine, shutil.rmtree, scratch, True)
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
-        # Let SQLAlchemy's "begin" event issue BEGIN IMMEDIATE: a deferred transaction that later
-        # writes can deadlock against another writer instead of waiting for it.
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=NORMAL")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        # Writers (`Store.atomic`) take the write lock up front; readers start deferred so that,
-        # under WAL, they never queue behind a writer.
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get(s.WRITE_FLAG) else "BEGIN")
-
-    return engine
-
-
-def _refuse_nul(
-    _conn: Any, _cursor: Any, _statement: Any, parameters: Any, _ctx: Any, _many: Any
-) -> None:
-    """PostgreSQL text cannot hold a NUL character: refuse such input as bad input (nothing is
-    stored), not as a database failure."""
-    rows = parameters if isinstance(parameters, list | tuple) else [parameters]
-    for row in rows:
-        values = row.values() if isinstance(row, dict) else row
-        if isinstance(values, str):
-            values = [values]
-        for v in values or ():
-            if isinstance(v, str) and "\x00" in v:
-                raise InputError(
-                    "text with a NUL character (\\x00) cannot be stored in PostgreSQL; "
-                    "remove it and send again"
-                )
-
-
-def _new_id(result: Any) -> int:
-    return int(result.inserted_primary_key[0])
 
 
 def _message_row(row: Any) -> LogEntry:
@@ -158,52 +78,8 @@ def _item_row(row: Any) -> MemoryItem:
     )
 
 
-def _job_row(row: Any) -> Job:
-    return Job(
-        id=row.id,
-        conversation_id=row.conversation_id,
-        kind=row.kind,
-        first_seq=row.first_seq,
-        last_seq=row.last_seq,
-        status=row.status,
-        attempts=row.attempts,
-        run_after=row.run_after,
-        payload=dict(row.payload or {}),
-    )
-
-
-class Store:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        s.migrate(engine)
-
-    @classmethod
-    def open(cls, url: str = DEFAULT_URL) -> Store:
-        if "://" not in url:
-            url = f"sqlite:///{url}"
-        return cls(make_engine(url))
-
-    @property
-    def is_postgres(self) -> bool:
-        return self.engine.dialect.name == "postgresql"
-
-    def _upsert(self, table: Any) -> Any:
-        """The dialect's INSERT, which has `on_conflict_do_nothing/_do_update`."""
-        return pg_insert(table) if self.is_postgres else sqlite_insert(table)
-
-    def _insert_ignore(self, table: Any) -> Any:
-        return self._upsert(table).on_conflict_do_nothing()
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    @contextmanager
-    def atomic(self) -> Iterator[Connection]:
-        try:
-            with s.writing(self.engine) as conn:
-                yield conn
-        except SQLAlchemyError as e:
-            raise StoreError(f"database error, transaction rolled back: {e}") from e
+class Store(JobQueue):
+    """The log, memory items, the compaction log and counters (jobs: `JobQueue`)."""
 
     # conversations -----------------------------------------------------------------------
 
@@ -419,9 +295,9 @@ class Store:
             stale=int(item.stale),
         )
         if conn is not None:
-            return _new_id(conn.execute(insert(s.memory_items).values(**values)))
+            return new_id(conn.execute(insert(s.memory_items).values(**values)))
         with self.atomic() as c:
-            return _new_id(c.execute(insert(s.memory_items).values(**values)))
+            return new_id(c.execute(insert(s.memory_items).values(**values)))
 
     def fold(
         self,
@@ -491,183 +367,6 @@ class Store:
                 .values(status="retired")
             )
 
-    # jobs --------------------------------------------------------------------------------
-
-    def enqueue_job(
-        self,
-        conversation_id: str,
-        kind: str,
-        first_seq: int,
-        last_seq: int,
-        run_after: float,
-        payload: dict[str, Any] | None = None,
-    ) -> int:
-        with self.atomic() as conn:
-            r = conn.execute(
-                insert(s.jobs).values(
-                    conversation_id=conversation_id,
-                    kind=kind,
-                    first_seq=first_seq,
-                    last_seq=last_seq,
-                    payload=payload,
-                    status="queued",
-                    attempts=0,
-                    run_after=run_after,
-                    created_at=time.time(),
-                )
-            )
-            return _new_id(r)
-
-    def jobs(self, conversation_id: str, *statuses: str) -> list[Job]:
-        j = s.jobs.c
-        q = select(s.jobs).where(j.conversation_id == conversation_id)
-        if statuses:
-            q = q.where(j.status.in_(statuses))
-        with self.engine.connect() as conn:
-            return [_job_row(r) for r in conn.execute(q.order_by(j.id))]
-
-    def claim_job(
-        self,
-        worker: str,
-        now: float,
-        lease_s: float = DEFAULT_LEASE_S,
-        conversation_id: str | None = None,
-    ) -> Job | None:
-        """Lease the oldest due job whose conversation no other worker is compacting.
-
-        A job left `running` by a crashed worker is claimable again once its lease expires."""
-        j = s.jobs.c
-        due = or_(
-            and_(j.status == "queued", j.run_after <= now),
-            and_(j.status == "running", j.lease_until < now),
-        )
-        skip: set[str] = set()
-        while True:
-            with self.atomic() as conn:
-                busy = (
-                    select(s.jobs.c.conversation_id)
-                    .where(j.status == "running", j.lease_until >= now)
-                    .scalar_subquery()
-                )
-                q = select(s.jobs).where(due, j.conversation_id.not_in(busy))
-                if conversation_id is not None:
-                    q = q.where(j.conversation_id == conversation_id)
-                if skip:
-                    q = q.where(j.conversation_id.not_in(skip))
-                q = q.order_by(j.run_after, j.id).limit(1)
-                if self.is_postgres:
-                    q = q.with_for_update(skip_locked=True)
-                row = conn.execute(q).first()
-                if row is None:
-                    return None
-                if self.is_postgres and self._conversation_busy(conn, row, now):
-                    skip.add(row.conversation_id)
-                    continue
-                return self._lease(conn, row, worker, now, lease_s)
-
-    def _conversation_busy(self, conn: Connection, row: Any, now: float) -> bool:
-        """PostgreSQL: did another worker claim a job of this conversation meanwhile?
-
-        Under READ COMMITTED two workers can both see a conversation idle and lock two
-        different jobs of it (SKIP LOCKED steers the second past the first). A per-conversation
-        advisory lock, held to the end of the claiming transaction, makes them take turns; the
-        check after it runs on a fresh snapshot and sees the other claim once it committed."""
-        conn.execute(
-            text("SELECT pg_advisory_xact_lock(:ns, hashtext(:cid))"),
-            {"ns": CLAIM_LOCK_NS, "cid": row.conversation_id},
-        )
-        j = s.jobs.c
-        other = conn.execute(
-            select(j.id)
-            .where(
-                j.conversation_id == row.conversation_id,
-                j.id != row.id,
-                j.status == "running",
-                j.lease_until >= now,
-            )
-            .limit(1)
-        ).first()
-        return other is not None
-
-    def _lease(self, conn: Connection, row: Any, worker: str, now: float, lease_s: float) -> Job:
-        j = s.jobs.c
-        conn.execute(
-            update(s.jobs)
-            .where(j.id == row.id)
-            .values(
-                status="running",
-                attempts=row.attempts + 1,
-                lease_until=now + lease_s,
-                leased_by=worker,
-            )
-        )
-        job = _job_row(row)
-        return Job(**{**job.__dict__, "status": "running", "attempts": row.attempts + 1})
-
-    def finish_job(
-        self,
-        job_id: int,
-        status: str = "done",
-        error: str | None = None,
-        worker: str | None = None,
-    ) -> bool:
-        """Close a job. With `worker`, only while that worker still holds its lease: a worker
-        whose lease expired (another one took the job over) changes nothing. True if closed."""
-        with self.atomic() as conn:
-            r = conn.execute(
-                update(s.jobs)
-                .where(*_held(job_id, worker))
-                .values(status=status, error=error, finished_at=time.time(), lease_until=None)
-            )
-            return bool(r.rowcount)
-
-    def complete_job(
-        self, job_id: int, conversation_id: str, item: MemoryItem | None, worker: str | None = None
-    ) -> int | None:
-        """Store a job's memory item and mark the job done in one transaction, so a crash
-        between the two can neither lose the summary nor write it twice.
-
-        With `worker`, raises LeaseLost (nothing written) if that worker no longer holds the
-        job: its lease expired and another worker took the job over."""
-        with self.atomic() as conn:
-            r = conn.execute(
-                update(s.jobs)
-                .where(*_held(job_id, worker))
-                .values(status="done", finished_at=time.time(), lease_until=None)
-            )
-            if worker is not None and not r.rowcount:
-                raise LeaseLost(f"job {job_id} is no longer leased by {worker}; not stored")
-            return self.add_item(conversation_id, item, conn) if item is not None else None
-
-    def retry_job(
-        self, job_id: int, run_after: float, error: str, worker: str | None = None
-    ) -> bool:
-        with self.atomic() as conn:
-            r = conn.execute(
-                update(s.jobs)
-                .where(*_held(job_id, worker))
-                .values(status="queued", run_after=run_after, error=error, lease_until=None)
-            )
-            return bool(r.rowcount)
-
-    def cancel_jobs(self, conversation_id: str, up_to_seq: int) -> int:
-        """Cancel queued jobs that start at or before `up_to_seq` (their range was overtaken).
-        A major GC (synopsis job) folds memory, not raw messages, and a revision re-summarizes
-        memory a client's edit made stale: a cut never overtakes either."""
-        j = s.jobs.c
-        with self.atomic() as conn:
-            r = conn.execute(
-                update(s.jobs)
-                .where(
-                    j.conversation_id == conversation_id,
-                    j.status == "queued",
-                    j.kind.not_in(("synopsis", "revision")),
-                    j.first_seq <= up_to_seq,
-                )
-                .values(status="cancelled", finished_at=time.time())
-            )
-            return int(r.rowcount or 0)
-
     # compaction log and counters ---------------------------------------------------------
 
     def log(
@@ -727,18 +426,6 @@ class Store:
             q = q.where(t.conversation_id == conversation_id)
         with self.engine.connect() as conn:
             return {name: int(v) for name, v in conn.execute(q)}
-
-
-def _held(job_id: int, worker: str | None) -> list[Any]:
-    """WHERE clauses naming a job, and with `worker`, only while that worker leases it."""
-    j = s.jobs.c
-    if worker is None:
-        return [j.id == job_id]
-    return [j.id == job_id, j.status == "running", j.leased_by == worker]
-
-
-class LeaseLost(StoreError):
-    """A worker finished a job after its lease expired and another worker took it over."""
 
 
 class _FoldRefused(StoreError):

@@ -21,6 +21,13 @@ from kioku.bench.tokens import (
     run,
     sample_chats,
 )
+from kioku.counters import (
+    HFTokenizerCounter,
+    QwenCounter,
+    ServerTokenizer,
+    TiktokenCounter,
+    counter_from_spec,
+)
 from kioku.errors import ConfigError, InputError, ModelUnavailable
 from kioku.tokens import (
     FEATURES,
@@ -28,13 +35,8 @@ from kioku.tokens import (
     CachedCounter,
     CalibratedEstimator,
     FixedRatioCounter,
-    HFTokenizerCounter,
-    QwenCounter,
     ScriptEstimator,
-    ServerTokenizer,
-    TiktokenCounter,
     TokenCounter,
-    counter_from_spec,
     script_of,
     script_profile,
     text_features,

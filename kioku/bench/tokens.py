@@ -24,17 +24,15 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
+from kioku.counters import QwenCounter, TiktokenCounter, counter_from_spec
 from kioku.datasets import Transcript, default_path, load_locomo, load_realpersonachat
 from kioku.errors import ConfigError
 from kioku.tokens import (
     CachedCounter,
     CalibratedEstimator,
     FixedRatioCounter,
-    QwenCounter,
     ScriptEstimator,
-    TiktokenCounter,
     TokenCounter,
-    counter_from_spec,
 )
 
 DEFAULT_CALIBRATION_TURNS = 20

@@ -177,10 +177,10 @@ def forgetting(
 
     Example: kioku eval forgetting --data chat.jsonl --format kioku --model http://127.0.0.1:8080/v1 --repeats 3 --json --plot curve.png
     """
+    from kioku.counters import counter_from_spec
     from kioku.eval.forgetting import run
     from kioku.eval.report import file_digest
     from kioku.profiles import get_profile
-    from kioku.tokens import counter_from_spec
 
     env = os.environ
     url = model or env.get("KIOKU_LLM_URL")
@@ -342,10 +342,10 @@ def audit(
     chat = _chat_model(model, model_id, env)
     log = lambda s: err.print(s, highlight=False)  # noqa: E731
     if data is not None or fmt == "story":
+        from kioku.counters import counter_from_spec
         from kioku.eval.strategies import CONVERSATION_ID, KiokuArm, fit_profile, replay
         from kioku.profiles import get_profile
         from kioku.summarizer import ExtractiveSummarizer
-        from kioku.tokens import counter_from_spec
 
         t = _load(data, fmt, speaker=speaker, conversation=index, lang=lang, messages=messages)
         counter = counter_from_spec(tokenizer)

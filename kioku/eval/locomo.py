@@ -28,12 +28,13 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kioku.counters import counter_from_spec
 from kioku.datasets import default_path, load_locomo
 from kioku.errors import InputError, ModelError
 from kioku.models import ChatModel
 from kioku.profiles import get_profile
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
-from kioku.tokens import TokenCounter, counter_from_spec
+from kioku.tokens import TokenCounter
 
 from . import qa
 from .answers import answer_in_context, locomo_f1, mean

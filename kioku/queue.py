@@ -1,0 +1,247 @@
+"""Durable summary jobs: queued, leased, retried, never run twice for one conversation at once.
+
+A job is claimed with a lease; a worker that dies leaves the job `running` until the lease
+expires, then another worker claims it again. On PostgreSQL claims use FOR UPDATE SKIP LOCKED
+plus a per-conversation advisory lock, so any number of workers on any number of machines never
+compact one conversation twice at once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, and_, insert, or_, select, text, update
+
+from kioku import schema as s
+from kioku.db import Database, new_id
+from kioku.errors import StoreError
+from kioku.memory import MemoryItem
+
+DEFAULT_LEASE_S = 600.0
+# namespace of the per-conversation advisory locks taken while claiming a job (PostgreSQL)
+CLAIM_LOCK_NS = 0x6B696F
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    conversation_id: str
+    kind: str
+    first_seq: int
+    last_seq: int
+    status: str
+    attempts: int
+    run_after: float
+    payload: dict[str, Any]
+
+
+def _job_row(row: Any) -> Job:
+    return Job(
+        id=row.id,
+        conversation_id=row.conversation_id,
+        kind=row.kind,
+        first_seq=row.first_seq,
+        last_seq=row.last_seq,
+        status=row.status,
+        attempts=row.attempts,
+        run_after=row.run_after,
+        payload=dict(row.payload or {}),
+    )
+
+
+def _held(job_id: int, worker: str | None) -> list[Any]:
+    """WHERE clauses naming a job, and with `worker`, only while that worker leases it."""
+    j = s.jobs.c
+    if worker is None:
+        return [j.id == job_id]
+    return [j.id == job_id, j.status == "running", j.leased_by == worker]
+
+
+class LeaseLost(StoreError):
+    """A worker finished a job after its lease expired and another worker took it over."""
+
+
+class JobQueue(Database):
+    """Jobs live beside the memory items they produce: completing one stores its item."""
+
+    def add_item(
+        self, conversation_id: str, item: MemoryItem, conn: Connection | None = None
+    ) -> int:
+        raise NotImplementedError  # the Store writes memory items
+
+    def enqueue_job(
+        self,
+        conversation_id: str,
+        kind: str,
+        first_seq: int,
+        last_seq: int,
+        run_after: float,
+        payload: dict[str, Any] | None = None,
+    ) -> int:
+        with self.atomic() as conn:
+            r = conn.execute(
+                insert(s.jobs).values(
+                    conversation_id=conversation_id,
+                    kind=kind,
+                    first_seq=first_seq,
+                    last_seq=last_seq,
+                    payload=payload,
+                    status="queued",
+                    attempts=0,
+                    run_after=run_after,
+                    created_at=time.time(),
+                )
+            )
+            return new_id(r)
+
+    def jobs(self, conversation_id: str, *statuses: str) -> list[Job]:
+        j = s.jobs.c
+        q = select(s.jobs).where(j.conversation_id == conversation_id)
+        if statuses:
+            q = q.where(j.status.in_(statuses))
+        with self.engine.connect() as conn:
+            return [_job_row(r) for r in conn.execute(q.order_by(j.id))]
+
+    def claim_job(
+        self,
+        worker: str,
+        now: float,
+        lease_s: float = DEFAULT_LEASE_S,
+        conversation_id: str | None = None,
+    ) -> Job | None:
+        """Lease the oldest due job whose conversation no other worker is compacting.
+
+        A job left `running` by a crashed worker is claimable again once its lease expires."""
+        j = s.jobs.c
+        due = or_(
+            and_(j.status == "queued", j.run_after <= now),
+            and_(j.status == "running", j.lease_until < now),
+        )
+        skip: set[str] = set()
+        while True:
+            with self.atomic() as conn:
+                busy = (
+                    select(s.jobs.c.conversation_id)
+                    .where(j.status == "running", j.lease_until >= now)
+                    .scalar_subquery()
+                )
+                q = select(s.jobs).where(due, j.conversation_id.not_in(busy))
+                if conversation_id is not None:
+                    q = q.where(j.conversation_id == conversation_id)
+                if skip:
+                    q = q.where(j.conversation_id.not_in(skip))
+                q = q.order_by(j.run_after, j.id).limit(1)
+                if self.is_postgres:
+                    q = q.with_for_update(skip_locked=True)
+                row = conn.execute(q).first()
+                if row is None:
+                    return None
+                if self.is_postgres and self._conversation_busy(conn, row, now):
+                    skip.add(row.conversation_id)
+                    continue
+                return self._lease(conn, row, worker, now, lease_s)
+
+    def _conversation_busy(self, conn: Connection, row: Any, now: float) -> bool:
+        """PostgreSQL: did another worker claim a job of this conversation meanwhile?
+
+        Under READ COMMITTED two workers can both see a conversation idle and lock two
+        different jobs of it (SKIP LOCKED steers the second past the first). A per-conversation
+        advisory lock, held to the end of the claiming transaction, makes them take turns; the
+        check after it runs on a fresh snapshot and sees the other claim once it committed."""
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(:ns, hashtext(:cid))"),
+            {"ns": CLAIM_LOCK_NS, "cid": row.conversation_id},
+        )
+        j = s.jobs.c
+        other = conn.execute(
+            select(j.id)
+            .where(
+                j.conversation_id == row.conversation_id,
+                j.id != row.id,
+                j.status == "running",
+                j.lease_until >= now,
+            )
+            .limit(1)
+        ).first()
+        return other is not None
+
+    def _lease(self, conn: Connection, row: Any, worker: str, now: float, lease_s: float) -> Job:
+        j = s.jobs.c
+        conn.execute(
+            update(s.jobs)
+            .where(j.id == row.id)
+            .values(
+                status="running",
+                attempts=row.attempts + 1,
+                lease_until=now + lease_s,
+                leased_by=worker,
+            )
+        )
+        job = _job_row(row)
+        return Job(**{**job.__dict__, "status": "running", "attempts": row.attempts + 1})
+
+    def finish_job(
+        self,
+        job_id: int,
+        status: str = "done",
+        error: str | None = None,
+        worker: str | None = None,
+    ) -> bool:
+        """Close a job. With `worker`, only while that worker still holds its lease: a worker
+        whose lease expired (another one took the job over) changes nothing. True if closed."""
+        with self.atomic() as conn:
+            r = conn.execute(
+                update(s.jobs)
+                .where(*_held(job_id, worker))
+                .values(status=status, error=error, finished_at=time.time(), lease_until=None)
+            )
+            return bool(r.rowcount)
+
+    def complete_job(
+        self, job_id: int, conversation_id: str, item: MemoryItem | None, worker: str | None = None
+    ) -> int | None:
+        """Store a job's memory item and mark the job done in one transaction, so a crash
+        between the two can neither lose the summary nor write it twice.
+
+        With `worker`, raises LeaseLost (nothing written) if that worker no longer holds the
+        job: its lease expired and another worker took the job over."""
+        with self.atomic() as conn:
+            r = conn.execute(
+                update(s.jobs)
+                .where(*_held(job_id, worker))
+                .values(status="done", finished_at=time.time(), lease_until=None)
+            )
+            if worker is not None and not r.rowcount:
+                raise LeaseLost(f"job {job_id} is no longer leased by {worker}; not stored")
+            return self.add_item(conversation_id, item, conn) if item is not None else None
+
+    def retry_job(
+        self, job_id: int, run_after: float, error: str, worker: str | None = None
+    ) -> bool:
+        with self.atomic() as conn:
+            r = conn.execute(
+                update(s.jobs)
+                .where(*_held(job_id, worker))
+                .values(status="queued", run_after=run_after, error=error, lease_until=None)
+            )
+            return bool(r.rowcount)
+
+    def cancel_jobs(self, conversation_id: str, up_to_seq: int) -> int:
+        """Cancel queued jobs that start at or before `up_to_seq` (their range was overtaken).
+        A major GC (synopsis job) folds memory, not raw messages, and a revision re-summarizes
+        memory a client's edit made stale: a cut never overtakes either."""
+        j = s.jobs.c
+        with self.atomic() as conn:
+            r = conn.execute(
+                update(s.jobs)
+                .where(
+                    j.conversation_id == conversation_id,
+                    j.status == "queued",
+                    j.kind.not_in(("synopsis", "revision")),
+                    j.first_seq <= up_to_seq,
+                )
+                .values(status="cancelled", finished_at=time.time())
+            )
+            return int(r.rowcount or 0)
