@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import insert, update
 
 from kioku import schema as s
-from kioku.engine import Kioku
+from kioku.engine import Conversation, Kioku
 from kioku.layers import attach
 from kioku.memory import MemoryItem
 from kioku.messages import Message
@@ -89,16 +89,19 @@ def _p50(xs: Sequence[float]) -> float:
     return round(statistics.median(xs), 3)
 
 
-def measure(kk: Kioku, cid: str, turns: int) -> list[float]:
-    conv = kk.conversation(cid)
-    conv.prepare("warm up: what did we talk about?")  # builds caches and the recall index
-    conv.record("We talked about the lighthouse.")
-    times = []
+def measure(convs: Sequence[Conversation], turns: int) -> list[list[float]]:
+    """Turn times per conversation, taken round-robin so that whatever else the machine does
+    during the run weighs on every history size alike."""
+    for conv in convs:
+        conv.prepare("warm up: what did we talk about?")  # builds caches and the recall index
+        conv.record("We talked about the lighthouse.")
+    times: list[list[float]] = [[] for _ in convs]
     for i in range(turns):
-        t0 = time.perf_counter()
-        conv.prepare(f"do you remember {TOPICS[i % len(TOPICS)].split()[1]}? turn {i}")
-        times.append((time.perf_counter() - t0) * 1000)
-        conv.record(f"Of course I remember, turn {i}.")
+        for conv, out in zip(convs, times, strict=True):
+            t0 = time.perf_counter()
+            conv.prepare(f"do you remember {TOPICS[i % len(TOPICS)].split()[1]}? turn {i}")
+            out.append((time.perf_counter() - t0) * 1000)
+            conv.record(f"Of course I remember, turn {i}.")
     return times
 
 
@@ -115,7 +118,7 @@ def naive(store: Store, cid: str, turns: int) -> list[float]:
 
 
 def run(
-    sizes: Sequence[int] = (500, 5000, 50000), turns: int = 60, naive_turns: int = 10
+    sizes: Sequence[int] = (500, 5000, 50000), turns: int = 100, naive_turns: int = 10
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "sizes": list(sizes),
@@ -124,16 +127,19 @@ def run(
         "p95_ms": {},
         "naive_p50_ms": {},
     }
+    stores, convs = [], []
     for n in sizes:
         store = Store.open("sqlite://")
-        cid = f"history-{n}"
-        seed_history(store, cid, n)
+        seed_history(store, f"history-{n}", n)
         kk = Kioku(store, profile=LOCAL_64K)
         attach(kk)
-        t = measure(kk, cid, turns)
+        stores.append(store)
+        convs.append(kk.conversation(f"history-{n}"))
+    for n, t in zip(sizes, measure(convs, turns), strict=True):
         out["p50_ms"][str(n)] = _p50(t)
         out["p95_ms"][str(n)] = round(sorted(t)[int(len(t) * 0.95) - 1], 3)
-        out["naive_p50_ms"][str(n)] = _p50(naive(store, cid, naive_turns))
+    for n, store in zip(sizes, stores, strict=True):
+        out["naive_p50_ms"][str(n)] = _p50(naive(store, f"history-{n}", naive_turns))
         store.close()
     lo, hi = str(min(sizes)), str(max(sizes))
     out["ratio_p50"] = round(out["p50_ms"][hi] / out["p50_ms"][lo], 3)
