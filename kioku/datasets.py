@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -162,18 +162,23 @@ def message_to_json(m: Message) -> dict[str, Any]:
     return out
 
 
+def json_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """The objects of a JSONL file; a line that is not JSON is a clear error naming it."""
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}:{n}: not JSON ({e.msg})") from e
+
+
 def load_kioku(path: Path) -> Transcript:
     """kioku's JSONL: an optional first line {"kioku": 1, "system_prompt", "user", "character",
     "lang"}, then one message per line ({"role", "author", "at", "parts" | "content"})."""
     info: dict[str, Any] = {}
     messages: list[Message] = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}:{n}: not JSON ({e.msg})") from e
+    for d in json_lines(path):
         if "kioku" in d:
             info = d
             continue
@@ -194,13 +199,7 @@ def load_sillytavern(path: Path) -> Transcript:
     message ({name, is_user, mes, send_date, swipes, swipe_id}). The chosen swipe is `mes`."""
     header: dict[str, Any] = {}
     messages: list[Message] = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}:{n}: not JSON ({e.msg})") from e
+    for d in json_lines(path):
         if "mes" not in d:
             header = d
             continue

@@ -89,20 +89,24 @@ class Profile:
             notes_tokens=s(self.notes_tokens, 128),
             recollection_tokens=s(self.recollection_tokens, 128),
         )
-        # The floors above keep memory items readable, but at a very small window they would
-        # not fit under the trigger beside the minimum raw window (every turn would end in a
-        # forced cut): then memory's three sizes shrink together until they fit.
-        room = out.trigger - out.min_raw
-        need = out.synopsis_tokens + out.major_gc + out.chapter_tokens
-        if need > room:
-            k = room / need
-            out = replace(
-                out,
-                chapter_tokens=max(64, int(out.chapter_tokens * k)),
-                synopsis_tokens=max(64, int(out.synopsis_tokens * k)),
-                major_gc=max(128, int(out.major_gc * k)),
-            )
-        return out
+        return out.fitted()
+
+    def fitted(self) -> Profile:
+        """This profile with memory's three sizes shrunk together until synopsis + major GC + a
+        chapter fit under the trigger beside the minimum raw window. Scaling keeps floors that
+        make memory items readable, but at a very small window those floors would not fit, and
+        every turn would end in a forced cut."""
+        room = self.trigger - self.min_raw
+        need = self.synopsis_tokens + self.major_gc + self.chapter_tokens
+        if need <= room:
+            return self
+        k = room / need
+        return replace(
+            self,
+            chapter_tokens=max(64, int(self.chapter_tokens * k)),
+            synopsis_tokens=max(64, int(self.synopsis_tokens * k)),
+            major_gc=max(128, int(self.major_gc * k)),
+        )
 
 
 LOCAL_64K = Profile(

@@ -21,9 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
 from kioku.datasets import Transcript
 from kioku.errors import InputError, ModelError
 from kioku.models import ChatModel
@@ -43,6 +40,7 @@ from .strategies import (
     check_strategies,
     close_all,
     fit_profile,
+    progress_bar,
     replay,
 )
 
@@ -114,18 +112,6 @@ def _spread(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-def _progress(enabled: bool) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-        disable=not enabled,
-    )
-
-
 def run(
     transcript: Transcript,
     *,
@@ -162,7 +148,7 @@ def run(
     quizzes: list[dict[str, Any]] = []
     repeats_out: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     arms: dict[str, Arm] | None = None
-    with _progress(progress) as bar:
+    with progress_bar(progress) as bar:
         for r in range(repeats):
             if arms is None or not deterministic:
                 if arms is not None:

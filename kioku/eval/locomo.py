@@ -25,8 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from kioku.counters import counter_from_spec
 from kioku.datasets import default_path, load_locomo
@@ -39,7 +38,7 @@ from kioku.tokens import TokenCounter
 from . import qa
 from .answers import answer_in_context, locomo_f1, mean
 from .report import chronicler_prompts, file_digest, pins
-from .strategies import STRATEGIES, check_strategies, close_all, fit_profile, replay
+from .strategies import STRATEGIES, check_strategies, close_all, fit_profile, progress_bar, replay
 
 KIND = "kioku.eval.locomo/1"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -133,18 +132,6 @@ def summarize_rows(rows: Sequence[Row]) -> dict[str, Any]:
     return out
 
 
-def _progress(enabled: bool) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-        disable=not enabled,
-    )
-
-
 def _ticker(bar: Progress, task: Any, first: str, total: int) -> Callable[..., None]:
     """Advance the replay bar on the first arm's turns (two messages a turn, roughly)."""
 
@@ -191,7 +178,7 @@ def run(
             summarizer = ExtractiveSummarizer(counter)
     rows: list[Row] = []
     per_conv: list[dict[str, Any]] = []
-    with _progress(progress) as bar:
+    with progress_bar(progress) as bar:
         overall = bar.add_task("LoCoMo", total=len(conversations))
         for index in conversations:
             t = load_locomo(data, index)

@@ -21,6 +21,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
 from kioku.bench.prefix import Turn, kioku_driver, sliding_driver, turns_of
 from kioku.context import MESSAGE_OVERHEAD, Prompt, build
 from kioku.datasets import Transcript
@@ -84,6 +87,19 @@ class Arm(Protocol):
     def counters(self) -> dict[str, int]: ...
 
 
+def progress_bar(enabled: bool) -> Progress:
+    """The bar replays and evaluations show on stderr (stdout stays JSON)."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        disable=not enabled,
+    )
+
+
 def fit_profile(profile: Profile) -> tuple[Profile, dict[str, Any]]:
     """A profile whose memory can grow to its limit and still leave the minimum raw window
     below the trigger. `Profile.scaled` keeps floors on the chapter, synopsis and major-GC
@@ -91,17 +107,9 @@ def fit_profile(profile: Profile) -> tuple[Profile, dict[str, Any]]:
     trigger, and every turn then ends in a forced cut (or, for a long rolling summary, an
     overflow). The three are scaled down together until synopsis + major GC + one chapter fit
     in trigger − min_raw. Returns the profile and what changed (empty when nothing did)."""
-    room = profile.trigger - profile.min_raw
-    need = profile.synopsis_tokens + profile.major_gc + profile.chapter_tokens
-    if need <= room:
+    fitted = profile.fitted()
+    if fitted == profile:
         return profile, {}
-    f = room / need
-    fitted = replace(
-        profile,
-        chapter_tokens=max(64, int(profile.chapter_tokens * f)),
-        synopsis_tokens=max(64, int(profile.synopsis_tokens * f)),
-        major_gc=max(128, int(profile.major_gc * f)),
-    )
     changed = {
         k: [getattr(profile, k), getattr(fitted, k)]
         for k in ("chapter_tokens", "synopsis_tokens", "major_gc")
