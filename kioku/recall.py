@@ -147,6 +147,19 @@ def recall(
     return out
 
 
+@dataclass(frozen=True)
+class _Searching:
+    """A scorer that only searches (through a function that also keeps the hits it found)."""
+
+    search_fn: Callable[..., list[Hit]]
+
+    def add(self, entries: Sequence[LogEntry]) -> None:
+        raise NotImplementedError
+
+    def search(self, query: str, k: int = 10, before_seq: int | None = None) -> list[Hit]:
+        return self.search_fn(query, k=k, before_seq=before_seq)
+
+
 # persistence: one index per conversation, kept in the store ------------------------------------
 
 
@@ -220,12 +233,26 @@ class RecallIndexes:
         limit: int = DEFAULT_LIMIT,
     ) -> list[Recollection]:
         idx = self.sync(conversation_id)
+        found: list[Hit] = []
+        cache: dict[int, LogEntry] = {}
+
+        def search(query: str, k: int = 10, before_seq: int | None = None) -> list[Hit]:
+            found[:] = idx.search(query, k=k, before_seq=before_seq)
+            return list(found)
 
         def lookup(first: int, last: int) -> Sequence[LogEntry]:
-            return self.store.entries(conversation_id, first, last)
+            # the first lookup reads every hit's neighbourhood in one query, not one per hit
+            if not cache:
+                near = {h.seq + d for h in found for d in range(-1, 2)}
+                wanted = sorted(q for q in near | set(range(first, last + 1)) if q >= 0)
+                cache.update((e.seq, e) for e in self.store.entries_at(conversation_id, wanted))
+            missing = [q for q in range(first, last + 1) if q not in cache]
+            if missing:
+                cache.update((e.seq, e) for e in self.store.entries_at(conversation_id, missing))
+            return [cache[q] for q in range(first, last + 1) if q in cache]
 
         return recall(
-            idx,
+            _Searching(search),
             lookup,
             query,
             before_seq=before_seq,

@@ -210,6 +210,15 @@ class Store(JobQueue):
         with self.engine.connect() as conn:
             return [_message_row(r) for r in conn.execute(q.order_by(m.seq))]
 
+    def entries_at(self, conversation_id: str, seqs: Sequence[int]) -> list[LogEntry]:
+        """The messages with these seqs (those that exist), in seq order, in one query."""
+        if not seqs:
+            return []
+        m = s.messages.c
+        q = select(s.messages).where(m.conversation_id == conversation_id, m.seq.in_(list(seqs)))
+        with self.engine.connect() as conn:
+            return [_message_row(r) for r in conn.execute(q.order_by(m.seq))]
+
     def tail(self, conversation_id: str, n: int, role: str | None = None) -> list[LogEntry]:
         """The newest `n` messages (of one role), oldest first."""
         m = s.messages.c

@@ -60,7 +60,8 @@ class Cast:
 
 
 class Filler:
-    """Writes ordinary chat between the beats; a language module subclasses it."""
+    """Writes ordinary chat between the beats (`kioku.story.engine.TableFiller` writes it from a
+    language module's phrase tables)."""
 
     def day_open(self, rng: random.Random, day: int) -> tuple[str, tuple[Part, ...]]:
         raise NotImplementedError
