@@ -298,6 +298,14 @@ class Conversation:
             )
         prompt = self.prepare(user_message)
         completion = model.complete(prompt.request())
+        if not completion.text.strip():
+            # nothing to store; the user's message already is
+            self.store.log(self.id, "reply", "empty", detail=completion.finish_reason)
+            self.store.incr(self.id, "empty_replies")
+            raise ModelError(
+                f"the model returned an empty reply (finish_reason={completion.finish_reason!r}); "
+                "your message is stored: send it again or check the model"
+            )
         entry = self.record(completion)
         self.store.incr(self.id, "turns")
         if completion.truncated and strict:

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kioku.engine import Kioku
-from kioku.errors import ConfigError, InputError, MessageTooLarge, TruncatedReply
+from kioku.errors import ConfigError, InputError, MessageTooLarge, ModelError, TruncatedReply
 from kioku.memory import coverage_gaps
 from kioku.messages import Message
 from kioku.models import Completion, ScriptedModel, Usage
@@ -53,6 +53,16 @@ def test_store_first_even_when_the_model_fails() -> None:
     with pytest.raises(ConnectionError):
         conv.chat("remember: my sister is called Hana")
     assert [e.text for e in kk.store.entries("c")] == ["remember: my sister is called Hana"]
+
+
+def test_empty_model_reply_is_an_error_and_stores_nothing_but_the_message() -> None:
+    model = ScriptedModel([Completion("", "stop", Usage(10, 0))])
+    kk = Kioku(Store.open("sqlite://"), profile=LOCAL_8K, reply_model=model)
+    conv = kk.conversation("c")
+    with pytest.raises(ModelError, match="empty reply"):
+        conv.chat("hello?")
+    assert [e.text for e in kk.store.entries("c")] == ["hello?"]
+    assert kk.store.counters("c")["empty_replies"] == 1
 
 
 def test_empty_message_is_refused_with_a_clear_error() -> None:
