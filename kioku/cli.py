@@ -29,6 +29,9 @@ app = typer.Typer(
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks; each prints JSON on stdout.")
 app.add_typer(bench_app, name="bench")
 
+# Optional dependencies, by the extra that installs them.
+EXTRAS = {"fastapi": "server", "uvicorn": "server", "psycopg": "server", "starlette": "server"}
+
 # Modules that add their own commands: (module, what it brings).
 EXTENSIONS = ("kioku.service.cli", "kioku.eval.cli")
 
@@ -405,4 +408,13 @@ def main() -> None:
         app()
     except KiokuError as e:
         err.print(f"[red]error:[/red] {e}")
+        raise SystemExit(2) from e
+    except ModuleNotFoundError as e:
+        extra = EXTRAS.get((e.name or "").split(".")[0])
+        if extra is None:
+            raise
+        err.print(
+            f"[red]error:[/red] this command needs {e.name!r}: pip install -e '.[{extra}]' "
+            f"(or pip install 'kioku[{extra}]')"
+        )
         raise SystemExit(2) from e
