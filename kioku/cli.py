@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kioku.config import Settings, build_kioku, from_env
@@ -413,8 +414,6 @@ def main() -> None:
         extra = EXTRAS.get((e.name or "").split(".")[0])
         if extra is None:
             raise
-        err.print(
-            f"[red]error:[/red] this command needs {e.name!r}: pip install -e '.[{extra}]' "
-            f"(or pip install 'kioku[{extra}]')"
-        )
+        hint = escape(f"pip install -e '.[{extra}]' (or pip install 'kioku[{extra}]')")
+        err.print(f"[red]error:[/red] this command needs {e.name!r}: {hint}")
         raise SystemExit(2) from e
