@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from kioku.errors import ContextOverflow, MessageTooLarge
 from kioku.memory import Memory, render_memory
-from kioku.messages import LogEntry
+from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage, ChatRequest
 from kioku.profiles import Profile
 from kioku.tokens import TokenCounter
@@ -92,8 +93,14 @@ RECOLLECTION_LABEL = {
 
 
 def entry_message(e: LogEntry) -> ChatMessage:
-    role = e.message.role if e.message.role in ("user", "assistant", "system") else "user"
-    return ChatMessage(role=role, content=e.message.text)  # type: ignore[arg-type]
+    return _chat_message(e.message)
+
+
+# Every turn renders the whole raw window again; a message renders the same every time.
+@lru_cache(maxsize=16384)
+def _chat_message(message: Message) -> ChatMessage:
+    role = message.role if message.role in ("user", "assistant", "system") else "user"
+    return ChatMessage(role=role, content=message.text)  # type: ignore[arg-type]
 
 
 def build(

@@ -16,11 +16,13 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    bindparam,
     func,
     insert,
     select,
     update,
 )
+from sqlalchemy.sql.elements import BindParameter
 
 from kioku import schema as s
 from kioku.db import DEFAULT_URL, make_engine, new_id
@@ -78,6 +80,42 @@ def _item_row(row: Any) -> MemoryItem:
     )
 
 
+# The statements every turn runs, built once: constructing a SQLAlchemy statement costs more
+# than SQLite takes to answer it.
+_m, _mi = s.messages.c, s.memory_items.c
+_CID: BindParameter[str] = bindparam("cid")
+_ROLE: BindParameter[str] = bindparam("role")
+_N: BindParameter[int] = bindparam("n")
+_CONVERSATION = select(s.conversations).where(s.conversations.c.id == _CID)
+_ENTRIES_FROM = (
+    select(s.messages)
+    .where(_m.conversation_id == _CID, _m.seq >= bindparam("first"))
+    .order_by(_m.seq)
+)
+_ENTRIES_BETWEEN = _ENTRIES_FROM.where(_m.seq <= bindparam("last"))
+_ENTRIES_AT = (
+    select(s.messages)
+    .where(_m.conversation_id == _CID, _m.seq.in_(bindparam("seqs", expanding=True)))
+    .order_by(_m.seq)
+)
+_TAIL = select(s.messages).where(_m.conversation_id == _CID).order_by(_m.seq.desc()).limit(_N)
+_TAIL_OF_ROLE = _TAIL.where(_m.role == _ROLE)
+_TAIL_HASHES = (
+    select(_m.seq, _m.content_hash)
+    .where(_m.conversation_id == _CID)
+    .order_by(_m.seq.desc())
+    .limit(_N)
+)
+_TAIL_HASHES_OF_ROLE = _TAIL_HASHES.where(_m.role == _ROLE)
+_NOTES_SNAPSHOT = select(s.notes_snapshots.c.text).where(
+    s.notes_snapshots.c.conversation_id == _CID
+)
+_ALL_ITEMS = (
+    select(s.memory_items).where(_mi.conversation_id == _CID).order_by(_mi.first_seq, _mi.id)
+)
+_ITEMS = _ALL_ITEMS.where(_mi.status.in_(bindparam("statuses", expanding=True)))
+
+
 class Store(JobQueue):
     """The log, memory items, the compaction log and counters (jobs: `JobQueue`)."""
 
@@ -124,9 +162,7 @@ class Store(JobQueue):
 
     def conversation(self, conversation_id: str, tenant: str | None = None) -> ConversationInfo:
         with self.engine.connect() as conn:
-            row = conn.execute(
-                select(s.conversations).where(s.conversations.c.id == conversation_id)
-            ).first()
+            row = conn.execute(_CONVERSATION, {"cid": conversation_id}).first()
         if row is None or (tenant is not None and row.tenant != tenant):
             raise NotFound(
                 f"no conversation {conversation_id!r}; list them with `kioku memory --list`"
@@ -203,51 +239,38 @@ class Store(JobQueue):
     def entries(
         self, conversation_id: str, first: int = 0, last: int | None = None
     ) -> list[LogEntry]:
-        m = s.messages.c
-        q = select(s.messages).where(m.conversation_id == conversation_id, m.seq >= first)
-        if last is not None:
-            q = q.where(m.seq <= last)
+        q = _ENTRIES_FROM if last is None else _ENTRIES_BETWEEN
+        params = {"cid": conversation_id, "first": first, "last": last}
         with self.engine.connect() as conn:
-            return [_message_row(r) for r in conn.execute(q.order_by(m.seq))]
+            return [_message_row(r) for r in conn.execute(q, params)]
 
     def entries_at(self, conversation_id: str, seqs: Sequence[int]) -> list[LogEntry]:
         """The messages with these seqs (those that exist), in seq order, in one query."""
         if not seqs:
             return []
-        m = s.messages.c
-        q = select(s.messages).where(m.conversation_id == conversation_id, m.seq.in_(list(seqs)))
+        params = {"cid": conversation_id, "seqs": list(seqs)}
         with self.engine.connect() as conn:
-            return [_message_row(r) for r in conn.execute(q.order_by(m.seq))]
+            return [_message_row(r) for r in conn.execute(_ENTRIES_AT, params)]
 
     def tail(self, conversation_id: str, n: int, role: str | None = None) -> list[LogEntry]:
         """The newest `n` messages (of one role), oldest first."""
-        m = s.messages.c
-        q = select(s.messages).where(m.conversation_id == conversation_id)
-        if role is not None:
-            q = q.where(m.role == role)
+        q = _TAIL if role is None else _TAIL_OF_ROLE
         with self.engine.connect() as conn:
-            rows = list(conn.execute(q.order_by(m.seq.desc()).limit(n)))
+            rows = list(conn.execute(q, {"cid": conversation_id, "role": role, "n": n}))
         return [_message_row(r) for r in reversed(rows)]
 
     def tail_hashes(
         self, conversation_id: str, n: int, role: str | None = None
     ) -> list[tuple[int, str]]:
         """(seq, content hash) of what `tail` would return: a cheap "has it changed?" key."""
-        m = s.messages.c
-        q = select(m.seq, m.content_hash).where(m.conversation_id == conversation_id)
-        if role is not None:
-            q = q.where(m.role == role)
+        q = _TAIL_HASHES if role is None else _TAIL_HASHES_OF_ROLE
         with self.engine.connect() as conn:
-            rows = list(conn.execute(q.order_by(m.seq.desc()).limit(n)))
+            rows = list(conn.execute(q, {"cid": conversation_id, "role": role, "n": n}))
         return [(int(r.seq), str(r.content_hash)) for r in reversed(rows)]
 
     def notes_snapshot(self, conversation_id: str) -> str:
         with self.engine.connect() as conn:
-            row = conn.execute(
-                select(s.notes_snapshots.c.text).where(
-                    s.notes_snapshots.c.conversation_id == conversation_id
-                )
-            ).first()
+            row = conn.execute(_NOTES_SNAPSHOT, {"cid": conversation_id}).first()
         return row.text if row else ""
 
     def set_notes_snapshot(self, conversation_id: str, text: str, memory_version: int) -> None:
@@ -276,12 +299,11 @@ class Store(JobQueue):
     # memory ------------------------------------------------------------------------------
 
     def items(self, conversation_id: str, *statuses: str) -> list[MemoryItem]:
-        mi = s.memory_items.c
-        q = select(s.memory_items).where(mi.conversation_id == conversation_id)
-        if statuses:
-            q = q.where(mi.status.in_(statuses))
+        q, params = _ITEMS, {"cid": conversation_id, "statuses": list(statuses)}
+        if not statuses:
+            q = _ALL_ITEMS
         with self.engine.connect() as conn:
-            return [_item_row(r) for r in conn.execute(q.order_by(mi.first_seq, mi.id))]
+            return [_item_row(r) for r in conn.execute(q, params)]
 
     def add_item(
         self, conversation_id: str, item: MemoryItem, conn: Connection | None = None
