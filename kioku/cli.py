@@ -148,6 +148,9 @@ def chat(
     system: Annotated[
         str | None, typer.Option("--system", help="Character card (system prompt).")
     ] = None,
+    character: Annotated[
+        str, typer.Option("--character", help="The character's name, shown and stored.")
+    ] = "",
     db: DbOpt = None,
     profile: ProfileOpt = None,
     window: WindowOpt = None,
@@ -161,7 +164,8 @@ def chat(
         raise KiokuError("no model: pass --model URL or set KIOKU_LLM_URL")
     kk = build_kioku(s, background=True)
     try:
-        conv = kk.conversation(conversation, system_prompt=system)
+        conv = kk.conversation(conversation, system_prompt=system, character=character)
+        name = conv.info().character or "them"
         while True:
             try:
                 line = input("you> ")
@@ -170,9 +174,7 @@ def chat(
             if not line.strip():
                 break
             reply = conv.chat(line, strict=False)
-            out.print(
-                f"[bold]{conv.info().character or 'them'}>[/bold] {reply.text}", highlight=False
-            )
+            out.print(f"[bold]{escape(name)}>[/bold] {escape(reply.text)}", highlight=False)
             if reply.truncated:
                 err.print("[yellow]the reply was cut at max_tokens (finish_reason=length)[/yellow]")
     finally:

@@ -164,9 +164,7 @@ class Store(JobQueue):
         with self.engine.connect() as conn:
             row = conn.execute(_CONVERSATION, {"cid": conversation_id}).first()
         if row is None or (tenant is not None and row.tenant != tenant):
-            raise NotFound(
-                f"no conversation {conversation_id!r}; list them with `kioku memory --list`"
-            )
+            raise NotFound(f"no conversation {conversation_id!r}; `kioku memory` lists them")
         return ConversationInfo(
             id=row.id,
             tenant=row.tenant,
