@@ -65,6 +65,15 @@ if [ ! -f "$DIR/PG_VERSION" ]; then
         || { cat "$DIR.initdb.log" >&2; exit 1; }
 fi
 
+# A server killed without a clean stop (a session that ended) can leave a postmaster.pid whose
+# pid still exists (a zombie, or reused): pg_ctl then thinks it runs. If nothing answers, the
+# lock file is stale, and this throwaway cluster can simply start again.
+if as_pg "$BIN/pg_ctl" -D "$DIR" status >/dev/null 2>&1 \
+    && ! "$BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT" -t 5; then
+    say "server not answering: removing a stale postmaster.pid"
+    rm -f "$DIR/postmaster.pid"
+fi
+
 if ! as_pg "$BIN/pg_ctl" -D "$DIR" status >/dev/null 2>&1; then
     say "starting on 127.0.0.1:$PORT"
     as_pg "$BIN/pg_ctl" -D "$DIR" -l "$DIR/server.log" -w -t 60 start -o \
