@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kioku.chronicler import DEFAULT_CONFIG, ChroniclerConfig, LLMChronicler
 from kioku.datasets import Transcript
+from kioku.generations import item_from_summary
 from kioku.memory import Memory, MemoryItem, render_memory
 from kioku.messages import LogEntry
 from kioku.models import ChatModel
@@ -53,20 +54,6 @@ def chunk_entries(entries: Sequence[LogEntry], budget: int) -> list[tuple[LogEnt
     if current:
         chunks.append(tuple(current))
     return chunks
-
-
-def to_item(kind: str, first: int, last: int, s: Summary) -> MemoryItem:
-    return MemoryItem(
-        kind="synopsis" if kind == "synopsis" else "chapter",
-        first_seq=first,
-        last_seq=last,
-        text=s.text,
-        tokens=s.tokens,
-        source=s.source,
-        model=s.model,
-        prompt_version=s.prompt_version,
-        data=s.data,
-    )
 
 
 def summarize_transcript(
@@ -138,9 +125,7 @@ def summarize_transcript(
             written.append((task, summary))
             events.update(summary.events)
             progress.console.print(_line("chapter", first, last, summary))
-            memory = replace(
-                memory, chapters=(*memory.chapters, to_item("chapter", first, last, summary))
-            )
+            memory = replace(memory, chapters=(*memory.chapters, _item(task, summary)))
             if sum(c.tokens for c in memory.chapters) > profile.major_gc:
                 progress.update(bar, description=f"synopsis up to #{last}")
                 memory = _major_gc(
@@ -156,6 +141,10 @@ def summarize_transcript(
         duration_s=clock() - started,
         messages=len(entries),
     )
+
+
+def _item(task: SummaryTask, summary: Summary) -> MemoryItem:
+    return item_from_summary(task, summary, ready_at=0.0, status="active")
 
 
 def _line(kind: str, first: int, last: int, s: Summary) -> str:
@@ -190,6 +179,4 @@ def _major_gc(
     events.update(summary.events)
     first, last = task.span
     console.print(_line("synopsis", first, last, summary))
-    return Memory(
-        synopsis=to_item("synopsis", first, last, summary), chapters=rest, notes=memory.notes
-    )
+    return Memory(synopsis=_item(task, summary), chapters=rest, notes=memory.notes)

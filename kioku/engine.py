@@ -163,6 +163,7 @@ class Conversation:
         self._last_prompt: Prompt | None = None
         self._raw: list[LogEntry] = []  # cache of the raw window; the log is append-only
         self._lang: str | None = None
+        self._character: str | None = None
         # what `_compact` read, when it changed nothing: `prepare_for` builds from it
         self._seen: tuple[ConversationInfo, list[LogEntry], Memory] | None = None
 
@@ -182,6 +183,13 @@ class Conversation:
             sample = [e.text for e in self.store.entries(self.id, 0, 30)]
             self._lang = detect_lang([info.system_prompt, *sample]) if sample else "en"
         return self._lang
+
+    @property
+    def character(self) -> str:
+        """Who replies; fixed when the conversation is created, so read once, not every turn."""
+        if self._character is None:
+            self._character = self.info().character
+        return self._character
 
     def memory(self) -> Memory:
         active = self.store.items(self.id, "active")
@@ -249,26 +257,37 @@ class Conversation:
             info = self.info()
             window, memory = self.raw_window(info), self.memory()
         self._seen = None
+        prompt = self.prompt_for(entry, info=info, window=window, memory=memory)
+        self._last_prompt = prompt
+        return prompt
+
+    def prompt_for(
+        self,
+        entry: LogEntry,
+        *,
+        info: ConversationInfo,
+        window: Sequence[LogEntry],
+        memory: Memory,
+    ) -> Prompt:
+        """The prompt answering `entry` from a given memory state: no message is stored, nothing
+        is folded. `prepare` uses it after compacting; an evaluation asks its questions with it
+        against the state a conversation ended in."""
         # a message a client deleted keeps its seq with no content: nothing to show
         raw = [e for e in window if e.seq < entry.seq and not e.message.is_empty()]
         k = self.kioku
-        recollections = k.recall(self, entry, info.raw_start) if k.recall else ()
-        instructions = k.instructions(self) if k.instructions else ()
-        prompt = build(
+        return build(
             system_prompt=info.system_prompt,
             memory=memory,
             raw=raw,
             new=entry,
             profile=k.profile,
             counter=k.counter,
-            recollections=recollections,
-            instructions=instructions,
+            recollections=k.recall(self, entry, info.raw_start) if k.recall else (),
+            instructions=k.instructions(self) if k.instructions else (),
             lang=self.lang,
             memory_version=info.memory_version,
             memory_in_system=k.memory_in_system,
         )
-        self._last_prompt = prompt
-        return prompt
 
     def record(self, reply: str | Message | Completion, author: str = "") -> LogEntry:
         """Store the model's reply. A cut reply (finish_reason "length") is stored, marked and
@@ -285,9 +304,9 @@ class Conversation:
                     output_tokens=reply.usage.completion_tokens,
                 )
             self._calibrate(reply)
-            message = Message.assistant(reply.text, author=author or self.info().character)
+            message = Message.assistant(reply.text, author=author or self.character)
         else:
-            message = as_message(reply, "assistant", author or self.info().character)
+            message = as_message(reply, "assistant", author or self.character)
         return self.append(message, meta)
 
     def chat(self, user_message: str | Message, *, strict: bool = True) -> Reply:

@@ -146,27 +146,11 @@ def test_system_messages_inside_the_history_go_last_and_are_not_stored(service: 
 # SillyTavern -----------------------------------------------------------------------------------
 
 
-def line(i: int) -> str:
-    vocab = [
-        "river",
-        "lantern",
-        "orchard",
-        "violin",
-        "harbor",
-        "meadow",
-        "pebble",
-        "thunder",
-        "saffron",
-        "willow",
-    ]
-    return " ".join(vocab[(i * 7 + k) % len(vocab)] for k in range(30)) + f" (line {i})."
-
-
 def test_sillytavern_transcript_with_an_edit_and_a_swipe(service: Harness) -> None:
     """A stateless client resends its window every turn; the user edits a message that memory
     already covers, then swipes the last reply."""
     counter = itertools.count()
-    service.up.reply = lambda body: f"Mika purrs, answer {next(counter)}: " + line(500)
+    service.up.reply = lambda body: f"Mika purrs, answer {next(counter)}: " + support.words(500)
     c = service.openai()
     cid = "tavern-1"
     chat: list[dict[str, str]] = [{"role": "assistant", "content": "Welcome to my tea shop!"}]
@@ -182,7 +166,7 @@ def test_sillytavern_transcript_with_an_edit_and_a_swipe(service: Harness) -> No
         return r.choices[0].message.content or ""
 
     for i in range(16):
-        chat.append({"role": "user", "content": line(i)})
+        chat.append({"role": "user", "content": support.words(i)})
         chat.append({"role": "assistant", "content": send(chat)})
     info = service.store.conversation(cid)
     chapters = [i for i in service.store.items(cid, "active") if i.kind == "chapter"]

@@ -43,6 +43,14 @@ SERVICE_PROFILE = Profile(
     reply_timeout_s=2.0,
 )
 
+VOCAB = ["river", "lantern", "orchard", "violin", "harbor", "meadow", "pebble", "thunder",
+         "saffron", "willow"]  # fmt: skip
+
+
+def words(i: int, n: int = 30) -> str:
+    """A distinct, deterministic line of `n` words: message `i` of a test transcript."""
+    return " ".join(VOCAB[(i * 7 + k) % len(VOCAB)] for k in range(n)) + f" (line {i})."
+
 
 @dataclass
 class Harness:

@@ -13,10 +13,11 @@ from kioku.engine import Kioku
 from kioku.errors import SyncConflict
 from kioku.memory import coverage_gaps
 from kioku.models import Completion, Usage
-from kioku.profiles import LOCAL_8K, Profile
+from kioku.profiles import LOCAL_8K
 from kioku.revisions import versions
 from kioku.store import Store
 from kioku.sync import Incoming, Logged, diff, diff_one, line_key, replace_reply, sync
+from tests.test_service_support import SERVICE_PROFILE, words
 
 ROLES = ("user", "assistant")
 
@@ -161,36 +162,8 @@ def test_applying_a_plan_makes_the_log_show_what_the_client_shows(log, cut, ops,
 
 # the applier ---------------------------------------------------------------------------------
 
-TINY = Profile(
-    name="tiny",
-    window=4096,
-    response_reserve=256,
-    trigger=500,
-    ceiling=900,
-    min_raw=150,
-    headroom=250,
-    chapter_tokens=80,
-    synopsis_tokens=150,
-    major_gc=400,
-    summary_chunk=400,
-    summary_delay_s=0.0,
-)
-
-
-def words(i: int, n: int = 30) -> str:
-    vocab = [
-        "river",
-        "lantern",
-        "orchard",
-        "violin",
-        "harbor",
-        "meadow",
-        "pebble",
-        "thunder",
-        "saffron",
-        "willow",
-    ]
-    return " ".join(vocab[(i * 7 + k) % len(vocab)] for k in range(n)) + f" (line {i})."
+# the service tests' profile, without their short timeouts
+TINY = replace(SERVICE_PROFILE, name="tiny", connect_timeout_s=10.0, reply_timeout_s=120.0)
 
 
 def folded_kioku() -> tuple[Kioku, list[tuple[str, str]]]:

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kioku.bench.prefix import Turn, kioku_driver, sliding_driver, turns_of
-from kioku.context import MESSAGE_OVERHEAD, Prompt, build
+from kioku.context import MESSAGE_OVERHEAD
 from kioku.datasets import Transcript
 from kioku.engine import Conversation, Kioku
 from kioku.layers import attach
@@ -177,6 +177,7 @@ class KiokuArm:
         info = self.conv.info()
         self._final = (self.conv.memory(), self.conv.raw_window(), info)
         self.kk.recall = self._recall
+        self.kk.instructions = None  # a question is not a turn: no anti-repetition line
 
     def context(self, question: str) -> Context:
         if self._final is None:
@@ -188,18 +189,7 @@ class KiokuArm:
             message=Message.user(question, author=self.transcript.user),
             tokens=self.counter.count(question),
         )
-        recollections = self.kk.recall(self.conv, entry, info.raw_start) if self.kk.recall else ()
-        prompt: Prompt = build(
-            system_prompt=info.system_prompt,
-            memory=memory,
-            raw=raw,
-            new=entry,
-            profile=self.profile,
-            counter=self.counter,
-            recollections=recollections,
-            lang=self.conv.lang,
-            memory_version=info.memory_version,
-        )
+        prompt = self.conv.prompt_for(entry, info=info, window=raw, memory=memory)
         last = prompt.messages[-1].content
         extra = last[: -len(question)].strip() if last.endswith(question) else ""
         return Context(self.name, prompt.messages, question, prompt.tokens, extra)
