@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kioku import policy
-from kioku.context import Prompt, Recollection, build
+from kioku import context, policy
+from kioku.budget import template_of, usable
+from kioku.context import EXTRAS_KEY, Prompt, Recollection, extras_of
 from kioku.errors import ConfigError, InputError, ModelError, StoreError, TruncatedReply
 from kioku.generations import chapter_task, item_from_summary
 from kioku.lang import detect_lang
@@ -32,10 +33,15 @@ from kioku.tokens import ScriptEstimator, TokenCounter
 from kioku.worker import BackgroundWorker, Worker
 
 # Hooks the other memory layers plug into (archive recall, notes, verbal-tic guard).
-RecallHook = Callable[["Conversation", LogEntry, int], Sequence[Recollection]]
+RecallHook = Callable[["Conversation", LogEntry, int, int], Sequence[Recollection]]
 InstructionsHook = Callable[["Conversation"], Sequence[str]]
 NotesHook = Callable[["Conversation"], str]
 AppendHook = Callable[["Conversation", LogEntry], None]
+
+
+# usage.prompt_tokens ÷ kioku's own count outside this band is not believed: tokenizers differ
+# by 1.6× at most on the same text (cl100k vs Qwen on Japanese), never by 2×
+CALIBRATION_BAND = (0.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -166,6 +172,7 @@ class Conversation:
         self._character: str | None = None
         # what `_compact` read, when it changed nothing: `prepare_for` builds from it
         self._seen: tuple[ConversationInfo, list[LogEntry], Memory] | None = None
+        self._head: tuple[Any, tuple[int, int]] | None = None
 
     # reading ---------------------------------------------------------------------------------
 
@@ -258,6 +265,7 @@ class Conversation:
             window, memory = self.raw_window(info), self.memory()
         self._seen = None
         prompt = self.prompt_for(entry, info=info, window=window, memory=memory)
+        self._keep_extras(entry, prompt)
         self._last_prompt = prompt
         return prompt
 
@@ -275,19 +283,32 @@ class Conversation:
         # a message a client deleted keeps its seq with no content: nothing to show
         raw = [e for e in window if e.seq < entry.seq and not e.message.is_empty()]
         k = self.kioku
-        return build(
+        plan = context.plan(
             system_prompt=info.system_prompt,
             memory=memory,
             raw=raw,
             new=entry,
             profile=k.profile,
             counter=k.counter,
-            recollections=k.recall(self, entry, info.raw_start) if k.recall else (),
-            instructions=k.instructions(self) if k.instructions else (),
             lang=self.lang,
             memory_version=info.memory_version,
             memory_in_system=k.memory_in_system,
         )
+        recollections: Sequence[Recollection] = ()
+        if k.recall and plan.recall_room > 0:
+            recollections = k.recall(self, entry, info.raw_start, plan.recall_room)
+        instructions = k.instructions(self) if k.instructions and plan.kept is None else ()
+        return context.finish(plan, k.counter, recollections, instructions)
+
+    def _keep_extras(self, entry: LogEntry, prompt: Prompt) -> None:
+        """Keep what this turn was shown with its message, so later turns show it unchanged."""
+        extras = prompt.extras
+        if extras is None:
+            return
+        meta = {**(entry.meta or {}), EXTRAS_KEY: extras.to_json()}
+        self.store.set_meta(self.id, entry.seq, meta)
+        kept = LogEntry(entry.seq, entry.message, entry.tokens, meta)
+        self._raw = [kept if e.seq == entry.seq else e for e in self._raw]
 
     def record(self, reply: str | Message | Completion, author: str = "") -> LogEntry:
         """Store the model's reply. A cut reply (finish_reason "length") is stored, marked and
@@ -332,11 +353,26 @@ class Conversation:
         return Reply(completion.text, completion.finish_reason, entry, prompt)
 
     def _calibrate(self, completion: Completion) -> None:
-        calibrate = getattr(self.kioku.counter, "calibrate", None)
-        if calibrate is None or self._last_prompt is None or not completion.usage.prompt_tokens:
+        """Learn the server's token counts from its `usage`, within reason: a figure far from
+        what kioku counted (a proxy in between that reports something else, a buggy server) is
+        ignored and logged, so one bad report cannot make every later message count as 1."""
+        prompt, observed = self._last_prompt, completion.usage.prompt_tokens
+        if prompt is None or not observed:
             return
-        # per message, so the template's per-message tokens are not read as text
-        calibrate([m.content for m in self._last_prompt.messages], completion.usage.prompt_tokens)
+        expected = max(1, prompt.tokens)
+        if not CALIBRATION_BAND[0] <= observed / expected <= CALIBRATION_BAND[1]:
+            self.store.log(
+                self.id,
+                "calibration",
+                "ignored",
+                detail=f"usage.prompt_tokens {observed} for a prompt counted as {expected}",
+            )
+            self.store.incr(self.id, "calibration_ignored")
+            return
+        calibrate = getattr(self.kioku.counter, "calibrate", None)
+        if calibrate is not None:
+            # per message, so the template's per-message tokens are not read as text
+            calibrate([m.content for m in prompt.messages], observed)
 
     # compaction --------------------------------------------------------------------------------
 
@@ -344,6 +380,25 @@ class Conversation:
         """Apply whatever became ready (folds, major GCs) without a new message: what the next
         turn would do first. Evaluations call it to read the memory a conversation ends with."""
         return self._compact()
+
+    def _head_tokens(self, info: ConversationInfo, memory: Memory) -> tuple[int, int]:
+        """(rendered tokens of everything but the raw window, tokens an empty memory exchange
+        would cost): counted once per memory state, not every turn."""
+        key = (
+            info.system_prompt,
+            info.memory_version,
+            memory.notes,
+            tuple((i.id, i.stale, i.tokens) for i in memory.items),
+        )
+        if self._head is None or self._head[0] != key:
+            k = self.kioku
+            self._head = (
+                key,
+                context.head_tokens(
+                    info.system_prompt, memory, k.counter, self.lang, k.memory_in_system
+                ),
+            )
+        return self._head[1]
 
     def _compact(self) -> TurnReport:
         k = self.kioku
@@ -357,16 +412,28 @@ class Conversation:
             for j in self.store.jobs(self.id, "queued", "running")
         ]
         now = k.clock()
+        tmpl = template_of(k.counter)
+        fixed, frame = self._head_tokens(info, mem)
+        sizes = []
+        for e in raw:
+            if e.message.is_empty():
+                continue  # a message a client deleted: not in the prompt
+            base = round(e.tokens + tmpl.per_message)
+            x = extras_of(e, info.memory_version)
+            sizes.append((e.seq, base + (x.tokens if x else 0), base))
         decision = policy.decide(
             policy.State(
                 profile=k.profile,
                 now=now,
                 raw_start=info.raw_start,
-                raw=[(e.seq, e.tokens) for e in raw],
+                raw=sizes,
                 memory=mem,
                 ready=items,
                 jobs=jobs,
                 strategy=k.strategy,
+                fixed=fixed,
+                frame=frame,
+                ceiling=usable(k.profile.prompt_budget, k.counter),
             )
         )
         if decision.discard:

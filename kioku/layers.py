@@ -54,16 +54,19 @@ class Layers:
     _tics: dict[str, tuple[Any, list[tics_layer.TicAlert]]] = field(default_factory=dict)
 
     def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int
+        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
     ) -> list[Recollection]:
-        if self.recall is None or raw_start == 0:
+        if self.recall is None or raw_start == 0 or budget <= 0:
             return []
+        p = self.kioku.profile
         found = self.recall.recall(
             conv.id,
             entry.message.text,
             before_seq=raw_start,
-            budget_tokens=self.kioku.profile.recollection_tokens,
+            budget_tokens=budget,
             counter=self.kioku.counter,
+            limit=p.recall_limit,
+            min_relevance=p.recall_relevance,
         )
         return [Recollection(r.first_seq, r.last_seq, r.render(), r.tokens, r.score) for r in found]
 

@@ -4,14 +4,19 @@ The rules come from a production system that rebuilt its memory five times (seed
 - past the trigger, schedule a summary job in the background, delayed, and do NOT fold in that
   turn — folding drops the prompt's prefix and the turn that triggers would re-read everything;
 - apply a ready summary at the start of the next turn: one cache break per fold;
-- past the ceiling (summaries keep failing), cut anyway — but with an extractive stand-in
-  chapter first, so nothing leaves the prompt unrecorded;
+- past the ceiling (summaries late or failing), cut anyway — but with an extractive stand-in
+  chapter first, so nothing leaves the prompt unrecorded and the turn always fits;
 - size the raw window after a fold to keep a fixed headroom before the next trigger, shrinking
   as memory grows, never below the minimum;
 - a backlog larger than the summarizer can read at once is split into chunk-sized jobs, oldest
   first;
 - when chapters pass the major-GC threshold, the older half plus the old synopsis are folded
-  into a new synopsis (the only lossy rewrite).
+  into a new synopsis (the only lossy rewrite). A ready synopsis waits for the next chapter
+  fold, so the two share one cache break instead of breaking on consecutive turns.
+
+Every size is the rendered prompt's (`kioku.budget`): `State.fixed` is what the prompt holds
+besides the raw window (system prompt, memory exchange, the template's per-prompt tokens), and
+each raw message counts with its template tokens and the extras its turn was shown.
 """
 
 from __future__ import annotations
@@ -36,13 +41,19 @@ class State:
     profile: Profile
     now: float
     raw_start: int
-    raw: Sequence[tuple[int, int]]  # (seq, tokens) of the raw window, oldest first
+    # (seq, rendered tokens now, rendered tokens once the memory changes) of the raw window,
+    # oldest first, the new message last; a turn's extras leave it at the next fold
+    raw: Sequence[tuple[int, int, int]]
     memory: Memory
     ready: Sequence[MemoryItem] = ()
     jobs: Sequence[PendingJob] = ()
     # generational: chapters + major GC (kioku) · rolling: one summary rewritten at each fold
     # (the baseline of seeds 002/004, kept for comparison)
     strategy: str = "generational"
+    fixed: int = 0  # rendered tokens besides the raw window: system, memory exchange, template
+    item_overhead: int = 16  # what one memory item adds beyond its text (its heading)
+    frame: int = 0  # what the memory exchange costs around its items when memory is empty now
+    ceiling: int | None = None  # the usable ceiling (the profile's less the estimate margin)
 
 
 @dataclass(frozen=True)
@@ -72,9 +83,12 @@ class Decision:
 
 
 def _fold_ready(
-    state: State,
+    state: State, relieve: bool = False
 ) -> tuple[list[int], list[int], list[int], int, list[MemoryItem], MemoryItem | None]:
-    """Chain ready chapters from the raw start; apply a ready synopsis whose inputs are active."""
+    """Chain ready chapters from the raw start; apply a ready synopsis whose inputs are active.
+
+    A major GC's synopsis waits for a turn that folds a chapter anyway (or for a prompt past
+    the ceiling, `relieve`), so it costs no cache break of its own."""
     activate: list[int] = []
     retire: list[int] = []
     discard: list[int] = []
@@ -100,7 +114,10 @@ def _fold_ready(
     active = {c.id: c for c in chapters if c.id is not None}
     if synopsis and synopsis.id is not None:
         active[synopsis.id] = synopsis
+    waits = state.strategy == "generational" and not activate and not relieve
     for r in sorted((r for r in due if r.kind == "synopsis"), key=lambda r: r.last_seq):
+        if waits:
+            break
         assert r.id is not None
         replaced = [active[i] for i in r.replaces if i in active]
         if len(replaced) != len(r.replaces):
@@ -159,29 +176,31 @@ def _swap_revisions(
     return activate, revised, discard, chapters, synopsis
 
 
-def _tail_tokens(raw: Sequence[tuple[int, int]], start: int) -> int:
-    return sum(t for s, t in raw if s >= start)
+Raw = Sequence[tuple[int, int, int]]
 
 
-def _cut_point(raw: Sequence[tuple[int, int]], start: int, keep: int) -> int:
-    """The first seq to keep so that at most `keep` raw tokens remain (at least one message
-    stays raw: the newest turn is never summarized before anyone saw a reply to it)."""
+def _tail_tokens(raw: Raw, start: int, after_fold: bool) -> int:
+    return sum(a if after_fold else t for s, t, a in raw if s >= start)
+
+
+def _cut_point(raw: Raw, start: int, keep: int) -> int:
+    """The first seq to keep so that at most `keep` raw tokens remain once the memory changed
+    (at least one message stays raw: the newest turn is never summarized before anyone saw a
+    reply to it)."""
     kept = 0
     cut = None
-    for s, t in reversed([(s, t) for s, t in raw if s >= start]):
-        if cut is not None and kept + t > keep:
+    for s, _, a in reversed([r for r in raw if r[0] >= start]):
+        if cut is not None and kept + a > keep:
             break
-        kept += t
+        kept += a
         cut = s
     return start if cut is None else cut
 
 
-def _chunks(
-    raw: Sequence[tuple[int, int]], first: int, last: int, chunk: int
-) -> list[tuple[int, int]]:
+def _chunks(raw: Raw, first: int, last: int, chunk: int) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     lo, acc = first, 0
-    for s, t in raw:
+    for s, _, t in raw:
         if s < first or s > last:
             continue
         if acc and acc + t > chunk:
@@ -193,10 +212,26 @@ def _chunks(
     return out
 
 
+# how many turns of conversation a summary's delay and duration let pass before it is ready:
+# the trigger leaves that much room below the ceiling so a summary usually arrives in time
+SUMMARY_LEAD_TURNS = 4
+
+
+def _lead(raw: Raw) -> int:
+    """Tokens the conversation is likely to grow by before a scheduled summary is ready."""
+    recent = [t for _, t, _ in raw[-20:]]
+    if not recent:
+        return 0
+    return round(2 * SUMMARY_LEAD_TURNS * sum(recent) / len(recent))
+
+
 def decide(state: State) -> Decision:
     p = state.profile
     reasons: list[str] = []
-    activate, retire, discard, start, chapters, synopsis = _fold_ready(state)
+    ceiling = min(p.ceiling, state.ceiling) if state.ceiling is not None else p.ceiling
+    trigger = max(p.min_raw, min(p.trigger, ceiling - _lead(state.raw)))
+    over = state.fixed + _tail_tokens(state.raw, state.raw_start, False) > ceiling
+    activate, retire, discard, start, chapters, synopsis = _fold_ready(state, relieve=over)
     swapped, revised, dropped, chapters, synopsis = _swap_revisions(state, chapters, synopsis)
     activate += swapped
     discard += dropped
@@ -204,27 +239,33 @@ def decide(state: State) -> Decision:
         reasons.append(f"revision: {len(revised)} stale item(s) re-summarized after an edit")
     if activate:
         reasons.append(f"fold: {len(activate)} ready item(s) applied")
-    memory_tokens = sum(c.tokens for c in chapters) + (synopsis.tokens if synopsis else 0)
-    raw_tokens = _tail_tokens(state.raw, start)
-    history = memory_tokens + raw_tokens
+    oh = state.item_overhead
+    before = list(state.memory.items)
+    after = [*chapters, *([synopsis] if synopsis else [])]
+    fixed = state.fixed + sum(i.tokens + oh for i in after) - sum(i.tokens + oh for i in before)
+    if after and not before:
+        fixed += state.frame
+    folding = bool(activate or retire)
+    prompt = fixed + _tail_tokens(state.raw, start, folding)
+
+    def keep(fixed_after: int) -> int:
+        """Raw tokens to keep after a fold: headroom below the trigger, never below min_raw."""
+        return max(p.min_raw, trigger - p.headroom - fixed_after)
 
     forced: tuple[int, int] | None = None
     cancel_through: int | None = None
-    if history > p.ceiling:
+    if prompt > ceiling:
         # Summaries did not arrive in time: cut the oldest raw messages now, recorded by an
-        # extractive stand-in chapter so the coverage invariant holds.
-        keep = p.raw_target(memory_tokens + p.chapter_tokens)
-        cut = _cut_point(state.raw, start, keep)
+        # extractive stand-in chapter, so the turn fits and the coverage invariant holds.
+        stand_in = p.chapter_tokens + oh + (state.frame if not after else 0)
+        cut = _cut_point(state.raw, start, keep(fixed + stand_in))
         if cut > start:
             forced = (start, cut - 1)
             cancel_through = cut - 1
-            reasons.append(
-                f"ceiling: history {history} > {p.ceiling}, forced cut {start}..{cut - 1}"
-            )
-            memory_tokens += p.chapter_tokens
-            raw_tokens = _tail_tokens(state.raw, cut)
-            history = memory_tokens + raw_tokens
+            reasons.append(f"ceiling: prompt {prompt} > {ceiling}, forced cut {start}..{cut - 1}")
+            fixed += stand_in
             start = cut
+            prompt = fixed + _tail_tokens(state.raw, start, True)
 
     schedule: list[JobPlan] = []
     # a forced cut overtakes the raw-range jobs it covers, never a major GC (its range is memory)
@@ -244,26 +285,22 @@ def decide(state: State) -> Decision:
             r.kind == "synopsis" and r.id not in activate and r.id not in discard
             for r in state.ready
         )
-    if history > p.trigger and not chapter_pending:
-        keep = p.raw_target(memory_tokens + p.chapter_tokens)
-        cut = _cut_point(state.raw, start, keep)
+    if prompt > trigger and not chapter_pending:
+        cut = _cut_point(state.raw, start, keep(fixed + p.chapter_tokens + oh))
         if cut > start and state.strategy == "rolling":
             payload: dict[str, Any] = {"synopsis_id": synopsis.id if synopsis else None}
             schedule.append(
                 JobPlan("rolling", start, cut - 1, state.now + p.summary_delay_s, payload)
             )
-            reasons.append(
-                f"trigger: history {history} > {p.trigger}, rolling rewrite to {cut - 1}"
-            )
+            reasons.append(f"trigger: prompt {prompt} > {trigger}, rolling rewrite to {cut - 1}")
         elif cut > start:
             run_after = state.now + p.summary_delay_s
             for lo, hi in _chunks(state.raw, start, cut - 1, p.summary_chunk):
                 schedule.append(JobPlan("chapter", lo, hi, run_after))
             reasons.append(
-                f"trigger: history {history} > {p.trigger}, {len(schedule)} chapter job(s) "
+                f"trigger: prompt {prompt} > {trigger}, {len(schedule)} chapter job(s) "
                 f"for {start}..{cut - 1}"
             )
-
     synopsis_pending = any(j.kind == "synopsis" for j in pending) or any(
         r.kind == "synopsis" and r.id not in activate and r.id not in discard for r in state.ready
     )

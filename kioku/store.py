@@ -456,6 +456,18 @@ class Store(JobQueue):
         with self.engine.connect() as conn:
             return {name: int(v) for name, v in conn.execute(q)}
 
+    # what a turn was shown (issue 9) --------------------------------------------------------
+
+    def set_meta(self, conversation_id: str, seq: int, meta: dict[str, Any]) -> None:
+        """Replace a message's metadata (what kioku showed beside it; never its content)."""
+        with self.atomic() as conn:
+            m = s.messages.c
+            conn.execute(
+                update(s.messages)
+                .where(m.conversation_id == conversation_id, m.seq == seq)
+                .values(meta=meta)
+            )
+
 
 class _FoldRefused(StoreError):
     """A fold would have broken the coverage invariant; nothing was changed."""

