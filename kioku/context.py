@@ -9,9 +9,9 @@ Order is what keeps the serving engine's prefix cache warm:
      per-turn instructions.
 
 Between folds the prompt only grows. What a turn was shown beside its message (its `Extras`)
-stays with that message, rendered exactly as it was, until the next fold: so the prompt the
-server cached plus its reply is a prefix of the next prompt, and the model still sees what it
-answered. A recollection already visible is not shown again.
+stays with that message, rendered exactly as it was, for as long as the message is raw: so the
+prompt the server cached plus its reply is a prefix of the next prompt, and the model still sees
+what it answered. A recollection already visible is not shown again.
 
 `plan` measures the fixed parts (everything but this turn's additions) in tokens of the rendered
 prompt (`kioku.budget`); `finish` gives this turn's additions what is left. Nothing here does
@@ -57,11 +57,11 @@ class Recollection:
 @dataclass(frozen=True)
 class Extras:
     """What kioku put in front of one user message when answering it: kept with the message
-    (in its `meta`) and shown the same way on every later turn until the memory changes."""
+    (in its `meta`) and shown the same way on every later turn while the message is raw."""
 
     text: str
     tokens: int  # what the extras add to the message's rendered content
-    version: int  # the memory version they were shown under
+    version: int  # the memory version they were first shown under
     recalled: tuple[tuple[int, int], ...] = ()  # seq ranges of the recollections shown
     instructions: tuple[str, ...] = ()
 
@@ -88,13 +88,10 @@ class Extras:
 EXTRAS_KEY = "shown"
 
 
-def extras_of(entry: LogEntry, version: int) -> Extras | None:
-    """The extras this message was shown with under memory `version` (none after a fold)."""
+def extras_of(entry: LogEntry) -> Extras | None:
+    """What this message was shown with when it was answered, if anything."""
     data = entry.meta.get(EXTRAS_KEY) if entry.meta else None
-    if not data:
-        return None
-    extras = Extras.from_json(data)
-    return extras if extras.version == version else None
+    return Extras.from_json(data) if data else None
 
 
 def with_extras(extras: str, text: str) -> str:
@@ -228,7 +225,7 @@ def plan(
     visible: set[int] = set()
     told: set[str] = set()
     for e in raw:
-        x = extras_of(e, memory_version)
+        x = extras_of(e)
         head.append(entry_message(e, x))
         raw_t += e.tokens or counter.count(e.message.text)
         if x is not None:
@@ -257,7 +254,7 @@ def plan(
         raw_start=raw[0].seq if raw else new.seq,
         visible=frozenset(visible),
         shown_instructions=frozenset(told),
-        kept=extras_of(new, memory_version),
+        kept=extras_of(new),
     )
     if p.room < 0:
         raise ContextOverflow(

@@ -117,10 +117,11 @@ class Kioku:
         self.on_append: list[AppendHook] = []
         self.avoid_phrases: Callable[[str], Sequence[str]] | None = None
         self.layers: Any = None  # set by kioku.layers.attach
+        self._cards: dict[tuple[int, int], Profile] = {}
         self._worker = Worker(
             self.store,
             self.summarizer,
-            self.profile,
+            self.profile_for,
             clock=clock,
             simulated_duration_s=simulated_duration_s,
             avoid_phrases=lambda cid: self.avoid_phrases(cid) if self.avoid_phrases else (),
@@ -132,6 +133,23 @@ class Kioku:
     @property
     def worker(self) -> Worker:
         return self._worker
+
+    def card_profile(self, system_prompt: str) -> Profile:
+        """The profile fitted to a card (`Profile.for_card`); raises `CardTooLarge` for a card
+        that cannot fit beside the minimum raw window."""
+        key = (len(system_prompt), hash(system_prompt))
+        p = self._cards.get(key)
+        if p is None:
+            tokens = self.counter.count(system_prompt) if system_prompt else 0
+            p = self.profile.for_card(tokens + round(template_of(self.counter).per_message))
+            if len(self._cards) > 256:
+                self._cards.clear()
+            self._cards[key] = p
+        return p
+
+    def profile_for(self, conversation_id: str) -> Profile:
+        """The profile a conversation runs on (its card fitted in)."""
+        return self.card_profile(self.store.conversation(conversation_id).system_prompt)
 
     def start_background(self, poll_s: float = 1.0) -> BackgroundWorker:
         if self._background is None:
@@ -148,6 +166,8 @@ class Kioku:
     ) -> Conversation:
         if not conversation_id or len(conversation_id) > 200:
             raise InputError("a conversation id is 1 to 200 characters")
+        if system_prompt:
+            self.card_profile(system_prompt)  # a card that can never be served: refuse it now
         info = self.store.ensure_conversation(
             conversation_id,
             tenant=self.tenant,
@@ -180,6 +200,11 @@ class Conversation:
     def store(self) -> Store:
         return self.kioku.store
 
+    @property
+    def profile(self) -> Profile:
+        """The numbers this conversation runs on: the engine's profile fitted to its card."""
+        return self.kioku.card_profile(self.info().system_prompt)
+
     def info(self) -> ConversationInfo:
         return self.store.conversation(self.id, tenant=self.kioku.tenant)
 
@@ -203,7 +228,7 @@ class Conversation:
         if any(i.stale for i in active):
             # an edited message under memory: show the corrected messages until the re-summary
             k = self.kioku
-            active = stand_ins(self.store, self.id, active, k.profile, k.counter, self.lang)
+            active = stand_ins(self.store, self.id, active, self.profile, k.counter, self.lang)
         synopsis = next((i for i in active if i.kind == "synopsis"), None)
         chapters = tuple(i for i in active if i.kind == "chapter")
         return Memory(
@@ -288,7 +313,7 @@ class Conversation:
             memory=memory,
             raw=raw,
             new=entry,
-            profile=k.profile,
+            profile=k.card_profile(info.system_prompt),
             counter=k.counter,
             lang=self.lang,
             memory_version=info.memory_version,
@@ -412,18 +437,18 @@ class Conversation:
             for j in self.store.jobs(self.id, "queued", "running")
         ]
         now = k.clock()
+        prof = k.card_profile(info.system_prompt)
         tmpl = template_of(k.counter)
         fixed, frame = self._head_tokens(info, mem)
         sizes = []
         for e in raw:
             if e.message.is_empty():
                 continue  # a message a client deleted: not in the prompt
-            base = round(e.tokens + tmpl.per_message)
-            x = extras_of(e, info.memory_version)
-            sizes.append((e.seq, base + (x.tokens if x else 0), base))
+            x = extras_of(e)
+            sizes.append((e.seq, round(e.tokens + tmpl.per_message) + (x.tokens if x else 0)))
         decision = policy.decide(
             policy.State(
-                profile=k.profile,
+                profile=prof,
                 now=now,
                 raw_start=info.raw_start,
                 raw=sizes,
@@ -433,7 +458,7 @@ class Conversation:
                 strategy=k.strategy,
                 fixed=fixed,
                 frame=frame,
-                ceiling=usable(k.profile.prompt_budget, k.counter),
+                ceiling=usable(prof.prompt_budget, k.counter),
             )
         )
         if decision.discard:
@@ -442,7 +467,7 @@ class Conversation:
         if decision.forced_cut:
             lo, hi = decision.forced_cut
             entries = [e for e in raw if lo <= e.seq <= hi]
-            task = chapter_task(entries, k.profile, lang=self.lang, character=info.character)
+            task = chapter_task(entries, prof, lang=self.lang, character=info.character)
             add.append(item_from_summary(task, k.extractive.summarize(task), ready_at=now))
         if decision.folds:
             try:
@@ -499,6 +524,7 @@ class Conversation:
         still hold every message."""
         k = self.kioku
         info = self.info()
+        prof = k.card_profile(info.system_prompt)
         raw = self.raw_window()
         if not raw:
             return TurnReport(reasons=("cut: nothing to fold",))
@@ -508,7 +534,7 @@ class Conversation:
         acc = 0
         groups: list[list[LogEntry]] = []
         for e in raw:
-            if chunk and acc + e.tokens > k.profile.summary_chunk:
+            if chunk and acc + e.tokens > prof.summary_chunk:
                 groups.append(chunk)
                 chunk, acc = [], 0
             chunk.append(e)
@@ -519,7 +545,7 @@ class Conversation:
         for g in groups:
             task = chapter_task(
                 g,
-                k.profile,
+                prof,
                 lang=self.lang,
                 character=info.character,
                 avoid_phrases=avoid,

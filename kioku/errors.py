@@ -4,6 +4,7 @@
     ├── ConfigError            a profile, URL or option that cannot work; fix the configuration
     ├── InputError             bad input from a caller (empty message, unknown role); nothing was lost
     │   ├── MessageTooLarge    one message cannot fit the window even alone; it is stored anyway
+    │   ├── CardTooLarge       a system prompt that leaves no room for the minimum raw window
     │   └── SyncConflict       a client's transcript shares nothing with the log it names
     ├── NotFound               no such conversation / item (or it belongs to another tenant)
     ├── StoreError             the database refused; the transaction was rolled back
@@ -43,6 +44,21 @@ class MessageTooLarge(InputError):
         super().__init__(
             f"message is {tokens} tokens but at most {limit} fit in the window beside the "
             f"response reserve{where}; split it or use a profile with a larger window"
+        )
+
+
+class CardTooLarge(InputError):
+    """A system prompt (the character card) so large that the minimum raw window and a minimal
+    memory no longer fit beside it: refused when the card is first seen, nothing stored."""
+
+    def __init__(self, tokens: int, limit: int, profile: Any) -> None:
+        self.tokens = tokens
+        self.limit = limit
+        super().__init__(
+            f"the system prompt is {tokens} tokens but at most {limit} fit in profile "
+            f"{profile.name} (window {profile.window}, response reserve "
+            f"{profile.response_reserve}, minimum raw window {profile.min_raw}); shorten the "
+            "card or use a profile with a larger window (--profile / --window)"
         )
 
 

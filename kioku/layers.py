@@ -115,7 +115,7 @@ class Layers:
 
     def render_notes(self, conv: Conversation) -> str:
         current = notes_layer.notes(conv.store, conv.id)
-        budget = self.kioku.profile.notes_tokens
+        budget = conv.profile.notes_tokens
         return notes_layer.render_notes(current, budget, self.kioku.counter).text
 
     def extract_notes(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:

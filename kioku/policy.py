@@ -17,6 +17,9 @@ The rules come from a production system that rebuilt its memory five times (seed
 Every size is the rendered prompt's (`kioku.budget`): `State.fixed` is what the prompt holds
 besides the raw window (system prompt, memory exchange, the template's per-prompt tokens), and
 each raw message counts with its template tokens and the extras its turn was shown.
+
+A ready chapter is folded in just in time: when the prompt could not take another message.
+So the window stays full between folds, and a fold, however late, leaves `headroom`.
 """
 
 from __future__ import annotations
@@ -41,9 +44,9 @@ class State:
     profile: Profile
     now: float
     raw_start: int
-    # (seq, rendered tokens now, rendered tokens once the memory changes) of the raw window,
-    # oldest first, the new message last; a turn's extras leave it at the next fold
-    raw: Sequence[tuple[int, int, int]]
+    # (seq, rendered tokens) of the raw window, oldest first, the new message last: each
+    # message with its template tokens and the extras its turn was shown
+    raw: Sequence[tuple[int, int]]
     memory: Memory
     ready: Sequence[MemoryItem] = ()
     jobs: Sequence[PendingJob] = ()
@@ -83,12 +86,14 @@ class Decision:
 
 
 def _fold_ready(
-    state: State, relieve: bool = False
+    state: State, *, needed: bool = True
 ) -> tuple[list[int], list[int], list[int], int, list[MemoryItem], MemoryItem | None]:
     """Chain ready chapters from the raw start; apply a ready synopsis whose inputs are active.
 
-    A major GC's synopsis waits for a turn that folds a chapter anyway (or for a prompt past
-    the ceiling, `relieve`), so it costs no cache break of its own."""
+    Only when the prompt `needed` the room (kioku's strategy): a ready chapter waits until the
+    prompt is about to fill the window, and a major GC's synopsis waits for that same turn, so
+    the window stays full and both share one cache break. The rolling baseline folds whenever
+    a summary is ready."""
     activate: list[int] = []
     retire: list[int] = []
     discard: list[int] = []
@@ -103,6 +108,8 @@ def _fold_ready(
     ready_chapters = sorted(
         (r for r in due if r.kind == "chapter"), key=lambda r: (r.first_seq, -r.last_seq)
     )
+    if state.strategy == "generational" and not needed:
+        ready_chapters = []
     for r in ready_chapters:
         assert r.id is not None
         if r.first_seq < start:
@@ -114,7 +121,7 @@ def _fold_ready(
     active = {c.id: c for c in chapters if c.id is not None}
     if synopsis and synopsis.id is not None:
         active[synopsis.id] = synopsis
-    waits = state.strategy == "generational" and not activate and not relieve
+    waits = state.strategy == "generational" and not activate and not needed
     for r in sorted((r for r in due if r.kind == "synopsis"), key=lambda r: r.last_seq):
         if waits:
             break
@@ -176,31 +183,17 @@ def _swap_revisions(
     return activate, revised, discard, chapters, synopsis
 
 
-Raw = Sequence[tuple[int, int, int]]
+Raw = Sequence[tuple[int, int]]
 
 
-def _tail_tokens(raw: Raw, start: int, after_fold: bool) -> int:
-    return sum(a if after_fold else t for s, t, a in raw if s >= start)
-
-
-def _cut_point(raw: Raw, start: int, keep: int) -> int:
-    """The first seq to keep so that at most `keep` raw tokens remain once the memory changed
-    (at least one message stays raw: the newest turn is never summarized before anyone saw a
-    reply to it)."""
-    kept = 0
-    cut = None
-    for s, _, a in reversed([r for r in raw if r[0] >= start]):
-        if cut is not None and kept + a > keep:
-            break
-        kept += a
-        cut = s
-    return start if cut is None else cut
+def _tail_tokens(raw: Raw, start: int) -> int:
+    return sum(t for s, t in raw if s >= start)
 
 
 def _chunks(raw: Raw, first: int, last: int, chunk: int) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     lo, acc = first, 0
-    for s, _, t in raw:
+    for s, t in raw:
         if s < first or s > last:
             continue
         if acc and acc + t > chunk:
@@ -212,26 +205,46 @@ def _chunks(raw: Raw, first: int, last: int, chunk: int) -> list[tuple[int, int]
     return out
 
 
-# how many turns of conversation a summary's delay and duration let pass before it is ready:
-# the trigger leaves that much room below the ceiling so a summary usually arrives in time
-SUMMARY_LEAD_TURNS = 4
+# A ready chapter is folded in when the prompt could not take another message of the recent
+# size: the window stays as full as it can be, and the turn that folds still fits (the next
+# message is measured when it arrives; the ceiling's forced cut is for summaries that are late).
+FOLD_AHEAD_TURNS = 0.5
+# A summary is scheduled at least this many turns before the fold would be needed, so its delay
+# (30 s) and duration (~30 s) pass while the conversation goes on.
+SUMMARY_LEAD_TURNS = 6
 
 
-def _lead(raw: Raw) -> int:
-    """Tokens the conversation is likely to grow by before a scheduled summary is ready."""
-    recent = [t for _, t, _ in raw[-20:]]
+def _turns(raw: Raw, n: float) -> int:
+    """Tokens `n` turns (a message and its reply each) of the recent size take."""
+    recent = [t for _, t in raw[-20:]]
     if not recent:
         return 0
-    return round(2 * SUMMARY_LEAD_TURNS * sum(recent) / len(recent))
+    return round(2 * n * sum(recent) / len(recent))
+
+
+def _cut_after(raw: Raw, start: int, drop: int, keep: int) -> int:
+    """The first seq to keep when about `drop` tokens are folded from the raw start, keeping
+    at least `keep` tokens raw."""
+    rest = _tail_tokens(raw, start)
+    dropped = 0
+    for s, a in raw:
+        if s < start:
+            continue
+        if dropped >= drop or rest - a < keep:
+            return s
+        dropped += a
+        rest -= a
+    return raw[-1][0] if raw else start
 
 
 def decide(state: State) -> Decision:
     p = state.profile
     reasons: list[str] = []
     ceiling = min(p.ceiling, state.ceiling) if state.ceiling is not None else p.ceiling
-    trigger = max(p.min_raw, min(p.trigger, ceiling - _lead(state.raw)))
-    over = state.fixed + _tail_tokens(state.raw, state.raw_start, False) > ceiling
-    activate, retire, discard, start, chapters, synopsis = _fold_ready(state, relieve=over)
+    trigger = max(p.min_raw, min(p.trigger, ceiling - _turns(state.raw, SUMMARY_LEAD_TURNS)))
+    now = state.fixed + _tail_tokens(state.raw, state.raw_start)
+    needed = now + _turns(state.raw, FOLD_AHEAD_TURNS) > ceiling
+    activate, retire, discard, start, chapters, synopsis = _fold_ready(state, needed=needed)
     swapped, revised, dropped, chapters, synopsis = _swap_revisions(state, chapters, synopsis)
     activate += swapped
     discard += dropped
@@ -245,27 +258,24 @@ def decide(state: State) -> Decision:
     fixed = state.fixed + sum(i.tokens + oh for i in after) - sum(i.tokens + oh for i in before)
     if after and not before:
         fixed += state.frame
-    folding = bool(activate or retire)
-    prompt = fixed + _tail_tokens(state.raw, start, folding)
-
-    def keep(fixed_after: int) -> int:
-        """Raw tokens to keep after a fold: headroom below the trigger, never below min_raw."""
-        return max(p.min_raw, trigger - p.headroom - fixed_after)
+    prompt = fixed + _tail_tokens(state.raw, start)
 
     forced: tuple[int, int] | None = None
     cancel_through: int | None = None
     if prompt > ceiling:
         # Summaries did not arrive in time: cut the oldest raw messages now, recorded by an
-        # extractive stand-in chapter, so the turn fits and the coverage invariant holds.
+        # extractive stand-in chapter, so the turn fits and the coverage invariant holds; the
+        # prompt lands where a fold would have left it, `headroom` below the ceiling.
         stand_in = p.chapter_tokens + oh + (state.frame if not after else 0)
-        cut = _cut_point(state.raw, start, keep(fixed + stand_in))
+        excess = prompt + stand_in - (ceiling - p.headroom)
+        cut = _cut_after(state.raw, start, excess, p.min_raw)
         if cut > start:
             forced = (start, cut - 1)
             cancel_through = cut - 1
             reasons.append(f"ceiling: prompt {prompt} > {ceiling}, forced cut {start}..{cut - 1}")
             fixed += stand_in
             start = cut
-            prompt = fixed + _tail_tokens(state.raw, start, True)
+            prompt = fixed + _tail_tokens(state.raw, start)
 
     schedule: list[JobPlan] = []
     # a forced cut overtakes the raw-range jobs it covers, never a major GC (its range is memory)
@@ -286,7 +296,10 @@ def decide(state: State) -> Decision:
             for r in state.ready
         )
     if prompt > trigger and not chapter_pending:
-        cut = _cut_point(state.raw, start, keep(fixed + p.chapter_tokens + oh))
+        # the oldest `headroom` tokens (and the chapter's own size): after the fold the prompt
+        # has that much room again, however late the fold comes
+        drop = p.headroom + p.chapter_tokens + oh - _turns(state.raw, FOLD_AHEAD_TURNS)
+        cut = _cut_after(state.raw, start, drop, p.min_raw)
         if cut > start and state.strategy == "rolling":
             payload: dict[str, Any] = {"synopsis_id": synopsis.id if synopsis else None}
             schedule.append(

@@ -23,6 +23,10 @@ from kioku.errors import ConfigError
 DEFAULT_SUMMARY_DELAY_S = 30.0
 DEFAULT_SUMMARY_DURATION_S = 30.0  # what one summary took in the seed; used by simulations
 DEFAULT_SUMMARY_CEILING_TOKENS = 4096  # never cut a summary mid-sentence
+# what the memory exchange costs around its items (intro, caveat, headings, the ack), and the
+# least a memory item can say and still be read
+MEMORY_FRAME_TOKENS = 160
+MIN_ITEM_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,42 @@ class Profile:
         )
         return out.fitted()
 
+    def for_card(self, card_tokens: int) -> Profile:
+        """This profile for a conversation whose system prompt (the card) takes `card_tokens`:
+        memory's sizes and the headroom shrink together until card + memory + the minimum raw
+        window fit under the ceiling, so a large card costs memory, never a failed turn. A card
+        that cannot fit beside the minimum raw window and a minimal memory is refused."""
+        room = self.ceiling - card_tokens - self.min_raw - MEMORY_FRAME_TOKENS
+        parts = (
+            self.synopsis_tokens,
+            self.major_gc,
+            self.chapter_tokens,
+            self.notes_tokens,
+            self.headroom,
+        )
+        need = sum(parts)
+        if need <= room:
+            return self
+        floors = (MIN_ITEM_TOKENS, 2 * MIN_ITEM_TOKENS, MIN_ITEM_TOKENS, 0, MIN_ITEM_TOKENS)
+        if room < sum(floors):
+            from kioku.errors import CardTooLarge
+
+            raise CardTooLarge(
+                card_tokens,
+                max(0, self.ceiling - self.min_raw - MEMORY_FRAME_TOKENS - sum(floors)),
+                self,
+            )
+        k = room / need
+        syn, gc, ch, notes, head = (max(f, int(v * k)) for v, f in zip(parts, floors, strict=True))
+        return replace(
+            self,
+            synopsis_tokens=syn,
+            major_gc=gc,
+            chapter_tokens=ch,
+            notes_tokens=notes,
+            headroom=head,
+        )
+
     def fitted(self) -> Profile:
         """This profile with memory's three sizes shrunk together until synopsis + major GC + a
         chapter fit under the trigger beside the minimum raw window. Scaling keeps floors that
@@ -126,10 +166,10 @@ LOCAL_64K = Profile(
     name="local-64k",
     window=65536,
     response_reserve=4096,
-    trigger=59300,
+    trigger=54000,
     ceiling=61440,
     min_raw=10000,
-    headroom=12300,
+    headroom=15400,
     chapter_tokens=900,
     synopsis_tokens=2400,
     major_gc=9600,
@@ -155,10 +195,10 @@ LOCAL_8K = Profile(
     name="local-8k",
     window=8192,
     response_reserve=1024,
-    trigger=6900,
+    trigger=6300,
     ceiling=7168,
     min_raw=1200,
-    headroom=1430,
+    headroom=1790,
     chapter_tokens=300,
     synopsis_tokens=600,
     major_gc=2000,

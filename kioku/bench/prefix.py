@@ -242,8 +242,8 @@ def sliding_driver(t: Transcript, profile: Profile, counter: ChatMLTokens) -> Dr
     history: list[ChatMessage] = []
     sizes: list[int] = []
     system = [ChatMessage("system", t.system_prompt)] if t.system_prompt else []
-    per = CHATML.per_message
-    base = counter.count(t.system_prompt) + per + CHATML.per_prompt if t.system_prompt else 0
+    per = round(CHATML.per_message)
+    base = counter.count(t.system_prompt) + CHATML.messages(1) if t.system_prompt else 0
     total = [0]
 
     def push(m: Message) -> None:
