@@ -25,7 +25,7 @@ from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatModel, Completion
 from kioku.profiles import LOCAL_64K, Profile
-from kioku.revisions import stand_ins
+from kioku.revisions import Change, Revised, revise, stand_ins
 from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
 from kioku.tokens import ScriptEstimator, TokenCounter
@@ -218,10 +218,6 @@ class Conversation:
             self._raw.extend(self.store.entries(self.id, after))
         return list(self._raw)
 
-    def invalidate(self) -> None:
-        """Forget cached raw messages (after an edit of stored messages)."""
-        self._raw = []
-
     # writing ---------------------------------------------------------------------------------
 
     def append(self, message: Message, meta: dict | None = None) -> LogEntry:
@@ -231,6 +227,21 @@ class Conversation:
         for hook in self.kioku.on_append:
             hook(self, entry)
         return entry
+
+    def revise(self, changes: Sequence[Change]) -> Revised:
+        """Edit, delete or regenerate stored messages (versions kept, memory over them marked
+        stale and re-summarized; `kioku.revisions`). The raw window cached here is read again."""
+        k = self.kioku
+        done = revise(
+            self.store,
+            self.id,
+            changes,
+            k.counter,
+            delay_s=k.profile.summary_delay_s,
+            now=k.clock(),
+        )
+        self._raw = []
+        return done
 
     def prepare(self, user_message: str | Message) -> Prompt:
         """Store the user message, apply what is ready, and build the prompt for the reply."""

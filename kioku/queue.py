@@ -66,9 +66,7 @@ class LeaseLost(StoreError):
 class JobQueue(Database):
     """Jobs live beside the memory items they produce: completing one stores its item."""
 
-    def add_item(
-        self, conversation_id: str, item: MemoryItem, conn: Connection | None = None
-    ) -> int:
+    def add_item(self, conversation_id: str, item: MemoryItem) -> int:
         raise NotImplementedError  # the Store writes memory items
 
     def enqueue_job(
@@ -101,7 +99,7 @@ class JobQueue(Database):
         q = select(s.jobs).where(j.conversation_id == conversation_id)
         if statuses:
             q = q.where(j.status.in_(statuses))
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return [_job_row(r) for r in conn.execute(q.order_by(j.id))]
 
     def claim_job(
@@ -215,7 +213,7 @@ class JobQueue(Database):
             )
             if worker is not None and not r.rowcount:
                 raise LeaseLost(f"job {job_id} is no longer leased by {worker}; not stored")
-            return self.add_item(conversation_id, item, conn) if item is not None else None
+            return self.add_item(conversation_id, item) if item is not None else None
 
     def retry_job(
         self, job_id: int, run_after: float, error: str, worker: str | None = None

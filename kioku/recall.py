@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
-from sqlalchemy import delete, insert, select
 
-from kioku import schema as s
 from kioku.archive import (
     ArchiveIndex,
     BM25Params,
@@ -30,6 +28,7 @@ from kioku.archive import (
 )
 from kioku.messages import LogEntry
 from kioku.store import Store
+from kioku.store_recall import StoredSegment
 from kioku.tokens import TokenCounter
 
 DEFAULT_SEGMENT_SIZE = 512  # messages per persisted segment
@@ -297,45 +296,21 @@ class RecallIndexes:
 
 
 def _read_segments(store: Store, conversation_id: str) -> list[Segment]:
-    t = s.recall_segments.c
-    q = select(s.recall_segments).where(t.conversation_id == conversation_id).order_by(t.first_seq)
-    with store.engine.connect() as conn:
-        rows = list(conn.execute(q))
-    return [Segment.from_bytes(r.first_seq, r.last_seq, r.tokenizer, r.data) for r in rows]
+    return [
+        Segment.from_bytes(g.first_seq, g.last_seq, g.tokenizer, g.data)
+        for g in store.recall_segments(conversation_id)
+    ]
 
 
 def _drop_segments(store: Store, conversation_id: str) -> None:
-    with store.atomic() as conn:
-        conn.execute(
-            delete(s.recall_segments).where(s.recall_segments.c.conversation_id == conversation_id)
-        )
+    store.drop_recall_segments(conversation_id)
 
 
 def _write_segments(
     store: Store, conversation_id: str, segs: Iterable[Segment], replace: bool = False
 ) -> None:
-    t = s.recall_segments.c
-    with store.atomic() as conn:
-        if replace:
-            conn.execute(delete(s.recall_segments).where(t.conversation_id == conversation_id))
-        for seg in segs:
-            clash = conn.execute(
-                select(t.first_seq).where(
-                    t.conversation_id == conversation_id, t.first_seq == seg.first_seq
-                )
-            ).first()
-            if clash:  # another process persisted the same range first: same postings
-                continue
-            conn.execute(
-                insert(s.recall_segments).values(
-                    conversation_id=conversation_id,
-                    first_seq=seg.first_seq,
-                    last_seq=seg.last_seq,
-                    tokenizer=seg.tokenizer,
-                    data=seg.to_bytes(),
-                    created_at=time.time(),
-                )
-            )
+    stored = (StoredSegment(g.first_seq, g.last_seq, g.tokenizer, g.to_bytes()) for g in segs)
+    store.save_recall_segments(conversation_id, stored, replace=replace)
 
 
 # an optional embedding scorer ----------------------------------------------------------------
