@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from kioku.errors import BadSummary, InputError
+from kioku.errors import BadNotes, InputError
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, ChatModel, ChatRequest
 from kioku.tokens import TokenCounter
@@ -39,13 +39,6 @@ NOTE_KINDS: tuple[str, ...] = (
 Author = Literal["extractor", "operator"]
 NOTES_PROMPT_VERSION = "notes-1"
 HEURISTIC_VERSION = "notes-heuristic-1"
-
-
-class BadNotes(BadSummary):
-    """The extractor's reply could not be parsed strictly; nothing was stored."""
-
-    def __init__(self, reason: str, text: str = "") -> None:
-        super().__init__(f"notes: {reason}", text)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, and_, insert, or_, select, text, update
 
 from kioku import schema as s
 from kioku.db import Database, new_id
-from kioku.errors import StoreError
+from kioku.errors import LeaseLost
 from kioku.memory import MemoryItem
 
 DEFAULT_LEASE_S = 600.0
@@ -57,10 +57,6 @@ def _held(job_id: int, worker: str | None) -> list[Any]:
     if worker is None:
         return [j.id == job_id]
     return [j.id == job_id, j.status == "running", j.leased_by == worker]
-
-
-class LeaseLost(StoreError):
-    """A worker finished a job after its lease expired and another worker took it over."""
 
 
 class JobQueue(Database):

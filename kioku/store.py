@@ -30,10 +30,10 @@ from sqlalchemy.sql.elements import BindParameter
 
 from kioku import schema as s
 from kioku.db import DEFAULT_URL, make_engine, new_id
-from kioku.errors import NotFound, StoreError
+from kioku.errors import FoldRefused, NotFound, StoreError
 from kioku.memory import MemoryItem, coverage_gaps
 from kioku.messages import LogEntry, Message, parts_from_json
-from kioku.queue import DEFAULT_LEASE_S, Job, JobQueue, LeaseLost
+from kioku.queue import DEFAULT_LEASE_S, Job, JobQueue
 from kioku.store_edits import MessageEdits
 from kioku.store_keys import ApiKeys
 from kioku.store_log import EventLog
@@ -44,9 +44,7 @@ __all__ = [
     "DEFAULT_LEASE_S",
     "DEFAULT_URL",
     "ConversationInfo",
-    "FoldRefused",
     "Job",
-    "LeaseLost",
     "Store",
     "make_engine",
 ]
@@ -381,7 +379,7 @@ class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKe
             ]
             problems = coverage_gaps(active, raw_start)
             if problems:
-                raise _FoldRefused("; ".join(problems))
+                raise FoldRefused("; ".join(problems))
             version = int(row.memory_version) + 1
             conn.execute(
                 update(s.conversations)
@@ -438,10 +436,3 @@ class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKe
                 update(s.conversations).where(c.id == conversation_id).values(next_seq=after)
             )
             return after
-
-
-class _FoldRefused(StoreError):
-    """A fold would have broken the coverage invariant; nothing was changed."""
-
-
-FoldRefused = _FoldRefused

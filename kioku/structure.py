@@ -181,43 +181,43 @@ def parse_record(text: str, span: tuple[int, int]) -> Record:
         raise BadSummary("unparseable: the JSON is not an object", text)
     try:
         record = _build(obj, span=span, stored=False)
-    except _Invalid as e:
-        raise BadSummary(f"unparseable: {e}", text) from None
+    except BadSummary as e:
+        raise BadSummary(e.reason, text) from None
     if record.is_empty():
         raise BadSummary("unparseable: the record is empty", text)
     return record
 
 
-class _Invalid(ValueError):
-    pass
+def _invalid(problem: str) -> BadSummary:
+    return BadSummary(f"unparseable: {problem}")
 
 
 def _build(obj: dict[str, Any], span: tuple[int, int] | None, stored: bool) -> Record:
     if not stored:
         unknown = sorted(set(obj) - set(KEYS))
         if unknown:
-            raise _Invalid(f"unknown keys {unknown}; use only {', '.join(KEYS)}")
+            raise _invalid(f"unknown keys {unknown}; use only {', '.join(KEYS)}")
 
     def items(key: str) -> list[Any]:
         v = obj.get(key)
         if v is None:
             return []
         if not isinstance(v, list):
-            raise _Invalid(f'"{key}" must be a list')
+            raise _invalid(f'"{key}" must be a list')
         return v
 
     def seq(d: Mapping[str, Any], where: str, required: bool = False) -> int | None:
         v = d.get("seq")
         if v is None or v == "":
             if required:
-                raise _Invalid(f"{where}.seq is required")
+                raise _invalid(f"{where}.seq is required")
             return None
         if isinstance(v, str) and re.fullmatch(r"#?\d+", v.strip()):
             v = int(v.strip().lstrip("#"))
         if not isinstance(v, int) or isinstance(v, bool):
-            raise _Invalid(f"{where}.seq must be a message number")
+            raise _invalid(f"{where}.seq must be a message number")
         if span is not None and not span[0] <= v <= span[1]:
-            raise _Invalid(f"{where}.seq {v} is outside #{span[0]}–#{span[1]}")
+            raise _invalid(f"{where}.seq {v} is outside #{span[0]}–#{span[1]}")
         return v
 
     def text(d: Mapping[str, Any], key: str, where: str, required: bool = True) -> str:
@@ -225,12 +225,12 @@ def _build(obj: dict[str, Any], span: tuple[int, int] | None, stored: bool) -> R
         if v is None and not required:
             return ""
         if not isinstance(v, str) or (required and not v.strip()):
-            raise _Invalid(f"{where}.{key} must be a non-empty string")
+            raise _invalid(f"{where}.{key} must be a non-empty string")
         return v.strip()
 
     def obj_at(v: Any, where: str) -> Mapping[str, Any]:
         if not isinstance(v, dict):
-            raise _Invalid(f"{where} must be an object")
+            raise _invalid(f"{where} must be an object")
         return v
 
     events: list[Event] = []
@@ -247,10 +247,10 @@ def _build(obj: dict[str, Any], span: tuple[int, int] | None, stored: bool) -> R
         d = obj_at(v, w)
         support = str(d.get("supported_by") or "none").strip().lower()
         if support not in SUPPORT:
-            raise _Invalid(f"{w}.supported_by must be one of {', '.join(SUPPORT)}")
+            raise _invalid(f"{w}.supported_by must be one of {', '.join(SUPPORT)}")
         actual = d.get("actual")
         if actual is not None and not isinstance(actual, str):
-            raise _Invalid(f"{w}.actual must be a string or null")
+            raise _invalid(f"{w}.actual must be a string or null")
         claims.append(
             Claim(
                 seq=seq(d, w),
@@ -268,13 +268,13 @@ def _build(obj: dict[str, Any], span: tuple[int, int] | None, stored: bool) -> R
         d = obj_at(v, w)
         tid = thread_id(text(d, "id", w))
         if not tid:
-            raise _Invalid(f"{w}.id must contain letters or digits")
+            raise _invalid(f"{w}.id must contain letters or digits")
         status = _STATUS_WORDS.get(str(d.get("status") or "").strip().lower())
         if status is None:
-            raise _Invalid(f"{w}.status must be open or resolved")
+            raise _invalid(f"{w}.status must be open or resolved")
         try:
             tseq = seq(d, w)
-        except _Invalid:
+        except BadSummary:
             # a thread's seq often points at where it opened, before this range: keep the note
             tseq = None
         threads.append(ThreadNote(tid, text(d, "title", w, required=False) or tid, status, tseq))

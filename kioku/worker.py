@@ -17,13 +17,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from kioku.errors import KiokuError
+from kioku.errors import KiokuError, LeaseLost
 from kioku.generations import chapter_task, item_from_summary, synopsis_task
 from kioku.lang import detect_lang
 from kioku.messages import LogEntry
 from kioku.profiles import Profile
 from kioku.revisions import revised_item, revision_task
-from kioku.store import DEFAULT_LEASE_S, Job, LeaseLost, Store
+from kioku.store import DEFAULT_LEASE_S, Job, Store
 from kioku.summarizer import Summarizer, SummaryTask
 
 log = logging.getLogger("kioku.worker")

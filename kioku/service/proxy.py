@@ -30,11 +30,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kioku.context import Prompt
 from kioku.engine import Conversation
-from kioku.errors import InputError
+from kioku.errors import InputError, UpstreamError
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, Completion
 from kioku.service.metrics import prefix_reuse
-from kioku.service.upstream import StreamState, UpstreamError, completion_of
+from kioku.service.upstream import StreamState, completion_of
 from kioku.sync import Incoming, Synced, replace_reply, sync
 
 if TYPE_CHECKING:
