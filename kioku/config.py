@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from kioku.engine import Kioku
+from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.profiles import Profile, get_profile
 from kioku.store import Store
 
@@ -94,17 +95,19 @@ def build_kioku(
             ExtractiveSummarizer(counter),
             ChroniclerConfig(system_role=settings.system_role),
         )
-    kk = Kioku(
-        store or Store.open(settings.db),
+    store = store or Store.open(settings.db)
+    layers: MemoryLayers = NO_LAYERS
+    if settings.layers:
+        from kioku.layers import Layers
+
+        layers = Layers(store, notes_model=notes_model)
+    return Kioku(
+        store,
         profile=profile,
         counter=counter,
         reply_model=reply_model,
         summarizer=summarizer,
         tenant=settings.tenant,
         background=background,
+        layers=layers,
     )
-    if settings.layers:
-        from kioku.layers import attach
-
-        attach(kk, notes_model=notes_model)
-    return kk

@@ -14,12 +14,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from kioku import policy
-from kioku.context import Prompt, Recollection, build
+from kioku.context import Prompt, build
 from kioku.errors import ConfigError, InputError, ModelError, StoreError, TruncatedReply
 from kioku.generations import chapter_task, item_from_summary
+from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.lang import detect_lang
 from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message
@@ -30,12 +30,6 @@ from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
 from kioku.tokens import ScriptEstimator, TokenCounter
 from kioku.worker import BackgroundWorker, Worker
-
-# Hooks the other memory layers plug into (archive recall, notes, verbal-tic guard).
-RecallHook = Callable[["Conversation", LogEntry, int], Sequence[Recollection]]
-InstructionsHook = Callable[["Conversation"], Sequence[str]]
-NotesHook = Callable[["Conversation"], str]
-AppendHook = Callable[["Conversation", LogEntry], None]
 
 
 @dataclass(frozen=True)
@@ -85,8 +79,12 @@ class Kioku:
         strategy: str = "generational",
         fold_immediately: bool = False,
         memory_in_system: bool = False,
+        layers: MemoryLayers = NO_LAYERS,
     ) -> None:
-        """`strategy`, `fold_immediately` and `memory_in_system` exist for the baselines kioku
+        """`layers` are the memory layers beside the log (`kioku.layers.Layers`: archive recall,
+        notes, the verbal-tic guard); by default the engine runs alone.
+
+        `strategy`, `fold_immediately` and `memory_in_system` exist for the baselines kioku
         is measured against (rolling rewrite, folding in the trigger turn, memory in the system
         prompt); the defaults are kioku's design."""
         if strategy not in ("generational", "rolling"):
@@ -105,19 +103,14 @@ class Kioku:
         self.extractive = ExtractiveSummarizer(self.counter)
         self.clock = clock
         self.tenant = tenant
-        self.recall: RecallHook | None = None
-        self.instructions: InstructionsHook | None = None
-        self.notes: NotesHook | None = None
-        self.on_append: list[AppendHook] = []
-        self.avoid_phrases: Callable[[str], Sequence[str]] | None = None
-        self.layers: Any = None  # set by kioku.layers.attach
+        self.layers = layers
         self._worker = Worker(
             self.store,
             self.summarizer,
             self.profile,
             clock=clock,
             simulated_duration_s=simulated_duration_s,
-            avoid_phrases=lambda cid: self.avoid_phrases(cid) if self.avoid_phrases else (),
+            layers=layers,
         )
         self._background: BackgroundWorker | None = None
         if background:
@@ -205,10 +198,9 @@ class Conversation:
 
     def refresh_notes(self) -> None:
         """Render the notes into the memory exchange now (at a fold, or after an operator edit)."""
-        if self.kioku.notes is not None:
-            self.store.set_notes_snapshot(
-                self.id, self.kioku.notes(self), self.info().memory_version
-            )
+        text = self.kioku.layers.notes(self)
+        if text is not None:
+            self.store.set_notes_snapshot(self.id, text, self.info().memory_version)
 
     def raw_window(self, info: ConversationInfo | None = None) -> list[LogEntry]:
         info = info or self.info()
@@ -223,10 +215,7 @@ class Conversation:
     def append(self, message: Message, meta: dict | None = None) -> LogEntry:
         if message.is_empty():
             raise InputError("empty message: nothing to store (send some text)")
-        entry = self.store.append(self.id, message, self.kioku.counter.count(message.text), meta)
-        for hook in self.kioku.on_append:
-            hook(self, entry)
-        return entry
+        return self.store.append(self.id, message, self.kioku.counter.count(message.text), meta)
 
     def revise(self, changes: Sequence[Change]) -> Revised:
         """Edit, delete or regenerate stored messages (versions kept, memory over them marked
@@ -293,8 +282,8 @@ class Conversation:
             new=entry,
             profile=k.profile,
             counter=k.counter,
-            recollections=k.recall(self, entry, info.raw_start) if k.recall else (),
-            instructions=k.instructions(self) if k.instructions else (),
+            recollections=k.layers.recollections(self, entry, info.raw_start),
+            instructions=k.layers.instructions(self),
             lang=self.lang,
             memory_version=info.memory_version,
             memory_in_system=k.memory_in_system,
@@ -458,7 +447,7 @@ class Conversation:
             chunk.append(e)
             acc += e.tokens
         groups.append(chunk)
-        avoid = tuple(k.avoid_phrases(self.id)) if k.avoid_phrases else ()
+        avoid = tuple(k.layers.avoid_phrases(self.id))
         started = time.monotonic()
         for g in groups:
             task = chapter_task(

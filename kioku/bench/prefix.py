@@ -134,10 +134,15 @@ Driver = Callable[[Turn], tuple[list[ChatMessage], str]]
 
 
 def kioku_driver(
-    t: Transcript, profile: Profile, counter: ChatMLTokens, clock: list[float], **options: Any
+    t: Transcript,
+    profile: Profile,
+    counter: ChatMLTokens,
+    clock: list[float],
+    store: Store | None = None,
+    **options: Any,
 ) -> tuple[Driver, Kioku]:
     kk = Kioku(
-        Store.open("sqlite://"),
+        store or Store.open("sqlite://"),
         profile=profile,
         counter=counter,
         clock=lambda: clock[0],

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kioku.engine import Conversation, Kioku
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.memory import MemoryItem
 from kioku.messages import Message
 from kioku.profiles import LOCAL_64K
@@ -105,8 +105,7 @@ def run(
     for n in sizes:
         store = Store.open("sqlite://")
         seed_history(store, f"history-{n}", n)
-        kk = Kioku(store, profile=LOCAL_64K)
-        attach(kk)
+        kk = Kioku(store, profile=LOCAL_64K, layers=Layers(store))
         stores.append(store)
         convs.append(kk.conversation(f"history-{n}"))
     for n, t in zip(sizes, measure(convs, turns), strict=True):

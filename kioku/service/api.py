@@ -278,11 +278,7 @@ def put_notes(
 ) -> NotesOut:
     conv = _conversation(request, tenant, conversation_id)
     kk = conv.kioku
-    if kk.layers is not None:
-        result = kk.layers.edit_notes(conv, body.text, base=body.base)
-    else:
-        result = notes_layer.apply_edit(conv.store, conv.id, body.text, base=body.base)
-        conv.refresh_notes()
+    result = kk.layers.edit_notes(conv, body.text, base=body.base)
     return NotesOut(
         added=len(result.added),
         changed=len(result.changed),
@@ -310,7 +306,7 @@ def cut(request: Request, tenant: Tenant, conversation_id: ConversationId) -> Cu
 def tics(request: Request, tenant: Tenant, conversation_id: ConversationId) -> TicsOut:
     conv = _conversation(request, tenant, conversation_id)
     kk = conv.kioku
-    alerts = kk.layers.tic_alerts(conv.id) if kk.layers is not None else []
+    alerts = kk.layers.tic_alerts(conv.id)
     return TicsOut(
         alerts=[
             TicOut(phrase=a.phrase, count=a.count, window=a.window, kind=a.kind) for a in alerts

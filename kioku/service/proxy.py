@@ -299,12 +299,10 @@ async def _store_reply(
             log.exception("the reply to %s #%s was not stored", turn.conv.id, turn.entry.seq)
         finally:
             slot.lock.release()
-        layers = turn.conv.kioku.layers
-        if layers is not None:
-            try:
-                await run_in_threadpool(layers.tic_alerts, turn.conv.id)
-            except Exception:
-                log.exception("tic detection failed for %s", turn.conv.id)
+        try:
+            await run_in_threadpool(turn.conv.kioku.layers.tic_alerts, turn.conv.id)
+        except Exception:
+            log.exception("tic detection failed for %s", turn.conv.id)
 
     svc.spawn(store())
 
