@@ -45,6 +45,15 @@ class Reply:
 
 
 @dataclass(frozen=True)
+class View:
+    """What a turn reads before it decides: the conversation, its raw window and its memory."""
+
+    info: ConversationInfo
+    window: list[LogEntry]
+    memory: Memory
+
+
+@dataclass(frozen=True)
 class TurnReport:
     """What `prepare()` did besides building the prompt: for logs, the demo and benchmarks."""
 
@@ -157,8 +166,6 @@ class Conversation:
         self._raw: list[LogEntry] = []  # cache of the raw window; the log is append-only
         self._lang: str | None = None
         self._character: str | None = None
-        # what `_compact` read, when it changed nothing: `prepare_for` builds from it
-        self._seen: tuple[ConversationInfo, list[LogEntry], Memory] | None = None
 
     # reading ---------------------------------------------------------------------------------
 
@@ -239,25 +246,20 @@ class Conversation:
     def prepare_for(self, entry: LogEntry) -> Prompt:
         """Apply what is ready and build the prompt answering a stored message (`prepare` after
         its append; the service also calls it to retry or regenerate a turn)."""
-        self.last_turn = self._compact()
-        if self.kioku.fold_immediately and self.last_turn.scheduled:
+        report, view = self._compact(self._view())
+        if self.kioku.fold_immediately and report.scheduled:
             # the baseline that blocks the turn on the summary and folds in the trigger turn
             self.kioku.worker.run_until_idle(self.id)
-            again = self._compact()
-            self.last_turn = TurnReport(
+            again, view = self._compact(view)
+            report = TurnReport(
                 folded=again.folded,
-                forced_cut=self.last_turn.forced_cut or again.forced_cut,
+                forced_cut=report.forced_cut or again.forced_cut,
                 major_gc=again.major_gc,
-                scheduled=self.last_turn.scheduled + again.scheduled,
-                reasons=self.last_turn.reasons + again.reasons,
+                scheduled=report.scheduled + again.scheduled,
+                reasons=report.reasons + again.reasons,
             )
-        if self._seen is not None:
-            info, window, memory = self._seen
-        else:
-            info = self.info()
-            window, memory = self.raw_window(info), self.memory()
-        self._seen = None
-        prompt = self.prompt_for(entry, info=info, window=window, memory=memory)
+        self.last_turn = report
+        prompt = self.prompt_for(entry, info=view.info, window=view.window, memory=view.memory)
         self._last_prompt = prompt
         return prompt
 
@@ -340,18 +342,21 @@ class Conversation:
 
     # compaction --------------------------------------------------------------------------------
 
+    def _view(self) -> View:
+        """The state a turn is decided and built from, read in this one place."""
+        info = self.info()
+        return View(info, self.raw_window(info), self.memory())
+
     def settle(self) -> TurnReport:
         """Apply whatever became ready (folds, major GCs) without a new message: what the next
         turn would do first. Evaluations call it to read the memory a conversation ends with."""
-        return self._compact()
+        return self._compact(self._view())[0]
 
-    def _compact(self) -> TurnReport:
+    def _compact(self, view: View) -> tuple[TurnReport, View]:
+        """Decide on `view` and apply the decision; return what happened and the view to build
+        the prompt from (`view` itself unless a fold changed it)."""
         k = self.kioku
-        self._seen = None
-        info = self.info()
-        raw = self.raw_window(info)
-        mem = self.memory()
-        items = self.store.items(self.id, "ready")
+        info, raw = view.info, view.window
         jobs = [
             policy.PendingJob(j.kind, j.first_seq, j.last_seq)
             for j in self.store.jobs(self.id, "queued", "running")
@@ -363,76 +368,83 @@ class Conversation:
                 now=now,
                 raw_start=info.raw_start,
                 raw=[(e.seq, e.tokens) for e in raw],
-                memory=mem,
-                ready=items,
+                memory=view.memory,
+                ready=self.store.items(self.id, "ready"),
                 jobs=jobs,
                 strategy=k.strategy,
             )
         )
-        if decision.discard:
-            self.store.retire_items(self.id, decision.discard)
-        add: list[MemoryItem] = []
-        if decision.forced_cut:
-            lo, hi = decision.forced_cut
-            entries = [e for e in raw if lo <= e.seq <= hi]
-            task = chapter_task(entries, k.profile, lang=self.lang, character=info.character)
-            add.append(item_from_summary(task, k.extractive.summarize(task), ready_at=now))
-        if decision.folds:
-            try:
-                self.store.fold(
-                    self.id,
-                    activate=decision.activate,
-                    retire=(*decision.retire, *decision.revised),
-                    raw_start=decision.raw_start
-                    if decision.raw_start is not None
-                    else info.raw_start,
-                    expect_raw_start=info.raw_start,
-                    add=add,
-                )
-            except StoreError as e:
-                # Another process folded first; its state is as good as ours.
-                self.store.log(self.id, "fold", "skipped", detail=str(e))
-                return TurnReport(reasons=(*decision.reasons, f"fold skipped: {e}"))
-            self.store.incr(self.id, "folds")
-            self.refresh_notes()
-            if decision.retire and k.strategy == "generational":
-                self.store.incr(self.id, "major_gcs")
-            self.store.log(self.id, "fold", "ok", detail="; ".join(decision.reasons))
-            if decision.forced_cut:
-                self.store.incr(self.id, "forced_cuts")
-                self.store.log(
-                    self.id,
-                    "forced_cut",
-                    "extractive",
-                    first_seq=decision.forced_cut[0],
-                    last_seq=decision.forced_cut[1],
-                )
-        if decision.cancel_through is not None:
-            self.store.cancel_jobs(self.id, decision.cancel_through)
-        for plan in decision.schedule:
-            self.store.enqueue_job(
-                self.id, plan.kind, plan.first_seq, plan.last_seq, plan.run_after, plan.payload
-            )
-        if decision.schedule and k._background is not None:
-            k._background.poke()
-        if not decision.folds:
-            self._seen = (info, raw, mem)  # nothing the prompt shows has changed
-        return TurnReport(
+        report = TurnReport(
             folded=decision.folds,
             forced_cut=decision.forced_cut,
             major_gc=bool(decision.retire),
             scheduled=tuple(p.kind for p in decision.schedule),
             reasons=decision.reasons,
         )
+        writes = decision.discard or decision.schedule or decision.cancel_through is not None
+        if not (decision.folds or writes):
+            return report, view  # the common turn: nothing to store
+        add: list[MemoryItem] = []
+        if decision.forced_cut:
+            lo, hi = decision.forced_cut
+            entries = [e for e in raw if lo <= e.seq <= hi]
+            task = chapter_task(entries, k.profile, lang=self.lang, character=info.character)
+            add.append(item_from_summary(task, k.extractive.summarize(task), ready_at=now))
+        try:
+            with self.store.atomic():
+                self._apply(decision, info, add)
+        except StoreError as e:
+            if not decision.folds:
+                raise
+            # Another process folded first; its state is as good as ours.
+            self.store.log(self.id, "fold", "skipped", detail=str(e))
+            return TurnReport(reasons=(*decision.reasons, f"fold skipped: {e}")), self._view()
+        if decision.schedule and k._background is not None:
+            k._background.poke()
+        return report, self._view() if decision.folds else view
+
+    def _apply(
+        self, decision: policy.Decision, info: ConversationInfo, add: list[MemoryItem]
+    ) -> None:
+        """Store a decision: a fold with its retirements, notes snapshot, counters and log line,
+        and the jobs it cancels and schedules. The caller holds one transaction around it."""
+        store, k = self.store, self.kioku
+        store.retire_items(self.id, decision.discard)
+        if decision.folds:
+            raw_start = decision.raw_start if decision.raw_start is not None else info.raw_start
+            store.fold(
+                self.id,
+                activate=decision.activate,
+                retire=(*decision.retire, *decision.revised),
+                raw_start=raw_start,
+                expect_raw_start=info.raw_start,
+                add=add,
+            )
+            store.incr(self.id, "folds")
+            self.refresh_notes()
+            if decision.retire and k.strategy == "generational":
+                store.incr(self.id, "major_gcs")
+            store.log(self.id, "fold", "ok", detail="; ".join(decision.reasons))
+            if decision.forced_cut:
+                store.incr(self.id, "forced_cuts")
+                first, last = decision.forced_cut
+                store.log(self.id, "forced_cut", "extractive", first_seq=first, last_seq=last)
+        if decision.cancel_through is not None:
+            store.cancel_jobs(self.id, decision.cancel_through)
+        for plan in decision.schedule:
+            store.enqueue_job(
+                self.id, plan.kind, plan.first_seq, plan.last_seq, plan.run_after, plan.payload
+            )
 
     def cut(self) -> TurnReport:
         """区切り: fold everything not yet summarized now and start the raw window afresh.
 
         The summarizer runs synchronously (it is an operator action); the archive and search
-        still hold every message."""
+        still hold every message. The fold, its retirements, counter and log line are one
+        transaction."""
         k = self.kioku
         info = self.info()
-        raw = self.raw_window()
+        raw = self.raw_window(info)
         if not raw:
             return TurnReport(reasons=("cut: nothing to fold",))
         ready = self.store.items(self.id, "ready")
@@ -466,28 +478,29 @@ class Conversation:
                 self.store.log(self.id, "fallback", "extractive", detail=f"cut: {e}")
                 self.store.incr(self.id, "fallbacks")
             add.append(item_from_summary(task, summary, ready_at=k.clock()))
-        self.store.retire_items(
-            self.id, [r.id for r in ready if r.kind == "chapter" and r.id is not None]
-        )
-        self.store.fold(
-            self.id,
-            activate=(),
-            retire=(),
-            raw_start=raw[-1].seq + 1,
-            expect_raw_start=info.raw_start,
-            add=add,
-        )
-        self.store.cancel_jobs(self.id, raw[-1].seq)
-        self.store.incr(self.id, "cuts")
-        self.store.log(
-            self.id,
-            "cut",
-            "ok",
-            duration_s=time.monotonic() - started,
-            input_tokens=sum(e.tokens for e in raw),
-            output_tokens=sum(i.tokens for i in add),
-            first_seq=raw[0].seq,
-            last_seq=raw[-1].seq,
-        )
+        with self.store.atomic():
+            self.store.retire_items(
+                self.id, [r.id for r in ready if r.kind == "chapter" and r.id is not None]
+            )
+            self.store.fold(
+                self.id,
+                activate=(),
+                retire=(),
+                raw_start=raw[-1].seq + 1,
+                expect_raw_start=info.raw_start,
+                add=add,
+            )
+            self.store.cancel_jobs(self.id, raw[-1].seq)
+            self.store.incr(self.id, "cuts")
+            self.store.log(
+                self.id,
+                "cut",
+                "ok",
+                duration_s=time.monotonic() - started,
+                input_tokens=sum(e.tokens for e in raw),
+                output_tokens=sum(i.tokens for i in add),
+                first_seq=raw[0].seq,
+                last_seq=raw[-1].seq,
+            )
         self._raw = []
         return TurnReport(folded=True, reasons=(f"cut: folded {raw[0].seq}..{raw[-1].seq}",))
