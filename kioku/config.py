@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kioku.engine import Kioku
 from kioku.hooks import NO_LAYERS, MemoryLayers
@@ -36,8 +37,8 @@ class Settings:
     # the chronicler's instructions open the user turn instead.
     system_role: bool = True
 
-    def with_(self, **changes: object) -> Settings:
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
+    def with_(self, **changes: Any) -> Settings:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     @property
     def profile_obj(self) -> Profile:

@@ -18,11 +18,11 @@ from dataclasses import dataclass, replace
 from kioku import policy
 from kioku.context import Prompt, build
 from kioku.errors import ConfigError, InputError, ModelError, StoreError, TruncatedReply
-from kioku.generations import chapter_task, item_from_summary
+from kioku.generations import chapter_task, chunks, item_from_summary
 from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.lang import detect_lang
 from kioku.memory import Memory, MemoryItem
-from kioku.messages import LogEntry, Message
+from kioku.messages import LogEntry, Message, Role
 from kioku.models import ChatModel, Completion
 from kioku.profiles import LOCAL_64K, Profile
 from kioku.revisions import Change, Revised, revise, stand_ins
@@ -64,12 +64,12 @@ class TurnReport:
     reasons: tuple[str, ...] = ()
 
 
-def as_message(value: str | Message, role: str, author: str = "") -> Message:
+def as_message(value: str | Message, role: Role, author: str = "") -> Message:
     if isinstance(value, Message):
         return value
     if not isinstance(value, str):
         raise InputError(f"expected text or a Message, got {type(value).__name__}")
-    return Message.of(role, value, author=author)  # type: ignore[arg-type]
+    return Message.of(role, value, author=author)
 
 
 class Kioku:
@@ -449,16 +449,7 @@ class Conversation:
             return TurnReport(reasons=("cut: nothing to fold",))
         ready = self.store.items(self.id, "ready")
         add: list[MemoryItem] = []
-        chunk: list[LogEntry] = []
-        acc = 0
-        groups: list[list[LogEntry]] = []
-        for e in raw:
-            if chunk and acc + e.tokens > k.profile.summary_chunk:
-                groups.append(chunk)
-                chunk, acc = [], 0
-            chunk.append(e)
-            acc += e.tokens
-        groups.append(chunk)
+        groups = chunks(raw, k.profile.summary_chunk, size=lambda e: e.tokens)
         avoid = tuple(k.layers.avoid_phrases(self.id))
         started = time.monotonic()
         for g in groups:

@@ -20,9 +20,9 @@ from kioku.errors import ConfigError
 
 if TYPE_CHECKING:
     from kioku.archive import Hit
-    from kioku.context import Recollection
     from kioku.engine import Conversation
     from kioku.messages import LogEntry
+    from kioku.recollection import Recollection
     from kioku.tics import TicAlert
 
 

@@ -20,12 +20,12 @@ from typing import Any
 from kioku import notes as notes_layer
 from kioku import tics as tics_layer
 from kioku.archive import Hit
-from kioku.context import Recollection
 from kioku.engine import Conversation
 from kioku.errors import ConfigError
 from kioku.messages import LogEntry
 from kioku.models import ChatModel
 from kioku.recall import RecallIndexes
+from kioku.recollection import Recollection
 from kioku.store import Store
 
 TIC_WINDOW = 20
@@ -75,14 +75,13 @@ class Layers:
     ) -> list[Recollection]:
         if self.recall is None or raw_start == 0:
             return []
-        found = self.recall.recall(
+        return self.recall.recall(
             conv.id,
             entry.message.text,
             before_seq=raw_start,
             budget_tokens=conv.kioku.profile.recollection_tokens,
             counter=conv.kioku.counter,
         )
-        return [Recollection(r.first_seq, r.last_seq, r.render(), r.tokens, r.score) for r in found]
 
     def tic_alerts(self, conversation_id: str) -> list[tics_layer.TicAlert]:
         key = tuple(self.store.tail_hashes(conversation_id, TIC_WINDOW, role="assistant"))

@@ -20,13 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kioku.generations import chunks
 from kioku.memory import Memory, MemoryItem
 from kioku.profiles import Profile
+from kioku.queue import JobKind
 
 
 @dataclass(frozen=True)
 class PendingJob:
-    kind: str  # chapter | synopsis
+    kind: JobKind
     first_seq: int
     last_seq: int
 
@@ -47,7 +49,7 @@ class State:
 
 @dataclass(frozen=True)
 class JobPlan:
-    kind: str
+    kind: JobKind
     first_seq: int
     last_seq: int
     run_after: float
@@ -179,18 +181,9 @@ def _cut_point(raw: Sequence[tuple[int, int]], start: int, keep: int) -> int:
 def _chunks(
     raw: Sequence[tuple[int, int]], first: int, last: int, chunk: int
 ) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    lo, acc = first, 0
-    for s, t in raw:
-        if s < first or s > last:
-            continue
-        if acc and acc + t > chunk:
-            out.append((lo, s - 1))
-            lo, acc = s, 0
-        acc += t
-    if lo <= last:
-        out.append((lo, last))
-    return out
+    """Chapter-sized seq ranges covering first..last (the raw window has no gaps)."""
+    within = [(s, t) for s, t in raw if first <= s <= last]
+    return [(run[0][0], run[-1][0]) for run in chunks(within, chunk, size=lambda st: st[1])]
 
 
 def decide(state: State) -> Decision:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, and_, insert, or_, select, text, update
 
@@ -18,6 +18,11 @@ from kioku import schema as s
 from kioku.db import Database, new_id
 from kioku.errors import LeaseLost
 from kioku.memory import MemoryItem
+
+# chapter: a raw range; synopsis: a major GC; rolling: the rolling baseline's rewrite;
+# revision: the re-summary of an item a client's edit made stale
+JobKind = Literal["chapter", "synopsis", "rolling", "revision"]
+JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 
 DEFAULT_LEASE_S = 600.0
 # namespace of the per-conversation advisory locks taken while claiming a job (PostgreSQL)
@@ -28,10 +33,10 @@ CLAIM_LOCK_NS = 0x6B696F
 class Job:
     id: int
     conversation_id: str
-    kind: str
+    kind: JobKind
     first_seq: int
     last_seq: int
-    status: str
+    status: JobStatus
     attempts: int
     run_after: float
     payload: dict[str, Any]
@@ -68,7 +73,7 @@ class JobQueue(Database):
     def enqueue_job(
         self,
         conversation_id: str,
-        kind: str,
+        kind: JobKind,
         first_seq: int,
         last_seq: int,
         run_after: float,
@@ -90,7 +95,7 @@ class JobQueue(Database):
             )
             return new_id(r)
 
-    def jobs(self, conversation_id: str, *statuses: str) -> list[Job]:
+    def jobs(self, conversation_id: str, *statuses: JobStatus) -> list[Job]:
         j = s.jobs.c
         q = select(s.jobs).where(j.conversation_id == conversation_id)
         if statuses:
@@ -179,7 +184,7 @@ class JobQueue(Database):
     def finish_job(
         self,
         job_id: int,
-        status: str = "done",
+        status: JobStatus = "done",
         error: str | None = None,
         worker: str | None = None,
     ) -> bool:

@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 import numpy as np
 
@@ -27,6 +26,7 @@ from kioku.archive import (
     index_text,
 )
 from kioku.messages import LogEntry
+from kioku.recollection import RecalledLine, Recollection
 from kioku.store import Store
 from kioku.store_recall import StoredSegment
 from kioku.tokens import TokenCounter
@@ -38,34 +38,6 @@ MIN_CUT_TOKENS = 24  # below this, a cut-down recollection says too little to be
 
 
 # recollections -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RecalledLine:
-    seq: int
-    speaker: str
-    text: str
-    at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class Recollection:
-    """A past exchange found relevant to the new user message."""
-
-    first_seq: int
-    last_seq: int
-    score: float
-    lines: tuple[RecalledLine, ...]
-    tokens: int = 0  # of `render()`, by the counter the caller passed
-
-    @property
-    def at(self) -> datetime | None:
-        return next((ln.at for ln in self.lines if ln.at), None)
-
-    def render(self) -> str:
-        when = f", {self.at:%Y-%m-%d}" if self.at else ""
-        head = f"(#{self.first_seq}–{self.last_seq}{when})"
-        return "\n".join([head, *(f"{ln.speaker}: {ln.text}" for ln in self.lines)])
 
 
 Lookup = Callable[[int, int], Sequence[LogEntry]]  # (first, last) inclusive → entries

@@ -31,7 +31,7 @@ from sqlalchemy.sql.elements import BindParameter
 from kioku import schema as s
 from kioku.db import DEFAULT_URL, make_engine, new_id
 from kioku.errors import FoldRefused, NotFound, StoreError
-from kioku.memory import MemoryItem, coverage_gaps
+from kioku.memory import ItemStatus, MemoryItem, coverage_gaps
 from kioku.messages import LogEntry, Message, parts_from_json
 from kioku.queue import DEFAULT_LEASE_S, Job, JobQueue
 from kioku.store_edits import MessageEdits
@@ -303,7 +303,7 @@ class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKe
 
     # memory ------------------------------------------------------------------------------
 
-    def items(self, conversation_id: str, *statuses: str) -> list[MemoryItem]:
+    def items(self, conversation_id: str, *statuses: ItemStatus) -> list[MemoryItem]:
         q, params = _ITEMS, {"cid": conversation_id, "statuses": list(statuses)}
         if not statuses:
             q = _ALL_ITEMS

@@ -141,7 +141,7 @@ class Record:
 
 
 def is_structured(data: Mapping[str, Any] | None) -> bool:
-    return bool(data) and data.get("format") == FORMAT  # type: ignore[union-attr]
+    return data is not None and data.get("format") == FORMAT
 
 
 def record_from_data(data: Mapping[str, Any]) -> Record:

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from kioku.errors import KiokuError, LeaseLost
 from kioku.generations import chapter_task, item_from_summary, synopsis_task
@@ -33,10 +34,15 @@ DEFAULT_BACKOFF_S = 15.0
 DEFAULT_POLL_S = 1.0
 
 
+# done; retry (later, with backoff); failed (for good); overtaken (its range is covered
+# already); lost (slower than its lease: another worker's result counts)
+Outcome = Literal["done", "retry", "failed", "overtaken", "lost"]
+
+
 @dataclass(frozen=True)
 class JobOutcome:
     job: Job
-    status: str  # done | retry | failed | overtaken | lost
+    status: Outcome
     item_id: int | None = None
     duration_s: float = 0.0
     error: str = ""

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from kioku.context import Recollection
 from kioku.engine import Conversation, Kioku
 from kioku.errors import ConfigError
 from kioku.hooks import NO_LAYERS, NoLayers
 from kioku.messages import LogEntry
 from kioku.profiles import LOCAL_8K
+from kioku.recollection import RecalledLine, Recollection
 from kioku.store import Store
 from tests.helpers import Clock
 from tests.test_layers import grow
@@ -30,7 +30,8 @@ class Scripted(NoLayers):
         self, conv: Conversation, entry: LogEntry, raw_start: int
     ) -> Sequence[Recollection]:
         self.calls.append(("recollections", conv.id))
-        return [Recollection(0, 0, "REMEMBERED-LINE", 4)] if raw_start else []
+        line = RecalledLine(0, "Mika", "REMEMBERED-LINE")
+        return [Recollection(0, 0, 1.0, (line,), 8)] if raw_start else []
 
     def instructions(self, conv: Conversation) -> Sequence[str]:
         self.calls.append(("instructions", conv.id))

@@ -24,7 +24,7 @@ from rich.progress import Progress
 from kioku.context import MESSAGE_OVERHEAD
 from kioku.datasets import Transcript, load
 from kioku.engine import Kioku
-from kioku.messages import Message
+from kioku.messages import Message, Role
 from kioku.models import ChatMessage
 from kioku.profiles import Profile, get_profile
 from kioku.store import Store
@@ -172,8 +172,8 @@ def sliding_driver(t: Transcript, profile: Profile, counter: ChatMLTokens) -> Dr
     total = [0]
 
     def push(m: Message) -> None:
-        role = "user" if m.role == "user" else "assistant"
-        history.append(ChatMessage(role, m.text))  # type: ignore[arg-type]
+        role: Role = "user" if m.role == "user" else "assistant"
+        history.append(ChatMessage(role, m.text))
         sizes.append(counter.count(m.text) + MESSAGE_OVERHEAD)
         total[0] += sizes[-1]
 

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kioku.bench.prefix import Turn, kioku_driver, sliding_driver, turns_of
-from kioku.context import MESSAGE_OVERHEAD, Recollection
+from kioku.context import MESSAGE_OVERHEAD
 from kioku.datasets import Transcript
 from kioku.engine import Conversation, Kioku
 from kioku.layers import Layers
@@ -33,6 +33,7 @@ from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage
 from kioku.profiles import Profile
+from kioku.recollection import Recollection
 from kioku.store import Store
 from kioku.summarizer import Summarizer
 from kioku.tokens import TokenCounter

@@ -7,7 +7,7 @@ exactly like one that does not exist. Reads never create anything.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
@@ -19,6 +19,9 @@ from kioku.memory import MemoryItem
 from kioku.revisions import versions
 from kioku.service.auth import tenant_of
 from kioku.structure import is_structured, merge_threads
+
+if TYPE_CHECKING:
+    from kioku.service.app import Service
 
 MAX_SEQ = 2**62
 
@@ -150,7 +153,8 @@ router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
 
 
 def _kioku(request: Request, tenant: str) -> Kioku:
-    return request.app.state.service.kioku(tenant)  # type: ignore[no-any-return]
+    service: Service = request.app.state.service
+    return service.kioku(tenant)
 
 
 def _conversation(request: Request, tenant: str, conversation_id: str) -> Conversation:

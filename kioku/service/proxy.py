@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from kioku.context import Prompt
 from kioku.engine import Conversation
 from kioku.errors import InputError, UpstreamError
-from kioku.messages import LogEntry
+from kioku.messages import LogEntry, Role
 from kioku.models import ChatMessage, Completion
 from kioku.service.metrics import prefix_reuse
 from kioku.service.upstream import StreamState, completion_of
@@ -45,8 +45,14 @@ log = logging.getLogger("kioku.service")
 CONVERSATION_HEADER = "x-kioku-conversation"
 CHARACTER_HEADER = "x-kioku-character"
 MODE_HEADER = "x-kioku-mode"  # stateful | stateless (default: one message = stateful)
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-ROLES |= {"tool": "tool", "function": "tool"}
+ROLES: dict[str, Role] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
 
 
 class ChatMessageIn(BaseModel):
@@ -105,7 +111,7 @@ def split_messages(messages: Sequence[ChatMessageIn]) -> Split:
             continue  # a tool call without text: nothing kioku can store
         inside.extend(after)
         after = []
-        chat.append(Incoming(role, text, m.name or ""))  # type: ignore[arg-type]
+        chat.append(Incoming(role, text, m.name or ""))
     if not chat:
         raise InputError("the request has no user or assistant message to answer")
     return Split("\n\n".join(system) if system else None, tuple(chat), tuple(inside), tuple(after))
