@@ -14,8 +14,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
-from kioku import policy
+from kioku import policy, rolling
 from kioku.context import Prompt, build
 from kioku.errors import ConfigError, InputError, ModelError, StoreError, TruncatedReply
 from kioku.generations import chapter_task, chunks, item_from_summary
@@ -42,6 +43,12 @@ class Reply:
     @property
     def truncated(self) -> bool:
         return self.finish_reason == "length"
+
+
+# generational: chapters and major GCs (kioku) · rolling: one summary rewritten at each fold
+# (the baseline of seeds 002/004, kept for comparison)
+Strategy = Literal["generational", "rolling"]
+POLICIES: dict[str, policy.Policy] = {"generational": policy.decide, "rolling": rolling.decide}
 
 
 @dataclass(frozen=True)
@@ -85,7 +92,7 @@ class Kioku:
         tenant: str = "default",
         background: bool = False,
         simulated_duration_s: float = 0.0,
-        strategy: str = "generational",
+        strategy: Strategy = "generational",
         fold_immediately: bool = False,
         memory_in_system: bool = False,
         layers: MemoryLayers = NO_LAYERS,
@@ -96,13 +103,14 @@ class Kioku:
         `strategy`, `fold_immediately` and `memory_in_system` exist for the baselines kioku
         is measured against (rolling rewrite, folding in the trigger turn, memory in the system
         prompt); the defaults are kioku's design."""
-        if strategy not in ("generational", "rolling"):
+        if strategy not in POLICIES:
             raise ConfigError(f"unknown strategy {strategy!r}; use generational or rolling")
         self.store = store if isinstance(store, Store) else Store.open(store)
         if fold_immediately:
             profile = replace(profile, summary_delay_s=0.0)
             simulated_duration_s = 0.0
         self.strategy = strategy
+        self.policy: policy.Policy = POLICIES[strategy]
         self.fold_immediately = fold_immediately
         self.memory_in_system = memory_in_system
         self.profile = profile
@@ -362,7 +370,7 @@ class Conversation:
             for j in self.store.jobs(self.id, "queued", "running")
         ]
         now = k.clock()
-        decision = policy.decide(
+        decision = self.kioku.policy(
             policy.State(
                 profile=k.profile,
                 now=now,
@@ -371,7 +379,6 @@ class Conversation:
                 memory=view.memory,
                 ready=self.store.items(self.id, "ready"),
                 jobs=jobs,
-                strategy=k.strategy,
             )
         )
         report = TurnReport(

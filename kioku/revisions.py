@@ -29,9 +29,10 @@ from kioku.lang import detect_lang
 from kioku.memory import MemoryItem
 from kioku.messages import Message
 from kioku.profiles import Profile
+from kioku.rendering import render_story
 from kioku.store import Job, Store
 from kioku.store_edits import ChangeKind, Revised, Rewrite
-from kioku.structure import is_structured, record_from_data, render_story
+from kioku.structure import is_structured, record_from_data
 from kioku.summarizer import SummaryTask
 from kioku.tokens import ScriptEstimator, TokenCounter
 from kioku.transcript import render_transcript
