@@ -671,6 +671,7 @@ def test_a_short_record_mentioning_a_refusal_word_is_not_a_refusal() -> None:
     assert s.source == "llm" and s.events == () and "无法入睡" in s.text
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_model_output_is_stored_only_if_it_passes_the_guards(
     llama_server: LlamaServer,

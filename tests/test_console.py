@@ -30,7 +30,7 @@ from kioku.store import Store
 from tests.conftest import need
 from tests.helpers import Clock
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TENANT = "acme"
 CID = "mika"

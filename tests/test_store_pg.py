@@ -68,6 +68,7 @@ def run(store: Store) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_the_engine_remembers_the_same_on_postgres_as_on_sqlite(pg_store: Store) -> None:
     sqlite = Store.open("sqlite://")
     try:
