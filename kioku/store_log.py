@@ -1,4 +1,4 @@
-"""The compaction log and the counters, in the store: what happened to a conversation, and how often.
+"""The compaction log and the counters, in the store: what happened to a conversation, how often.
 
 Every fold, summary, fallback and refusal leaves a line in the compaction log (the console and
 `kioku log` read it); counters add up events by name per conversation. A tenant's totals across
