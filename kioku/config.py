@@ -10,9 +10,11 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kioku.engine import Kioku
 from kioku.errors import ConfigError
+from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.profiles import Profile, get_profile
 from kioku.store import Store
 
@@ -40,8 +42,8 @@ class Settings:
     # and benchmarks set 0 so they need not wait for the GPU-sharing delay
     summary_delay_s: float | None = None
 
-    def with_(self, **changes: object) -> Settings:
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
+    def with_(self, **changes: Any) -> Settings:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     @property
     def profile_obj(self) -> Profile:
@@ -120,8 +122,14 @@ def build_kioku(
             ExtractiveSummarizer(counter),
             ChroniclerConfig(system_role=settings.system_role),
         )
-    kk = Kioku(
-        store or Store.open(settings.db),
+    store = store or Store.open(settings.db)
+    layers: MemoryLayers = NO_LAYERS
+    if settings.layers:
+        from kioku.layers import Layers
+
+        layers = Layers(store, notes_model=notes_model)
+    return Kioku(
+        store,
         profile=profile,
         counter=counter,
         reply_model=reply_model,
@@ -130,9 +138,5 @@ def build_kioku(
         background=background,
         clock=clock or time.time,
         simulated_duration_s=simulated_duration_s,
+        layers=layers,
     )
-    if settings.layers:
-        from kioku.layers import attach
-
-        attach(kk, notes_model=notes_model)
-    return kk

@@ -31,6 +31,7 @@ from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage, ChatRequest
 from kioku.profiles import Profile
+from kioku.recollection import Recollection
 from kioku.tokens import TokenCounter
 
 # The template's tokens per message when the counter does not say (see `kioku.budget`).
@@ -41,17 +42,6 @@ RECOLLECTION_LABEL = {
     "ja": "(この会話の以前の部分から、関係がありそうな記憶:)",
     "zh": "(本次对话早先的一段可能相关的记忆:)",
 }
-
-
-@dataclass(frozen=True)
-class Recollection:
-    """A past exchange retrieval found relevant to the new user message."""
-
-    first_seq: int
-    last_seq: int
-    text: str
-    tokens: int
-    score: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -123,8 +113,8 @@ def entry_message(e: LogEntry, extras: Extras | None = None) -> ChatMessage:
 # Every turn renders the whole raw window again; a message renders the same every time.
 @lru_cache(maxsize=16384)
 def _chat_message(message: Message) -> ChatMessage:
-    role = message.role if message.role in ("user", "assistant", "system") else "user"
-    return ChatMessage(role=role, content=message.text)
+    # a tool's output goes to the model as user text
+    return ChatMessage("user" if message.role == "tool" else message.role, message.text)
 
 
 @dataclass(frozen=True)
@@ -322,8 +312,7 @@ def finish(
             )
             got_r = extras.tokens - got_i
     content = with_extras(extras.text, text) if extras else text
-    role = p.new.role if p.new.role in ("user", "assistant", "system") else "user"
-    messages = (*p.head, ChatMessage(role, content))
+    messages = (*p.head, ChatMessage(p.new.role, content))
     parts = dict(p.parts)
     if extras is not None and p.kept is not None:
         parts["recollections"] = p.kept.tokens  # shown before: the same tokens again

@@ -25,7 +25,7 @@ from kioku.budget import CHATML
 from kioku.datasets import Transcript, load
 from kioku.engine import Kioku
 from kioku.errors import ConfigError, KiokuError
-from kioku.messages import Message
+from kioku.messages import Message, Role
 from kioku.models import ChatMessage
 from kioku.profiles import Profile, get_profile
 from kioku.store import Store
@@ -196,22 +196,26 @@ def kioku_driver(
     profile: Profile,
     counter: ChatMLTokens,
     clock: list[float],
+    store: Store | None = None,
     *,
     layers: bool = True,
     **options: Any,
 ) -> tuple[Driver, Kioku]:
+    """kioku replaying `t`, with every memory layer on unless `layers` is False (or the caller
+    passes its own `layers=` object among `options`)."""
+    store = store or Store.open("sqlite://")
+    if layers and "layers" not in options:
+        from kioku.layers import Layers
+
+        options["layers"] = Layers(store)
     kk = Kioku(
-        Store.open("sqlite://"),
+        store,
         profile=profile,
         counter=counter,
         clock=lambda: clock[0],
         simulated_duration_s=profile.summary_duration_s,
         **options,
     )
-    if layers:
-        from kioku.layers import attach
-
-        attach(kk)
     conv = kk.conversation("bench", system_prompt=t.system_prompt, character=t.character)
 
     def drive(turn: Turn) -> Shown:
@@ -247,8 +251,8 @@ def sliding_driver(t: Transcript, profile: Profile, counter: ChatMLTokens) -> Dr
     total = [0]
 
     def push(m: Message) -> None:
-        role = "user" if m.role == "user" else "assistant"
-        history.append(ChatMessage(role, m.text))  # type: ignore[arg-type]
+        role: Role = "user" if m.role == "user" else "assistant"
+        history.append(ChatMessage(role, m.text))
         sizes.append(counter.count(m.text) + per)
         total[0] += sizes[-1]
 
