@@ -247,8 +247,7 @@ class ArchiveIndex:
             seqs_a, tfs_a = self._post[term]
             all_seqs = np.frombuffer(seqs_a, dtype=np.int32)
             cut = int(np.searchsorted(all_seqs, n))
-            if cut == 0:  # said only in the raw window: part of what the query asks, unmatched
-                ceiling += math.log(1 + (n_units + 0.5) / 0.5) * (k1 + 1)
+            if cut == 0:
                 continue
             sq, tf = all_seqs[:cut], np.frombuffer(tfs_a, dtype=np.float32, count=cut)
             # turn postings → window postings: a turn's words count in the windows around it

@@ -20,6 +20,7 @@ I/O, so the engine can ask retrieval for exactly the room `plan` found.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -76,12 +77,23 @@ class Extras:
 
 
 EXTRAS_KEY = "shown"
+# what the recollections' label and the blank lines around it cost, at most (en/ja/zh)
+LABEL_TOKENS = 32
 
 
 def extras_of(entry: LogEntry) -> Extras | None:
     """What this message was shown with when it was answered, if anything."""
     data = entry.meta.get(EXTRAS_KEY) if entry.meta else None
     return Extras.from_json(data) if data else None
+
+
+_NOT_WORDS = re.compile(r"[\W\d_]+")
+
+
+def gist(text: str) -> str:
+    """A line's words without numbers, punctuation or case: "Reply 12." and "reply 31" are
+    the same line said again."""
+    return _NOT_WORDS.sub("", text).casefold()
 
 
 def with_extras(extras: str, text: str) -> str:
@@ -133,6 +145,7 @@ class Plan:
     raw_start: int
     visible: frozenset[int]  # seqs a recollection must not repeat (shown as extras already)
     shown_instructions: frozenset[str]
+    raw_gists: frozenset[str] = frozenset()  # what the raw window says (`gist`)
     kept: Extras | None = None  # this message's extras, when it was answered before
 
     @property
@@ -145,10 +158,11 @@ class Plan:
 
     @property
     def recall_room(self) -> int:
-        """Tokens recollections may take this turn: a share of what is left, by profile."""
+        """Tokens recollections may take this turn: a share of what is left, by profile, less
+        the label that introduces them."""
         if self.kept is not None:
             return 0
-        return max(0, int(self.room * self.profile.recall_share))
+        return max(0, int(self.room * self.profile.recall_share) - LABEL_TOKENS)
 
 
 def head_tokens(
@@ -244,6 +258,7 @@ def plan(
         raw_start=raw[0].seq if raw else new.seq,
         visible=frozenset(visible),
         shown_instructions=frozenset(told),
+        raw_gists=frozenset(gist(e.message.text) for e in raw),
         kept=extras_of(new),
     )
     if p.room < 0:
@@ -271,11 +286,7 @@ def finish(
     extras = p.kept
     if extras is None:
         fresh = [i for i in instructions if i and i not in p.shown_instructions]
-        recs = [
-            r
-            for r in recollections
-            if not any(q in p.visible for q in range(r.first_seq, r.last_seq + 1))
-        ]
+        recs = [r for r in (_unseen(r, p) for r in recollections) if r is not None]
         instr_text = "\n".join(fresh)
         instr_t = _added(counter, instr_text, text) if instr_text else 0
         allowed = share(
@@ -329,6 +340,21 @@ def finish(
     )
     new_extras = extras if (extras is not None and p.kept is None) else None
     return Prompt(messages, account, p.memory_version, new_extras)
+
+
+def _unseen(r: Recollection, p: Plan) -> Recollection | None:
+    """The recollection without the lines the model already sees: lines an earlier turn
+    recalled (still raw with their turn), and the same words said again in the raw window."""
+    if not r.lines:  # a recollection made of text only
+        return r
+    fresh = tuple(
+        ln for ln in r.lines if ln.seq not in p.visible and gist(ln.text) not in p.raw_gists
+    )
+    if not fresh:
+        return None
+    if len(fresh) == len(r.lines):
+        return r
+    return Recollection(fresh[0].seq, fresh[-1].seq, r.score, fresh)
 
 
 def _extras_text(recs: Sequence[Recollection], instructions: str, label: str) -> str:

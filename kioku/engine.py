@@ -33,7 +33,6 @@ from kioku.summarizer import ExtractiveSummarizer, Summarizer
 from kioku.tokens import ScriptEstimator, TokenCounter
 from kioku.worker import BackgroundWorker, Worker
 
-
 # usage.prompt_tokens ÷ kioku's own count outside this band is not believed: tokenizers differ
 # by 1.6× at most on the same text (cl100k vs Qwen on Japanese), never by 2×
 CALIBRATION_BAND = (0.5, 2.0)

@@ -219,9 +219,11 @@ def cut_at_ceiling(state: State, plan: Plan) -> Plan:
     prompt = plan.prompt(state)
     if prompt <= state.ceiling:
         return plan
-    stand_in = replace(plan, stand_in_tokens=plan.stand_in_tokens + p.chapter_tokens)
-    excess = stand_in.prompt(state) - (state.ceiling - p.headroom)
-    cut = _cut_after(state.raw, plan.start, excess, p.min_raw)
+    after = replace(plan, stand_in_tokens=plan.stand_in_tokens + p.chapter_tokens).prompt(state)
+    # `headroom` below the ceiling, keeping the minimum raw window; but the turn must fit even
+    # where that minimum cannot stay (one huge message)
+    wanted = _cut_after(state.raw, plan.start, after - (state.ceiling - p.headroom), p.min_raw)
+    cut = max(wanted, _cut_after(state.raw, plan.start, after - state.ceiling, 0))
     if cut <= plan.start:
         return plan
     return replace(
@@ -339,14 +341,13 @@ def _fold_ready(
         if r.ready_at <= state.now and r.id is not None and not _revises(r, state.memory)
     ]
     ready_chapters = sorted(
-        (r for r in due if r.kind == "chapter" and not hold),
-        key=lambda r: (r.first_seq, -r.last_seq),
+        (r for r in due if r.kind == "chapter"), key=lambda r: (r.first_seq, -r.last_seq)
     )
     for r in ready_chapters:
         assert r.id is not None
         if r.first_seq < start:
             discard.append(r.id)  # a forced cut or a duplicate already covers it
-        elif r.first_seq == start:
+        elif r.first_seq == start and not hold:
             activate.append(r.id)
             chapters.append(r)
             start = r.last_seq + 1

@@ -11,15 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kioku.budget import CHATML, Want, share
-from kioku.context import Recollection, build, with_extras
+from kioku.context import build, with_extras
 from kioku.counters import QwenCounter
 from kioku.engine import Kioku
 from kioku.errors import CardTooLarge
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage, Completion, Usage
 from kioku.profiles import LOCAL_8K, LOCAL_64K
+from kioku.recollection import RecalledLine, Recollection
 from kioku.store import Store
 from kioku.tokens import CalibratedEstimator, ScriptEstimator
 from tests.helpers import Clock
@@ -37,6 +38,12 @@ WORDS = st.sampled_from(
     ["hello", "Mika", "cat", "雨", "東京", "spring", "promise", "ね", "42", "tea", "、", "!"]
 )
 TEXT = st.lists(WORDS, min_size=1, max_size=40).map(" ".join)
+
+
+def rec(first: int, last: int, text: str, counter: object = None) -> Recollection:
+    lines = tuple(RecalledLine(q, "Mika", text) for q in range(first, last + 1))
+    r = Recollection(first, last, 1.0, lines)
+    return Recollection(first, last, 1.0, lines, (counter or ScriptEstimator()).count(r.text))  # type: ignore[attr-defined]
 
 
 def entry(seq: int, text: str, role: str = "user") -> LogEntry:
@@ -75,7 +82,7 @@ def test_account_adds_up_to_the_rendered_prompt_as_the_server_counts_it(
         new=entry(first + len(raw), new),
         profile=LOCAL_8K,
         counter=QWEN,
-        recollections=[Recollection(0, 0, t, QWEN.count(t)) for t in recs],
+        recollections=[rec(0, 0, t, QWEN) for t in recs],
         instructions=instructions,
     )
     assert QWEN.template == CHATML
@@ -162,8 +169,10 @@ def test_between_folds_the_prompt_only_grows_with_every_layer_on() -> None:
     """What the server cached (the prompt plus its reply) is a prefix of the next prompt on
     every turn whose memory did not change, recollections and tic notes included."""
     clock = Clock()
-    kk = Kioku(Store.open("sqlite://"), profile=LOCAL_8K, counter=ScriptEstimator(), clock=clock)
-    attach(kk)
+    store = Store.open("sqlite://")
+    kk = Kioku(
+        store, profile=LOCAL_8K, counter=ScriptEstimator(), clock=clock, layers=Layers(store)
+    )
     conv = kk.conversation("grow", system_prompt="You are Mika.")
     facts = [
         f"My sister Hanako loves {w} and visits every {d}."
@@ -211,7 +220,7 @@ def test_a_recollection_already_visible_is_not_shown_again() -> None:
         new=entry(14, "what was its name?"),
         profile=LOCAL_8K,
         counter=ScriptEstimator(),
-        recollections=[Recollection(2, 3, "Mika: Tama", 5), Recollection(6, 6, "Mika: tea", 5)],
+        recollections=[rec(2, 3, "Tama"), rec(6, 6, "tea")],
     )
     assert p.extras is not None
     assert p.extras.recalled == ((6, 6),)

@@ -136,10 +136,10 @@ class _ReplayLayers(Layers):
         self.answering = False  # set once the replay is over and the questions come
 
     def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int
+        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
     ) -> list[Recollection]:
         wanted = self.question_recall if self.answering else self.per_turn
-        return super().recollections(conv, entry, raw_start) if wanted else []
+        return super().recollections(conv, entry, raw_start, budget) if wanted else []
 
     def instructions(self, conv: Conversation) -> list[str]:
         return super().instructions(conv) if self.per_turn and not self.answering else []
@@ -171,6 +171,7 @@ class KiokuArm:
             self.counter,  # type: ignore[arg-type]
             self.clock,
             store,
+            layers=False,
             strategy=self.strategy,
             summarizer=self.summarizer,
             **({"layers": self._layers} if self.layers else {}),
