@@ -25,6 +25,7 @@ from kioku.budget import CHATML
 from kioku.datasets import Transcript, load
 from kioku.engine import Kioku
 from kioku.errors import ConfigError, KiokuError
+from kioku.hooks import MemoryLayers
 from kioku.messages import Message, Role
 from kioku.models import ChatMessage
 from kioku.profiles import Profile, get_profile
@@ -198,16 +199,18 @@ def kioku_driver(
     clock: list[float],
     store: Store | None = None,
     *,
-    layers: bool = True,
+    layers: bool | MemoryLayers = True,
     **options: Any,
 ) -> tuple[Driver, Kioku]:
-    """kioku replaying `t`, with every memory layer on unless `layers` is False (or the caller
-    passes its own `layers=` object among `options`)."""
+    """kioku replaying `t`: every memory layer on (`layers` True, as shipped), none (False, the
+    ablation), or the caller's own layers object."""
     store = store or Store.open("sqlite://")
-    if layers and "layers" not in options:
+    if layers is True:
         from kioku.layers import Layers
 
-        options["layers"] = Layers(store)
+        layers = Layers(store)
+    if layers is not False:
+        options["layers"] = layers
     kk = Kioku(
         store,
         profile=profile,

@@ -171,10 +171,9 @@ class KiokuArm:
             self.counter,  # type: ignore[arg-type]
             self.clock,
             store,
-            layers=False,
+            layers=self._layers if self.layers else False,
             strategy=self.strategy,
             summarizer=self.summarizer,
-            **({"layers": self._layers} if self.layers else {}),
         )
         self.conv = self.kk.conversation(CONVERSATION_ID)
         self._final: tuple[Memory, list[LogEntry], Any] | None = None
