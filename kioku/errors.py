@@ -4,6 +4,7 @@
     ├── ConfigError            a profile, URL or option that cannot work; fix the configuration
     ├── InputError             bad input from a caller (empty message, unknown role); nothing was lost
     │   ├── MessageTooLarge    one message cannot fit the window even alone; it is stored anyway
+    │   ├── BadParameter       one named header or field is wrong (`param` names it)
     │   └── SyncConflict       a client's transcript shares nothing with the log it names
     ├── NotFound               no such conversation / item (or it belongs to another tenant)
     ├── StoreError             the database refused; the transaction was rolled back
@@ -44,6 +45,16 @@ class MessageTooLarge(InputError):
             f"message is {tokens} tokens but at most {limit} fit in the window beside the "
             f"response reserve{where}; split it or use a profile with a larger window"
         )
+
+
+class BadParameter(InputError):
+    """One named part of a request is wrong: `param` names it (a header, a field), as in
+    OpenAI's error object, and `code` says how."""
+
+    def __init__(self, message: str, param: str, code: str = "invalid_value") -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
 
 
 class SyncConflict(InputError):

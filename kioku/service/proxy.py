@@ -30,9 +30,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kioku.context import Prompt
 from kioku.engine import Conversation
-from kioku.errors import InputError
+from kioku.errors import InputError, ModelError
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, Completion
+from kioku.service.conventions import check_headers
 from kioku.service.metrics import prefix_reuse
 from kioku.service.upstream import StreamState, UpstreamError, completion_of
 from kioku.sync import Incoming, Synced, replace_reply, sync
@@ -225,6 +226,7 @@ def _note_failure(turn: Turn, error: UpstreamError) -> None:
 
 async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str]) -> Response:
     started = time.monotonic()
+    check_headers(headers)
     cid = header_text(headers.get(CONVERSATION_HEADER)) or body.user
     if not cid:
         raise InputError(
@@ -340,7 +342,7 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
         raise first[1]
 
     async def relay() -> AsyncIterator[str]:
-        state = StreamState()
+        state = StreamState("the upstream")
         recorded = False
         try:
             if first is None:
@@ -352,7 +354,15 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
                     yield ": keep-alive\n\n"
                     continue
                 if kind == "line":
-                    state.take(value)
+                    try:
+                        state.take(value)
+                    except ModelError as e:  # a line that is not JSON: the stream is broken
+                        kind, value = "error", UpstreamError(502, f"{e}; the reply was not stored")
+                if kind == "line" and state.error is not None:
+                    yield value + "\n"  # the upstream's own error event, as it wrote it
+                    await _failed(svc, turn, UpstreamError(502, f"the upstream: {state.error}"))
+                    return
+                if kind == "line":
                     if state.done and not recorded:
                         recorded = await _record(svc, slot, turn, state, opened)
                     yield value + "\n"
@@ -366,7 +376,7 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
                 error = UpstreamError(
                     502,
                     f"the upstream's stream ended without a finish_reason after "
-                    f"{len(''.join(state.parts))} chars; the reply was not stored",
+                    f"{len(state.text)} chars; the reply was not stored",
                 )
                 await _failed(svc, turn, error)
                 yield _sse_error(error)
@@ -384,7 +394,7 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
                         "interrupted",
                         first_seq=turn.entry.seq,
                         last_seq=turn.entry.seq,
-                        detail=f"{len(''.join(state.parts))} chars relayed",
+                        detail=f"{len(state.text)} chars relayed",
                     ),
                 )
 
