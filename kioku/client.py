@@ -70,23 +70,24 @@ def api_root(base_url: str) -> str:
     return str(url)
 
 
-def server_message(response: httpx.Response) -> str:
-    """The error text a server sent, whatever its dialect (OpenAI, llama.cpp, vLLM, FastAPI)."""
+def server_message(response: httpx.Response, limit: int = 500) -> str:
+    """The error text a server sent, whatever its dialect (OpenAI, llama.cpp, vLLM, FastAPI),
+    cut at `limit` characters."""
     try:
         body = response.json()
     except ValueError:
-        return response.text.strip()[:500] or response.reason_phrase
+        return response.text.strip()[:limit] or response.reason_phrase
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict):
             msg = err.get("message") or err.get("detail") or body.get("detail")
             if msg:
-                return str(msg)[:500]
+                return str(msg)[:limit]
         elif isinstance(err, str):
-            return err[:500]
+            return err[:limit]
         if body.get("message"):
-            return str(body["message"])[:500]
-    return json.dumps(body)[:500]
+            return str(body["message"])[:limit]
+    return json.dumps(body)[:limit]
 
 
 class _Api:

@@ -63,6 +63,7 @@ class ChatMessage:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None  # a tool result's function (a legacy `function` message without id)
+    no_content: bool = False  # `content: null`: an assistant turn that only calls tools
 
     @property
     def refs(self) -> tuple[str, ...]:
@@ -71,7 +72,7 @@ class ChatMessage:
 
     def to_json(self, media: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The message as the protocol writes it; `media` maps blob hashes to their parts."""
-        if not (self.parts or self.tool_calls or self.tool_call_id or self.name):
+        if not (self.parts or self.tool_calls or self.tool_call_id or self.name or self.no_content):
             return {"role": self.role, "content": self.content}
         out: dict[str, Any] = {"role": self.role}
         if self.name:
@@ -81,7 +82,7 @@ class ChatMessage:
         if self.parts:
             out["content"] = [p.to_json(media or {}) for p in self.parts]
         else:
-            out["content"] = self.content if self.content or not self.tool_calls else None
+            out["content"] = None if self.no_content else self.content
         if self.tool_calls:
             out["tool_calls"] = [c.to_json() for c in self.tool_calls]
         if self.tool_call_id:

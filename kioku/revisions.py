@@ -32,7 +32,8 @@ from kioku.generations import chapter_task, synopsis_task
 from kioku.lang import detect_lang
 from kioku.memory import MemoryItem
 from kioku.messages import LogEntry, Message
-from kioku.profiles import Profile
+from kioku.profiles import DEFAULT_IMAGE_TOKENS, Profile
+from kioku.protocol import message_tokens
 from kioku.store import Job, Store
 from kioku.structure import is_structured, record_from_data, render_story
 from kioku.summarizer import SummaryTask
@@ -83,6 +84,7 @@ def revise(
     *,
     delay_s: float = 0.0,
     now: float | None = None,
+    image_tokens: int = DEFAULT_IMAGE_TOKENS,
 ) -> Revised:
     """Apply edits and deletions in one transaction: versions kept, items marked stale, revision
     jobs queued. `now` is the engine's clock (jobs run after `now + delay_s`)."""
@@ -110,7 +112,7 @@ def revise(
                 )
             )
             new = ch.message or Message(role=row.role, parts=(), author=row.author)
-            tokens = counter.count(new.text) if ch.message is not None else 0
+            tokens = message_tokens(new, counter, image_tokens) if ch.message is not None else 0
             conn.execute(
                 update(s.messages)
                 .where(m.conversation_id == conversation_id, m.seq == ch.seq)

@@ -41,6 +41,7 @@ from kioku.wire import StreamState, read_choices, read_json
 __all__ = ["Answer", "StreamState", "Upstream", "UpstreamError", "completion_of", "completions_of"]
 
 KEEPALIVE_S = 10.0
+UPSTREAM_MESSAGE_CHARS = 8000  # the upstream's own error reaches the client whole
 DEFAULT_MAX_CONNECTIONS = 256
 
 
@@ -147,7 +148,7 @@ class Upstream:
         await self.http.aclose()
 
     def _error(self, r: httpx.Response) -> UpstreamError:
-        msg = server_message(r)
+        msg = server_message(r, UPSTREAM_MESSAGE_CHARS)
         where = f"the upstream ({self.root})"
         if r.status_code in (401, 403):
             return UpstreamError(
