@@ -21,7 +21,7 @@ the last, unanswered ones is not stored twice).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import TYPE_CHECKING
@@ -226,10 +226,12 @@ def sync(
     *,
     stateful: bool | None = None,
     character: str | None = None,
+    blobs: Mapping[str, bytes] | None = None,
 ) -> Synced:
     """Bring the log in line with a request and store what is new. `stateful` None: a request
     with one message, or with only tool results, is a stateful client's turn (a transcript
-    always holds the user message that led to the tool calls); a longer one a transcript."""
+    always holds the user message that led to the tool calls); a longer one a transcript.
+    `blobs` holds the media parts the messages name; only those of stored messages are kept."""
     if not incoming:
         raise InputError("the request has no user or assistant message to answer")
     if stateful is None:
@@ -238,6 +240,10 @@ def sync(
         plan = diff_new(log_tail(conv, len(incoming)), incoming)
     else:
         plan = diff(log_tail(conv, 2 * len(incoming) + TAIL_SLACK), incoming)
+    if blobs:  # the media of what will be stored, before the rows that name them
+        changed = [*plan.appends, *(e.message for e in plan.edits)]
+        refs = {p.ref for m in changed for p in m.parts if p.ref in blobs}
+        conv.store.put_blobs({r: blobs[r] for r in refs if r is not None})
     return apply(conv, plan, character)
 
 

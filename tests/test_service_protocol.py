@@ -346,6 +346,24 @@ def test_an_image_sent_twice_is_stored_once(svc: Harness) -> None:
     assert entries[0].message.parts[1].ref == entries[2].message.parts[1].ref
 
 
+def test_a_refused_request_keeps_no_image(svc: Harness) -> None:
+    c = kioku(svc, "img-3")
+    c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}])
+    other = {**IMAGE, "image_url": {"url": "data:image/png;base64,b3RoZXI="}}
+    with pytest.raises(openai.ConflictError):  # another chat under the same id
+        c.chat.completions.create(
+            model="m",
+            messages=[
+                {"role": "user", "content": [{"type": "text", "text": "a different chat"}, other]},
+                {"role": "assistant", "content": "entirely"},
+                {"role": "user", "content": "yes"},
+            ],
+        )
+    with svc.store.engine.connect() as conn:
+        stored = [r.data for r in conn.execute(select(s.blobs.c.data))]
+    assert not any(b"b3RoZXI=" in d for d in stored)
+
+
 # n > 1 ------------------------------------------------------------------------------------------
 
 

@@ -175,8 +175,7 @@ def start_turn(
         slot.system = split.system
         slot.character = slot.conv.info().character
     conv = slot.conv
-    conv.store.put_blobs(split.blobs)  # before the messages that name them
-    synced = sync(conv, split.chat, stateful=stateful, character=slot.character)
+    synced = sync(conv, split.chat, stateful=stateful, character=slot.character, blobs=split.blobs)
     prompt = conv.prepare_for(synced.entry)
     media = protocol.media_of(conv.store.blobs(protocol.refs_of(prompt.messages)))
     return Turn(tenant, conv, synced, prompt, started, slot.character, media)
