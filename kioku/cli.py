@@ -287,8 +287,7 @@ def search(
     """
     kk = build_kioku(settings(db))
     conv = kk.conversation(conversation)
-    idx = kk.layers.recall.sync(conv.id)
-    hits = idx.search(query, k=k)
+    hits = kk.layers.search(conv.id, query, k)
     rows = []
     for h in hits:
         (e,) = kk.store.entries(conv.id, h.seq, h.seq)

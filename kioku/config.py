@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kioku.engine import Kioku
+from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.profiles import Profile, get_profile
 from kioku.store import Store
 
@@ -35,8 +37,8 @@ class Settings:
     # the chronicler's instructions open the user turn instead.
     system_role: bool = True
 
-    def with_(self, **changes: object) -> Settings:
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
+    def with_(self, **changes: Any) -> Settings:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     @property
     def profile_obj(self) -> Profile:
@@ -94,17 +96,19 @@ def build_kioku(
             ExtractiveSummarizer(counter),
             ChroniclerConfig(system_role=settings.system_role),
         )
-    kk = Kioku(
-        store or Store.open(settings.db),
+    store = store or Store.open(settings.db)
+    layers: MemoryLayers = NO_LAYERS
+    if settings.layers:
+        from kioku.layers import Layers
+
+        layers = Layers(store, notes_model=notes_model)
+    return Kioku(
+        store,
         profile=profile,
         counter=counter,
         reply_model=reply_model,
         summarizer=summarizer,
         tenant=settings.tenant,
         background=background,
+        layers=layers,
     )
-    if settings.layers:
-        from kioku.layers import attach
-
-        attach(kk, notes_model=notes_model)
-    return kk

@@ -21,21 +21,11 @@ from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage, ChatRequest
 from kioku.profiles import Profile
 from kioku.protocol import chat_message
+from kioku.recollection import Recollection
 from kioku.tokens import TokenCounter
 
 # Chat templates wrap every message in a few special tokens (role markers, separators).
 MESSAGE_OVERHEAD = 6
-
-
-@dataclass(frozen=True)
-class Recollection:
-    """A past exchange retrieval found relevant to the new user message."""
-
-    first_seq: int
-    last_seq: int
-    text: str
-    tokens: int
-    score: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from kioku.errors import StoreError
-
-ChatRole = Literal["system", "user", "assistant", "tool"]
+from kioku.messages import Role
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ class ContentPart:
 
 @dataclass(frozen=True)
 class ChatMessage:
-    role: ChatRole
+    role: Role
     content: str  # the text (of every text part): what is counted, compared and summarized
     # The protocol beyond text; all empty for a plain message, which is sent as role + content.
     parts: tuple[ContentPart, ...] = ()  # content as an array, in order (images)

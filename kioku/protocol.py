@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kioku.errors import BadParameter
-from kioku.messages import MEDIA_KINDS, Message, Part, render_parts
-from kioku.models import ChatMessage, ChatRole, Completion, ContentPart, ToolCall
+from kioku.messages import MEDIA_KINDS, Message, Part, Role, render_parts
+from kioku.models import ChatMessage, Completion, ContentPart, ToolCall
 from kioku.tokens import TokenCounter
 
 TEXTUAL = ("narration", "speech", "thought", "text")
@@ -162,7 +162,7 @@ def chat_message(message: Message) -> ChatMessage:
         # the plain message of every conversation before tools and images: role and text
         # (an old tool row without its call id is shown as user text, as it always was)
         plain = message.role if message.role in ("user", "assistant", "system") else "user"
-        return ChatMessage(role=plain, content=message.text)  # type: ignore[arg-type]
+        return ChatMessage(role=plain, content=message.text)
     texts = [p for p in parts if p.kind in TEXTUAL or p.kind == "tool_result"]
     content = "\n".join(s for s in (_segment(p, message.author) for p in texts) if s)
     array: tuple[ContentPart, ...] = ()
@@ -175,7 +175,7 @@ def chat_message(message: Message) -> ChatMessage:
             if p.kind in MEDIA_KINDS or p in texts
         )
     result = next((p for p in parts if p.kind == "tool_result"), None)
-    role: ChatRole = "tool" if result is not None else message.role
+    role: Role = "tool" if result is not None else message.role
     return ChatMessage(
         role=role,
         content=content,

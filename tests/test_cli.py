@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -92,6 +93,7 @@ def test_bench_turn_shape() -> None:
     )
 
 
+@pytest.mark.slow
 def test_bench_prefix_on_locomo_slice() -> None:
     path = shared_file("datasets", "locomo", "locomo10.json")
     r = runner.invoke(

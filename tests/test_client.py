@@ -460,6 +460,7 @@ LONG = " ".join(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_server_length_finish_and_usage(llama_server: LlamaServer) -> None:
     with OpenAIChatModel(llama_server.url, model=llama_server.alias) as m:
@@ -477,6 +478,7 @@ def test_real_server_length_finish_and_usage(llama_server: LlamaServer) -> None:
         assert ids is not None and 3 <= len(ids) <= 8
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_server_prefix_cache_makes_a_shared_prefix_fast(llama_server: LlamaServer) -> None:
     # a fresh random prefix so no earlier test warmed it
@@ -501,6 +503,7 @@ def _kill_soon(server: LlamaServer, after_s: float) -> threading.Timer:
     return t
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_server_dying_mid_request_raises_not_hangs(fresh_llama_server: LlamaServer) -> None:
     m = OpenAIChatModel(
@@ -524,6 +527,7 @@ def test_real_server_dying_mid_request_raises_not_hangs(fresh_llama_server: Llam
     m.close()
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_server_dying_mid_stream_raises_after_partial_text(
     fresh_llama_server: LlamaServer,

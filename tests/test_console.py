@@ -24,13 +24,13 @@ import pytest
 
 from kioku.config import Settings
 from kioku.engine import Kioku
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.profiles import LOCAL_8K
 from kioku.store import Store
 from tests.conftest import need
 from tests.helpers import Clock
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TENANT = "acme"
 CID = "mika"
@@ -49,8 +49,7 @@ NOTE = "- [promise] Mika: to visit the lighthouse in May"
 def seed(store: Store, turns: int = 160) -> Kioku:
     """A conversation that folded at least once, with a tic in most of the last 20 replies."""
     clock = Clock(time.time() - 10 * turns)
-    kk = Kioku(store, profile=LOCAL_8K, clock=clock, tenant=TENANT)
-    attach(kk)
+    kk = Kioku(store, profile=LOCAL_8K, clock=clock, tenant=TENANT, layers=Layers(store))
     conv = kk.conversation(CID, system_prompt="You are Mika.", character="Mika")
     for i in range(turns):
         clock.advance(10)

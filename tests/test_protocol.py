@@ -15,6 +15,7 @@ from kioku.messages import LogEntry, Message, Part, parts_from_json
 from kioku.models import Completion, ToolCall
 from kioku.profiles import LOCAL_8K
 from kioku.protocol import chat_message, incoming, media_of, message_tokens, reply_message
+from kioku.recollection import RecalledLine, Recollection
 from kioku.summarizer import ExtractiveSummarizer, SummaryTask
 from kioku.tokens import ScriptEstimator
 from kioku.transcript import render_transcript
@@ -114,11 +115,9 @@ def test_an_image_costs_the_profiles_tokens_in_the_budget() -> None:
 
 
 def test_recollections_go_next_to_a_user_message_never_into_a_tool_result() -> None:
-    from kioku.context import Recollection
-
     tool, _ = stored({"role": "tool", "tool_call_id": "call_9", "content": "sunny"})
     user, _ = stored({"role": "user", "content": [{"type": "text", "text": "look"}, IMAGE]})
-    rec = [Recollection(0, 0, "an old memory", 4)]
+    rec = [Recollection(0, 0, 1.0, (RecalledLine(0, "Mika", "an old memory"),))]
     common: dict[str, Any] = dict(
         system_prompt="card", memory=Memory(), raw=(), profile=LOCAL_8K, counter=COUNTER,
         recollections=rec,

@@ -23,7 +23,7 @@ from kioku import schema as s
 from kioku.client import server_message
 from kioku.config import Settings
 from kioku.engine import Kioku
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.service.app import create_app
 from kioku.service.keys import create_key
 from kioku.service.loopback import FakeUpstream, ServerThread, default_reply
@@ -54,9 +54,7 @@ IMAGE = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXE
 
 
 def make_kioku(tenant: str, store: Store) -> Kioku:
-    kk = Kioku(store, profile=PROFILE, tenant=tenant)
-    attach(kk)
-    return kk
+    return Kioku(store, profile=PROFILE, tenant=tenant, layers=Layers(store))
 
 
 @pytest.fixture(scope="module")

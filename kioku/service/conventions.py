@@ -8,14 +8,13 @@ what it means; docs/service.md shows the same table and a test keeps the two in 
 
 Errors follow OpenAI's error object, so every client library reads them:
 `{"error": {"message", "type", "param", "code"}}`, where `code` is a string or null and `param`
-names the field or header at fault.
+names the field or header at fault (`kioku.errors.error_body` writes it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from kioku.errors import BadParameter
 
@@ -89,13 +88,6 @@ def check_headers(headers: Mapping[str, str]) -> None:
                 f"kioku has no request header {name!r}; its headers are {known}", name
             )
         header.check(value)
-
-
-def error_body(
-    message: str, kind: str, code: str | None = None, param: str | None = None
-) -> dict[str, Any]:
-    """OpenAI's error object: `type` is the category, `code` a string (or null)."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 COMPLETIONS_REFUSED = (

@@ -32,49 +32,16 @@ from typing import Any
 import httpx
 
 from kioku.client import api_root, server_message
-from kioku.errors import ModelError
+from kioku.errors import ModelError, UpstreamError
 from kioku.models import Completion
 from kioku.profiles import Profile
-from kioku.service.conventions import error_body
 from kioku.wire import StreamState, read_choices, read_json
 
-__all__ = ["Answer", "StreamState", "Upstream", "UpstreamError", "completion_of", "completions_of"]
+__all__ = ["Answer", "StreamState", "Upstream", "completion_of", "completions_of"]
 
 KEEPALIVE_S = 10.0
 UPSTREAM_MESSAGE_CHARS = 8000  # the upstream's own error reaches the client whole
 DEFAULT_MAX_CONNECTIONS = 256
-
-
-class UpstreamError(Exception):
-    """The upstream failed; `status` is what kioku answers (502, 504, or the upstream's own
-    4xx when the request itself was refused, with the upstream's `code` and `param`)."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        kind: str = "upstream_error",
-        code: str | None = None,
-        param: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.kind = kind
-        self.code = code if code is not None else CODES.get(kind)
-        self.param = param
-
-    def body(self) -> dict[str, Any]:
-        return error_body(self.message, self.kind, self.code, self.param)
-
-
-# the error object's `code` for each kind of upstream failure kioku names itself
-CODES = {
-    "upstream_error": "upstream_error",
-    "upstream_unavailable": "upstream_unavailable",
-    "upstream_timeout": "upstream_timeout",
-    "rate_limit_error": "rate_limit_exceeded",
-}
 
 
 @dataclass(frozen=True)
