@@ -26,6 +26,7 @@ from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message, Role
 from kioku.models import ChatModel, Completion
 from kioku.profiles import LOCAL_64K, Profile
+from kioku.protocol import media_of, message_tokens, refs_of, reply_message
 from kioku.revisions import Change, Revised, revise, stand_ins
 from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
@@ -230,7 +231,9 @@ class Conversation:
     def append(self, message: Message, meta: dict | None = None) -> LogEntry:
         if message.is_empty():
             raise InputError("empty message: nothing to store (send some text)")
-        return self.store.append(self.id, message, self.kioku.counter.count(message.text), meta)
+        k = self.kioku
+        tokens = message_tokens(message, k.counter, k.profile.image_tokens)
+        return self.store.append(self.id, message, tokens, meta)
 
     def revise(self, changes: Sequence[Change]) -> Revised:
         """Edit, delete or regenerate stored messages (versions kept, memory over them marked
@@ -243,6 +246,7 @@ class Conversation:
             k.counter,
             delay_s=k.profile.summary_delay_s,
             now=k.clock(),
+            image_tokens=k.profile.image_tokens,
         )
         self._raw = []
         return done
@@ -314,7 +318,7 @@ class Conversation:
                     output_tokens=reply.usage.completion_tokens,
                 )
             self._calibrate(reply)
-            message = Message.assistant(reply.text, author=author or self.character)
+            message = reply_message(reply, author=author or self.character)
         else:
             message = as_message(reply, "assistant", author or self.character)
         return self.append(message, meta)
@@ -326,7 +330,10 @@ class Conversation:
                 "no reply model configured: pass reply_model= to Kioku (or use prepare/record)"
             )
         prompt = self.prepare(user_message)
-        completion = model.complete(prompt.request())
+        request = prompt.request()
+        if refs := refs_of(prompt.messages):  # images in the raw window go as they were sent
+            request = replace(request, media=media_of(self.store.blobs(refs)))
+        completion = model.complete(request)
         if not completion.text.strip():
             # nothing to store; the user's message already is
             self.store.log(self.id, "reply", "empty", detail=completion.finish_reason)

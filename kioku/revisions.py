@@ -28,7 +28,8 @@ from kioku.generations import chapter_task, synopsis_task
 from kioku.lang import detect_lang
 from kioku.memory import MemoryItem
 from kioku.messages import Message
-from kioku.profiles import Profile
+from kioku.profiles import DEFAULT_IMAGE_TOKENS, Profile
+from kioku.protocol import message_tokens
 from kioku.rendering import render_story
 from kioku.store import Job, Store
 from kioku.store_edits import ChangeKind, Revised, Rewrite
@@ -74,6 +75,7 @@ def revise(
     *,
     delay_s: float = 0.0,
     now: float | None = None,
+    image_tokens: int = DEFAULT_IMAGE_TOKENS,
 ) -> Revised:
     """Apply edits and deletions in one transaction: versions kept, items marked stale, revision
     jobs queued. `now` is the engine's clock (jobs run after `now + delay_s`). A `Conversation`
@@ -83,7 +85,7 @@ def revise(
         Rewrite(
             ch.seq,
             ch.message,
-            counter.count(ch.message.text) if ch.message is not None else 0,
+            message_tokens(ch.message, counter, image_tokens) if ch.message is not None else 0,
             ch.kind,
             ch.meta,
         )

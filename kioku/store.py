@@ -3,11 +3,12 @@
 The store is the only code that talks to the database: this module and its bases, one concept
 each — `db.Database` (engine, transactions), `queue.JobQueue` (summary jobs), `store_edits`
 (edited messages), `store_notes` (the notes ledger), `store_recall` (the archive index's
-segments), `store_keys` (API keys), `store_log` (the compaction log, counters). Messages get a gap-free
-`seq` per conversation inside the transaction that stores them; nothing here ever deletes a
-message. A fold (apply memory, move the raw-window start) is one transaction, so a crash leaves
-either the old memory state or the new one, never half of each; `with store.atomic():` around
-several methods makes them one transaction.
+segments), `store_keys` (API keys), `store_log` (the compaction log, counters), `store_protocol`
+(media blobs, a reply's other choices). Messages get a gap-free `seq` per conversation inside
+the transaction that stores them; nothing here ever deletes a message. A fold (apply memory, move
+the raw-window start) is one transaction, so a crash leaves either the old memory state or the
+new one, never half of each; `with store.atomic():` around several methods makes them one
+transaction.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from kioku.store_edits import MessageEdits
 from kioku.store_keys import ApiKeys
 from kioku.store_log import EventLog
 from kioku.store_notes import NotesLedger
+from kioku.store_protocol import ProtocolParts
 from kioku.store_recall import RecallSegments
 
 __all__ = [
@@ -123,7 +125,7 @@ _ALL_ITEMS = (
 _ITEMS = _ALL_ITEMS.where(_mi.status.in_(bindparam("statuses", expanding=True)))
 
 
-class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKeys):
+class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKeys, ProtocolParts):
     """The log and memory items (the rest: the bases)."""
 
     # conversations -----------------------------------------------------------------------

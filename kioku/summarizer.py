@@ -5,7 +5,10 @@ chapter (one contiguous range of messages), a synopsis (a major GC: the previous
 the older chapters), or a cut. The LLM chronicler lives in `chronicler.py`; here is the
 deterministic extractive one: it keeps attributed sentences ("[seq] Name: …") chosen for their
 content within the token target. It is the embedded default when no model is configured, the
-fallback when the model keeps failing, and what the benchmarks run.
+fallback when the model keeps failing, and what the benchmarks run. A tool exchange is kept as an
+action and its result ("Mika (tool use): get_weather …", "get_weather (tool result): sunny"),
+never as speech; a shared image is always kept, with its caption ("Ren (image): shared an image:
+…").
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from kioku.memory import ItemSource, MemoryItem
-from kioku.messages import LogEntry, render_parts
+from kioku.messages import MEDIA_KINDS, LogEntry, canonical_json, render_parts
 from kioku.tokens import TokenCounter
 
 TaskKind = Literal["chapter", "synopsis", "cut"]
@@ -136,6 +139,7 @@ class Line:
     seq: int
     speaker: str
     text: str
+    must: bool = False  # an event a chapter never leaves out (an image was shared)
 
     def render(self) -> str:
         return f"[{self.seq}] {self.speaker}: {self.text}"
@@ -159,7 +163,22 @@ def attributed_lines(entries: Iterable[LogEntry]) -> list[Line]:
     out: list[Line] = []
     for e in entries:
         author = e.message.author or e.message.role
+        caption = " ".join(p.text for p in e.message.parts if p.kind == "text" and p.text.strip())
         for part in e.message.parts:
+            if part.kind in MEDIA_KINDS:
+                what = "an image" if part.kind == "image" else f"a file ({part.name})"
+                shown = f"shared {what}: {caption[:200]}" if caption else f"shared {what}"
+                tag = "image" if part.kind == "image" else "file"
+                out.append(Line(e.seq, f"{author} ({tag})", shown, must=True))
+                continue
+            if part.kind == "tool_call":
+                call = f"{part.name} {canonical_json(part.text)}"
+                out.append(Line(e.seq, f"{author} (tool use)", call))
+                continue
+            if part.kind == "tool_result":
+                who = f"{part.name or author} (tool result)"
+                out.extend(Line(e.seq, who, sent) for sent in _sentences(part.text))
+                continue
             if part.kind == "speech":
                 who = part.speaker or author
             elif part.kind == "narration":
@@ -189,6 +208,12 @@ def select_lines(
     seen: set[str] = set()
     used = 0
     remaining = dict(candidates)
+    for i, ln in candidates:  # what must be recorded goes first, while it fits
+        if ln.must and used + cost[i] <= budget:
+            chosen.append(i)
+            used += cost[i]
+            seen |= words[i]
+            del remaining[i]
     while remaining:
         best, best_score = -1, 0.0
         for i in remaining:

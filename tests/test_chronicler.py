@@ -149,7 +149,7 @@ def test_good_reply_becomes_a_structured_summary_with_its_provenance() -> None:
     model = ScriptedModel([Completion(reply(GOOD), "stop", Usage(900, 200), "qwen")])
     s = chronicler(model).summarize(task())
     assert s.source == "llm" and s.model == "qwen"
-    assert s.prompt_version == "chapter-en-v1"
+    assert s.prompt_version == "chapter-en-v2"
     assert (s.attempts, s.events, s.input_tokens) == (1, (), 900)
     assert s.tokens == COUNTER.count(s.text)
     assert s.data["format"] == "kioku.chronicle/1"

@@ -132,7 +132,9 @@ def test_conversations_and_paged_messages(service: Harness) -> None:
         assert first["next_after"] == 3
         m = first["data"][0]
         assert set(m) >= {"seq", "role", "author", "at", "text", "parts", "deleted"}
-        assert m["parts"] == [{"kind": "text", "text": "page 0", "speaker": None}]
+        assert m["parts"] == [
+            {"kind": "text", "text": "page 0", "speaker": None, "ref": None, "name": None}
+        ]
         rest = h.get("/v1/conversations/page-1/messages", params={"after": 3, "limit": 4}).json()
         assert [m["seq"] for m in rest["data"]] == [4, 5] and rest["next_after"] is None
         assert h.get("/v1/conversations/page-1/messages", params={"limit": 0}).status_code == 400

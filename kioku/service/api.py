@@ -45,6 +45,10 @@ class PartOut(BaseModel):
     kind: str
     text: str
     speaker: str | None = None
+    ref: str | None = Field(
+        None, description="Media: its blob's sha256; tool call/result: call id."
+    )
+    name: str | None = Field(None, description="Tool call/result: the function.")
 
 
 class MessageOut(BaseModel):
@@ -325,5 +329,46 @@ def compaction_log(request: Request, tenant: Tenant, conversation_id: Conversati
         data=[
             LogRow(**{k: r[k] for k in LogRow.model_fields})
             for r in conv.store.log_entries(conv.id)
+        ]
+    )
+
+
+# the chat-completions protocol (issue 13) --------------------------------------------------------
+
+
+class ChoiceOut(BaseModel):
+    choice: int
+    role: str
+    author: str
+    text: str
+    parts: list[PartOut]
+
+
+class ChoiceList(BaseModel):
+    data: list[ChoiceOut]
+
+
+@router.get(
+    "/{conversation_id}/messages/{seq}/choices",
+    response_model=ChoiceList,
+    summary="The other choices of a reply asked for with n > 1 (choice 0 is the stored reply)",
+)
+def reply_choices(
+    request: Request,
+    tenant: Tenant,
+    conversation_id: ConversationId,
+    seq: Annotated[int, Path(ge=0, le=MAX_SEQ)],
+) -> ChoiceList:
+    conv = _conversation(request, tenant, conversation_id)
+    return ChoiceList(
+        data=[
+            ChoiceOut(
+                choice=n,
+                role=m.role,
+                author=m.author,
+                text=m.text,
+                parts=[PartOut(**p.to_json()) for p in m.parts],
+            )
+            for n, m in enumerate(conv.store.choices(conv.id, seq), start=1)
         ]
     )
