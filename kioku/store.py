@@ -456,6 +456,29 @@ class Store(JobQueue):
         with self.engine.connect() as conn:
             return {name: int(v) for name, v in conn.execute(q)}
 
+    # the command line and the console (issue 15) --------------------------------------------
+
+    def holds_nothing(self) -> bool:
+        """No conversation and no API key: a database a failed command may remove again."""
+        with self.engine.connect() as conn:
+            for t in (s.conversations, s.api_keys):
+                if conn.execute(select(func.count()).select_from(t)).scalar_one():
+                    return False
+        return True
+
+    def last_activity(self, tenant: str | None = None) -> dict[str, float]:
+        """When each conversation last got a message (its creation time when it has none)."""
+        c, m = s.conversations.c, s.messages.c
+        # the newest message is the one at next_seq - 1: a primary-key lookup, not a scan
+        newest = (m.conversation_id == c.id) & (m.seq == c.next_seq - 1)
+        q = select(c.id, func.coalesce(m.created_at, c.created_at)).select_from(
+            s.conversations.outerjoin(s.messages, newest)
+        )
+        if tenant is not None:
+            q = q.where(c.tenant == tenant)
+        with self.engine.connect() as conn:
+            return {cid: float(at) for cid, at in conn.execute(q)}
+
 
 class _FoldRefused(StoreError):
     """A fold would have broken the coverage invariant; nothing was changed."""

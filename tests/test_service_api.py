@@ -314,6 +314,7 @@ def test_import_reads_a_sillytavern_chat(tmp_path: Path) -> None:
             "local-8k",
             "--conversation",
             "mika",
+            "--json",
         ],  # fmt: skip
     )
     assert r.exit_code == 0, r.output
