@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Self
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, select
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, make_url, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
@@ -39,10 +39,13 @@ def make_engine(url: str, *, readonly: bool = False) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
     if not url.startswith("sqlite"):
-        args = {"options": "-c default_transaction_read_only=on"} if readonly else {}
-        engine = create_engine(
-            url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=args
-        )
+        if readonly:  # every transaction READ ONLY, beside any options the URL carries
+            u = make_url(url)
+            given = u.query.get("options")
+            given = " ".join(given) if isinstance(given, tuple) else (given or "")
+            options = f"{given} -c default_transaction_read_only=on".strip()
+            url = u.update_query_dict({"options": options}).render_as_string(hide_password=False)
+        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
         if engine.dialect.name == "postgresql":
             event.listen(engine, "before_cursor_execute", _refuse_nul)
         return engine

@@ -443,3 +443,26 @@ def test_bench_prefix_on_locomo_slice() -> None:
     for base in ("sliding_window", "summary_in_system", "immediate_fold"):
         assert "prefix_reuse_mean" in data[base]
     assert data["prefix_reuse_mean"] > data["sliding_window"]["prefix_reuse_mean"]
+
+
+@pytest.mark.postgres
+def test_reads_on_postgresql_run_in_read_only_transactions() -> None:
+    from kioku.errors import StoreError
+    from tests.pg import fresh_schema
+
+    with fresh_schema() as url:
+        store = Store.open(url)
+        store.ensure_conversation("mika", character="Mika")
+        store.append("mika", Message.user("I planted tomatoes in the garden.", author="Ken"), 9)
+        ro = Store.open(url, readonly=True)
+        assert [c.id for c in ro.conversations()] == ["mika"]
+        with pytest.raises(StoreError, match="read-only transaction"):
+            ro.ensure_conversation("other")
+        r = invoke(["search", "mika", "tomatoes", "--db", url, "--json"])
+        assert r.exit_code == 0, r.output
+        assert [h["seq"] for h in json.loads(r.stdout)] == [0]
+        line = one_error_line(invoke(["memory", "nosuch", "--db", url]))
+        assert "there is 1 conversation: mika" in line
+        assert [c.id for c in store.conversations()] == ["mika"]
+        ro.close()
+        store.close()
