@@ -479,6 +479,15 @@ class Store(JobQueue):
         with self.engine.connect() as conn:
             return {cid: float(at) for cid, at in conn.execute(q)}
 
+    def stored_at(self, conversation_id: str, first: int, last: int) -> dict[int, float]:
+        """When each message from `first` to `last` was stored (a client may send no time)."""
+        m = s.messages.c
+        q = select(m.seq, m.created_at).where(
+            m.conversation_id == conversation_id, m.seq >= first, m.seq <= last
+        )
+        with self.engine.connect() as conn:
+            return {int(seq): float(at) for seq, at in conn.execute(q)}
+
 
 class _FoldRefused(StoreError):
     """A fold would have broken the coverage invariant; nothing was changed."""
