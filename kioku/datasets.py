@@ -192,8 +192,9 @@ def json_lines(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def load_kioku(path: Path) -> Transcript:
-    """kioku's JSONL: an optional first line {"kioku": 1, "system_prompt", "user", "character",
-    "lang"}, then one message per line ({"role", "author", "at", "parts" | "content"})."""
+    """kioku's JSONL (docs/formats.md): an optional first line {"kioku": 1, "system_prompt",
+    "user", "character", "lang"}, then one message per line ({"role", "author", "at",
+    "parts" | "content"})."""
     info: dict[str, Any] = {}
     messages: list[Message] = []
     for d in json_lines(path):
