@@ -466,3 +466,15 @@ def test_reads_on_postgresql_run_in_read_only_transactions() -> None:
         assert [c.id for c in store.conversations()] == ["mika"]
         ro.close()
         store.close()
+
+
+def test_keys_list_reads_like_a_person_would(tmp_path: Path) -> None:
+    import re
+
+    db = str(tmp_path / "keys.db")
+    assert invoke(["keys", "create", "acme", "--db", db]).exit_code == 0
+    r = invoke(["keys", "list", "--db", db])
+    assert r.exit_code == 0
+    header, row = r.stdout.splitlines()
+    assert header.split() == ["key", "id", "tenant", "created", "revoked"]
+    assert re.search(r"acme\s+\d{4}-\d\d-\d\d \d\d:\d\d", row), row  # a date, not 1796053517
