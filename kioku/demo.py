@@ -35,7 +35,7 @@ from kioku.models import ChatMessage
 from kioku.profiles import Profile, get_profile
 from kioku.story import LANGS, story
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
-from kioku.terminal import plural
+from kioku.terminal import piped, plural
 from kioku.tokens import TokenCounter
 
 DEFAULT_MESSAGES = 3200  # in total, split between the languages
@@ -321,7 +321,8 @@ def run(
         raise InputError(f"--lang is ja, en or both, not {lang!r}")
     total = messages or DEFAULT_MESSAGES
     per_lang = max(1, total // len(langs))
-    console = console or Console()
+    # piped (`kioku demo | tee demo.log`), a line is never broken in the middle of a phrase
+    console = console or Console(soft_wrap=piped())
     profile = get_profile(DEFAULT_PROFILE)
     counter = counter_from_spec("qwen2.5")
     tok = ChatMLTokens()
