@@ -396,9 +396,9 @@ def search(
     s = settings(db)
     kk = terminal.open_kioku(s, write=False)
     terminal.find_conversation(kk.store, conversation, s.tenant)
-    hits = kk.layers.recall.sync(conversation).search(query, k=k)
+    hits = kk.layers.search(conversation, query, k)
     entries = {e.seq: e for e in kk.store.entries_at(conversation, [h.seq for h in hits])}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for h in hits:
         if h.seq in entries:
             m = entries[h.seq].message

@@ -20,21 +20,11 @@ from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage, ChatRequest
 from kioku.profiles import Profile
+from kioku.recollection import Recollection
 from kioku.tokens import TokenCounter
 
 # Chat templates wrap every message in a few special tokens (role markers, separators).
 MESSAGE_OVERHEAD = 6
-
-
-@dataclass(frozen=True)
-class Recollection:
-    """A past exchange retrieval found relevant to the new user message."""
-
-    first_seq: int
-    last_seq: int
-    text: str
-    tokens: int
-    score: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -99,8 +89,8 @@ def entry_message(e: LogEntry) -> ChatMessage:
 # Every turn renders the whole raw window again; a message renders the same every time.
 @lru_cache(maxsize=16384)
 def _chat_message(message: Message) -> ChatMessage:
-    role = message.role if message.role in ("user", "assistant", "system") else "user"
-    return ChatMessage(role=role, content=message.text)  # type: ignore[arg-type]
+    # a tool's output goes to the model as user text
+    return ChatMessage("user" if message.role == "tool" else message.role, message.text)
 
 
 def build(
@@ -181,7 +171,7 @@ def build(
     content = new.message.text
     if pieces:
         content = "\n\n".join(pieces) + "\n\n" + content
-    messages.append(ChatMessage("user" if new.role == "user" else new.role, content))  # type: ignore[arg-type]
+    messages.append(ChatMessage(new.role, content))
 
     account = Account(
         system=sys_t,

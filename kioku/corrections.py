@@ -26,8 +26,9 @@ from typing import Any
 
 from kioku.errors import InputError, NotFound
 from kioku.memory import MemoryItem
+from kioku.rendering import render_story
 from kioku.store import Store
-from kioku.structure import is_structured, record_from_data, render_story
+from kioku.structure import is_structured, record_from_data
 from kioku.tokens import TokenCounter
 
 OPERATOR_EDITS = "operator_edits"
@@ -130,18 +131,19 @@ def correct(
     )
     before, after = ("\n".join(item_lines(i, lang)) for i in (base, revised))
     revised = replace(revised, tokens=base.tokens + counter.count(after) - counter.count(before))
-    new_id = store.add_item(conversation_id, revised)
     what = "retracted" if text is None else "corrected"
-    store.log(
-        conversation_id,
-        "operator_edit",
-        "pending",
-        first_seq=target.first_seq,
-        last_seq=target.last_seq,
-        detail=f"item {item_id}: {what} a line; applies at the next fold (revision {new_id})",
-        at=now,
-    )
-    store.incr(conversation_id, "operator_edits")
+    with store.atomic():  # the revision, its log line and its counter, or none of them
+        new_id = store.add_item(conversation_id, revised)
+        store.log(
+            conversation_id,
+            "operator_edit",
+            "pending",
+            first_seq=target.first_seq,
+            last_seq=target.last_seq,
+            detail=f"item {item_id}: {what} a line; applies at the next fold (revision {new_id})",
+            at=now,
+        )
+        store.incr(conversation_id, "operator_edits")
     return replace(revised, id=new_id)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -156,6 +157,8 @@ class Database:
     def __init__(self, engine: Engine, *, readonly: bool = False) -> None:
         self.engine = engine
         self.readonly = readonly
+        # the connection of the transaction this thread has open, if any (see `atomic`)
+        self._open = threading.local()
         try:
             if readonly:
                 _check_schema(engine)
@@ -189,8 +192,30 @@ class Database:
 
     @contextmanager
     def atomic(self) -> Iterator[Connection]:
+        """One write transaction. Inside another one on the same thread it joins that one, so a
+        caller makes several store methods one transaction (a fold with its retirements, notes,
+        counters and log line) by calling them inside `with store.atomic():`."""
+        outer: Connection | None = getattr(self._open, "conn", None)
+        if outer is not None:
+            yield outer
+            return
         try:
             with s.writing(self.engine) as conn:
-                yield conn
+                self._open.conn = conn
+                try:
+                    yield conn
+                finally:
+                    self._open.conn = None
         except SQLAlchemyError as e:
             raise StoreError(f"database error, transaction rolled back: {e}") from e
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection to read on: the open transaction's when there is one (a read inside
+        `atomic()` sees what that transaction wrote), else a fresh one."""
+        outer: Connection | None = getattr(self._open, "conn", None)
+        if outer is not None:
+            yield outer
+            return
+        with self.engine.connect() as conn:
+            yield conn

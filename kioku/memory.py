@@ -11,16 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kioku.structure import (
-    UserFact,
-    is_structured,
-    merge_threads,
-    record_from_data,
-    render_labels,
-    render_story,
-    render_threads,
-    render_user,
-)
+from kioku.rendering import render_labels, render_story, render_threads, render_user
+from kioku.structure import UserFact, is_structured, merge_threads, record_from_data
 
 ItemKind = Literal["chapter", "synopsis"]
 ItemStatus = Literal["ready", "active", "retired"]

@@ -11,14 +11,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-ChatRole = Literal["system", "user", "assistant", "tool"]
+from kioku.messages import Role
 
 
 @dataclass(frozen=True)
 class ChatMessage:
-    role: ChatRole
+    role: Role
     content: str
 
     def to_json(self) -> dict[str, str]:

@@ -9,7 +9,7 @@ one row per seq forever, so each request is compared with the log's tail by cont
   one (a regeneration or a swipe). The client's window may start anywhere in the log (it drops
   old messages to fit its context): messages before the first match are out of its window,
   never deletions.
-- `apply(conv, plan)` stores it: changes through `kioku.revisions.revise` (versions kept, memory
+- `apply(conv, plan)` stores it: changes through `Conversation.revise` (versions kept, memory
   over a changed range marked stale and re-summarized), new messages through
   `Conversation.append`.
 
@@ -25,13 +25,10 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
-
-from kioku import schema as s
 from kioku.errors import InputError, SyncConflict
 from kioku.messages import LogEntry, Message, Role
 from kioku.models import Completion
-from kioku.revisions import Change, revise
+from kioku.revisions import Change
 
 if TYPE_CHECKING:
     from kioku.engine import Conversation
@@ -187,16 +184,10 @@ class Synced:
 
 def log_tail(conv: Conversation, n: int) -> list[Logged]:
     """The newest `n` messages the client can see (deleted ones are not), oldest first."""
-    m = s.messages.c
-    q = (
-        select(m.seq, m.role, m.text)
-        .where(m.conversation_id == conv.id, m.superseded == 0)
-        .order_by(m.seq.desc())
-        .limit(n)
-    )
-    with conv.store.engine.connect() as c:
-        rows = list(c.execute(q))
-    return [Logged(int(r.seq), r.role, line_key(r.role, r.text)) for r in reversed(rows)]
+    return [
+        Logged(seq, role, line_key(role, text))
+        for seq, role, text in conv.store.visible_tail(conv.id, n)
+    ]
 
 
 def to_message(m: Incoming, character: str = "") -> Message:
@@ -227,7 +218,7 @@ def sync(
 def apply(conv: Conversation, plan: SyncPlan, character: str | None = None) -> Synced:
     """Store a plan. `character` names unnamed assistant messages (default: the
     conversation's character)."""
-    store, k = conv.store, conv.kioku
+    store = conv.store
     changed = [*plan.appends, *(e.message for e in plan.edits)]
     if character is None and any(m.role == "assistant" and not m.name for m in changed):
         character = conv.info().character
@@ -236,15 +227,7 @@ def apply(conv: Conversation, plan: SyncPlan, character: str | None = None) -> S
     if plan.changes:
         changes = [Change(e.seq, to_message(e.message, character)) for e in plan.edits]
         changes += [Change(q, None, "delete") for q in plan.deletes]
-        done = revise(
-            store,
-            conv.id,
-            changes,
-            k.counter,
-            delay_s=k.profile.summary_delay_s,
-            now=k.clock(),
-        )
-        conv.invalidate()
+        done = conv.revise(changes)
         stale = done.stale
         seqs = ", ".join(
             [f"#{e.seq} edited" for e in plan.edits] + [f"#{q} deleted" for q in plan.deletes]
@@ -276,18 +259,10 @@ def apply(conv: Conversation, plan: SyncPlan, character: str | None = None) -> S
 def replace_reply(conv: Conversation, seq: int, reply: Completion, author: str = "") -> LogEntry:
     """A regeneration or swipe: the new reply takes the old one's seq (the old one is kept as a
     version). A cut reply is marked and counted as `Conversation.record` does."""
-    store, k = conv.store, conv.kioku
+    store = conv.store
     meta = {"finish_reason": "length"} if reply.truncated else None
     message = Message.assistant(reply.text, author=author or conv.info().character)
-    done = revise(
-        store,
-        conv.id,
-        [Change(seq, message, "regenerate", meta)],
-        k.counter,
-        delay_s=k.profile.summary_delay_s,
-        now=k.clock(),
-    )
-    conv.invalidate()
+    done = conv.revise([Change(seq, message, "regenerate", meta)])
     store.incr(conv.id, "regenerations")
     if reply.truncated:
         store.incr(conv.id, "truncated_replies")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from rich.console import Console
 
-from kioku.backlog import chunk_entries, summarize_transcript
+from kioku.backlog import summarize_transcript
 from kioku.chronicler import (
     AsyncLLMChronicler,
     ChroniclerConfig,
@@ -23,6 +23,7 @@ from kioku.chronicler import (
 )
 from kioku.datasets import Transcript
 from kioku.errors import BadSummary, ModelUnavailable
+from kioku.generations import chunks
 from kioku.memory import Memory, MemoryItem, render_memory
 from kioku.messages import LogEntry, Message, Part
 from kioku.models import ChatRequest, Completion, ScriptedModel, Usage
@@ -598,7 +599,11 @@ def test_summarize_transcript_folds_chapters_into_a_synopsis() -> None:
     )
     kinds = [t.kind for t, _ in result.summaries]
     assert kinds.count("chapter") == len(
-        chunk_entries([LogEntry(i, m, COUNTER.count(m.text)) for i, m in enumerate(msgs)], 120)
+        chunks(
+            [LogEntry(i, m, COUNTER.count(m.text)) for i, m in enumerate(msgs)],
+            120,
+            size=lambda e: e.tokens,
+        )
     )
     assert "synopsis" in kinds
     mem = result.memory
@@ -617,7 +622,11 @@ def test_summarize_transcript_folds_chapters_into_a_synopsis() -> None:
 
 def test_chunks_respect_the_budget() -> None:
     es = [LogEntry(i, Message.user("x"), tokens=t) for i, t in enumerate([5, 5, 5, 50, 5])]
-    assert [[e.seq for e in c] for c in chunk_entries(es, 12)] == [[0, 1], [2], [3], [4]]
+    runs = chunks(es, 12, size=lambda e: e.tokens)
+    assert [[e.seq for e in c] for c in runs] == [[0, 1], [2], [3], [4]]
+    # a deleted message (0 tokens) is never a chapter of its own: it joins the next run
+    es = [LogEntry(i, Message.user("x"), tokens=t) for i, t in enumerate([0, 50, 5])]
+    assert [[e.seq for e in c] for c in chunks(es, 12, size=lambda e: e.tokens)] == [[0, 1], [2]]
 
 
 # --- compaction stats (kioku/stats.py) ---------------------------------------------------------
@@ -664,6 +673,7 @@ def test_a_short_record_mentioning_a_refusal_word_is_not_a_refusal() -> None:
     assert s.source == "llm" and s.events == () and "无法入睡" in s.text
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_model_output_is_stored_only_if_it_passes_the_guards(
     llama_server: LlamaServer,

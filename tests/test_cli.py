@@ -406,6 +406,7 @@ def test_bench_turn_shape() -> None:
     assert r.exit_code == 0 and "p50_ms:" in r.stdout  # an outline for people
 
 
+@pytest.mark.slow
 def test_bench_prefix_on_locomo_slice() -> None:
     path = shared_file("datasets", "locomo", "locomo10.json")
     r = invoke(

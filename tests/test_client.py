@@ -339,6 +339,7 @@ LONG = " ".join(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_server_length_finish_and_usage(llama_server: LlamaServer) -> None:
     with OpenAIChatModel(llama_server.url, model=llama_server.alias) as m:
@@ -356,6 +357,7 @@ def test_real_server_length_finish_and_usage(llama_server: LlamaServer) -> None:
         assert ids is not None and 3 <= len(ids) <= 8
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_server_prefix_cache_makes_a_shared_prefix_fast(llama_server: LlamaServer) -> None:
     # a fresh random prefix so no earlier test warmed it
@@ -380,6 +382,7 @@ def _kill_soon(server: LlamaServer, after_s: float) -> threading.Timer:
     return t
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_server_dying_mid_request_raises_not_hangs(fresh_llama_server: LlamaServer) -> None:
     m = OpenAIChatModel(
@@ -403,6 +406,7 @@ def test_real_server_dying_mid_request_raises_not_hangs(fresh_llama_server: Llam
     m.close()
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_server_dying_mid_stream_raises_after_partial_text(
     fresh_llama_server: LlamaServer,

@@ -31,13 +31,13 @@ import pytest
 
 from kioku.config import Settings
 from kioku.engine import Kioku
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.profiles import LOCAL_8K
 from kioku.store import Store
 from tests.conftest import need
 from tests.helpers import Clock
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TENANT = "acme"
 CID = "mika"
@@ -57,8 +57,7 @@ FIXED = "[0] user: Hi Mika! My sister Hana lives in Otaru now. 区切りのあ�
 def seed(store: Store, turns: int = 160) -> Kioku:
     """A conversation that folded at least once, with a tic in most of the last 20 replies."""
     clock = Clock(time.time() - 10 * turns)
-    kk = Kioku(store, profile=LOCAL_8K, clock=clock, tenant=TENANT)
-    attach(kk)
+    kk = Kioku(store, profile=LOCAL_8K, clock=clock, tenant=TENANT, layers=Layers(store))
     conv = kk.conversation(CID, system_prompt="You are Mika.", character="Mika")
     for i in range(turns):
         clock.advance(10)

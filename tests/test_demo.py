@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 import typer
 from rich.console import Console
 from typer.testing import CliRunner
@@ -15,6 +16,7 @@ from kioku.tokens import ScriptEstimator
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_demo_runs_small_and_writes_its_png(tmp_path) -> None:
     buf = io.StringIO()
     r = demo.run("en", 500, tmp_path, env={}, console=Console(file=buf, width=120))
@@ -42,6 +44,7 @@ def test_demo_runs_small_and_writes_its_png(tmp_path) -> None:
     assert f"{n} fact" in out
 
 
+@pytest.mark.slow
 def test_demo_cli_quiet_in_japanese(tmp_path) -> None:
     app = typer.Typer()
     register(app)

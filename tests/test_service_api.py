@@ -211,6 +211,7 @@ def test_openapi_schema_and_console(service: Harness) -> None:
             assert page.status_code == 200 and "<html" in page.text.lower()
 
 
+@pytest.mark.slow
 def test_fuzzing_the_api_finds_no_server_error(service: Harness) -> None:
     schemathesis = pytest.importorskip("schemathesis")
     from schemathesis.checks import not_a_server_error

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import select
 
-from kioku.errors import NotFound, StoreError
+from kioku.errors import LeaseLost, NotFound, StoreError
 from kioku.memory import MemoryItem
 from kioku.messages import Message, Part
-from kioku.store import LeaseLost, Store
+from kioku.store import Store
 from tests.pg import BACKENDS, backend_url
 
 # Every test here runs on SQLite and on PostgreSQL (`KIOKU_TEST_PG`, see tests/pg.py), each on

@@ -7,21 +7,21 @@ exactly like one that does not exist. Reads never create anything.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
-from sqlalchemy import select
 
 from kioku import notes as notes_layer
-from kioku import schema as s
 from kioku.engine import Conversation, Kioku
 from kioku.errors import StoreError
 from kioku.memory import MemoryItem
-from kioku.messages import parts_from_json
 from kioku.revisions import versions
 from kioku.service.auth import tenant_of
 from kioku.structure import is_structured, merge_threads
+
+if TYPE_CHECKING:
+    from kioku.service.app import Service
 
 MAX_SEQ = 2**62
 
@@ -154,7 +154,8 @@ router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
 
 
 def _kioku(request: Request, tenant: str) -> Kioku:
-    return request.app.state.service.kioku(tenant)  # type: ignore[no-any-return]
+    service: Service = request.app.state.service
+    return service.kioku(tenant)
 
 
 def _conversation(request: Request, tenant: str, conversation_id: str) -> Conversation:
@@ -221,45 +222,21 @@ def messages(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> MessagePage:
     conv = _conversation(request, tenant, conversation_id)
-    m, v = s.messages.c, s.message_versions.c
-    with conv.store.engine.connect() as c:
-        rows = list(
-            c.execute(
-                select(s.messages)
-                .where(m.conversation_id == conv.id, m.seq > after)
-                .order_by(m.seq)
-                .limit(limit + 1)
-            )
-        )
-        page = rows[:limit]
-        edited = set()
-        if page:
-            edited = {
-                r.seq
-                for r in c.execute(
-                    select(v.seq)
-                    .where(
-                        v.conversation_id == conv.id,
-                        v.seq >= page[0].seq,
-                        v.seq <= page[-1].seq,
-                    )
-                    .distinct()
-                )
-            }
+    page, more = conv.store.message_page(conv.id, after, limit)
     data = [
         MessageOut(
-            seq=r.seq,
-            role=r.role,
-            author=r.author,
-            at=r.at,
-            text=r.text,
-            parts=[PartOut(**p.to_json()) for p in parts_from_json(r.parts)],
-            deleted=bool(r.superseded),
-            edited=r.seq in edited,
+            seq=p.entry.seq,
+            role=p.entry.role,
+            author=p.entry.message.author,
+            at=p.at,
+            text=p.entry.text,
+            parts=[PartOut(**part.to_json()) for part in p.entry.message.parts],
+            deleted=p.deleted,
+            edited=p.edited,
         )
-        for r in page
+        for p in page
     ]
-    return MessagePage(data=data, next_after=page[-1].seq if len(rows) > limit else None)
+    return MessagePage(data=data, next_after=page[-1].entry.seq if more else None)
 
 
 @router.get(
@@ -322,11 +299,7 @@ def put_notes(
 ) -> NotesOut:
     conv = _conversation(request, tenant, conversation_id)
     kk = conv.kioku
-    if kk.layers is not None:
-        result = kk.layers.edit_notes(conv, body.text, base=body.base)
-    else:
-        result = notes_layer.apply_edit(conv.store, conv.id, body.text, base=body.base)
-        conv.refresh_notes()
+    result = kk.layers.edit_notes(conv, body.text, base=body.base)
     return NotesOut(
         added=len(result.added),
         changed=len(result.changed),
@@ -354,7 +327,7 @@ def cut(request: Request, tenant: Tenant, conversation_id: ConversationId) -> Cu
 def tics(request: Request, tenant: Tenant, conversation_id: ConversationId) -> TicsOut:
     conv = _conversation(request, tenant, conversation_id)
     kk = conv.kioku
-    alerts = kk.layers.tic_alerts(conv.id) if kk.layers is not None else []
+    alerts = kk.layers.tic_alerts(conv.id)
     return TicsOut(
         alerts=[
             TicOut(phrase=a.phrase, count=a.count, window=a.window, kind=a.kind) for a in alerts

@@ -44,16 +44,18 @@ from kioku.errors import (
     NotFound,
     StoreError,
     SyncConflict,
+    Unauthorized,
+    UpstreamError,
 )
 from kioku.models import ChatMessage
 from kioku.profiles import Profile
 from kioku.service import proxy
 from kioku.service.api import router as api_router
-from kioku.service.auth import Unauthorized, tenant_of
+from kioku.service.auth import tenant_of
 from kioku.service.console_api import router as console_router
 from kioku.service.keys import KeyRing
 from kioku.service.metrics import Metrics
-from kioku.service.upstream import KEEPALIVE_S, Upstream, UpstreamError
+from kioku.service.upstream import KEEPALIVE_S, Upstream
 from kioku.store import Store
 
 log = logging.getLogger("kioku.service")

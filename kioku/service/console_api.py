@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from kioku import corrections
 from kioku.engine import Conversation, Kioku
+from kioku.hooks import NoLayers
 from kioku.messages import LogEntry
 from kioku.service.auth import tenant_of
 
@@ -137,9 +138,9 @@ def search(
 ) -> SearchOut:
     conv = _conversation(request, tenant, conversation_id)
     kk = conv.kioku
-    if kk.layers is None or kk.layers.recall is None:
+    if isinstance(kk.layers, NoLayers):  # the layers are off: no archive index to search
         return SearchOut(query=q, hits=[])
-    hits = kk.layers.recall.sync(conv.id).search(q, k=k)
+    hits = kk.layers.search(conv.id, q, k)
     found = {e.seq: e for e in conv.store.entries_at(conv.id, [h.seq for h in hits])}
     stored: dict[int, float] = {}
     if found:

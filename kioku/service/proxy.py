@@ -30,11 +30,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kioku.context import Prompt
 from kioku.engine import Conversation
-from kioku.errors import InputError
-from kioku.messages import LogEntry
+from kioku.errors import InputError, UpstreamError
+from kioku.messages import LogEntry, Role
 from kioku.models import ChatMessage, Completion
 from kioku.service.metrics import prefix_reuse
-from kioku.service.upstream import StreamState, UpstreamError, completion_of
+from kioku.service.upstream import StreamState, completion_of
 from kioku.sync import Incoming, Synced, replace_reply, sync
 
 if TYPE_CHECKING:
@@ -45,8 +45,14 @@ log = logging.getLogger("kioku.service")
 CONVERSATION_HEADER = "x-kioku-conversation"
 CHARACTER_HEADER = "x-kioku-character"
 MODE_HEADER = "x-kioku-mode"  # stateful | stateless (default: one message = stateful)
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-ROLES |= {"tool": "tool", "function": "tool"}
+ROLES: dict[str, Role] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
 
 
 class ChatMessageIn(BaseModel):
@@ -105,7 +111,7 @@ def split_messages(messages: Sequence[ChatMessageIn]) -> Split:
             continue  # a tool call without text: nothing kioku can store
         inside.extend(after)
         after = []
-        chat.append(Incoming(role, text, m.name or ""))  # type: ignore[arg-type]
+        chat.append(Incoming(role, text, m.name or ""))
     if not chat:
         raise InputError("the request has no user or assistant message to answer")
     return Split("\n\n".join(system) if system else None, tuple(chat), tuple(inside), tuple(after))
@@ -299,12 +305,10 @@ async def _store_reply(
             log.exception("the reply to %s #%s was not stored", turn.conv.id, turn.entry.seq)
         finally:
             slot.lock.release()
-        layers = turn.conv.kioku.layers
-        if layers is not None:
-            try:
-                await run_in_threadpool(layers.tic_alerts, turn.conv.id)
-            except Exception:
-                log.exception("tic detection failed for %s", turn.conv.id)
+        try:
+            await run_in_threadpool(turn.conv.kioku.layers.tic_alerts, turn.conv.id)
+        except Exception:
+            log.exception("tic detection failed for %s", turn.conv.id)
 
     svc.spawn(store())
 

@@ -31,25 +31,12 @@ from typing import Any
 import httpx
 
 from kioku.client import api_root, server_message
+from kioku.errors import UpstreamError
 from kioku.models import Completion, Usage
 from kioku.profiles import Profile
 
 KEEPALIVE_S = 10.0
 DEFAULT_MAX_CONNECTIONS = 256
-
-
-class UpstreamError(Exception):
-    """The upstream failed; `status` is what kioku answers (502, 504, or the upstream's own
-    4xx when the request itself was refused)."""
-
-    def __init__(self, status: int, message: str, kind: str = "upstream_error") -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.kind = kind
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "code": self.status}}
 
 
 @dataclass(frozen=True)
