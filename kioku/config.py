@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kioku.engine import Kioku
-from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.profiles import Profile, get_profile
-from kioku.store import Store
+
+if TYPE_CHECKING:  # imported when an engine is built, not with the settings
+    from kioku.engine import Kioku
+    from kioku.hooks import MemoryLayers
+    from kioku.store import Store
 
 DEFAULT_DB = "sqlite:///kioku.db"
 DEFAULT_PROFILE = "local-64k"
@@ -68,6 +70,9 @@ def build_kioku(
 ) -> Kioku:
     """A `Kioku` with the models, tokenizer and layers the settings name."""
     from kioku.counters import counter_from_spec
+    from kioku.engine import Kioku
+    from kioku.hooks import NO_LAYERS
+    from kioku.store import Store
 
     profile = settings.profile_obj
     counter = counter_from_spec(settings.tokenizer)

@@ -484,8 +484,13 @@ class Conversation:
                 self.store.incr(self.id, "fallbacks")
             add.append(item_from_summary(task, summary, ready_at=k.clock()))
         with self.store.atomic():
-            self.store.retire_items(
-                self.id, [r.id for r in ready if r.kind == "chapter" and r.id is not None]
+            self.store.retire_items(  # ready chapters of the raw window; revisions stay ready
+                self.id,
+                [
+                    r.id
+                    for r in ready
+                    if r.kind == "chapter" and r.id is not None and r.first_seq >= info.raw_start
+                ],
             )
             self.store.fold(
                 self.id,

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kioku.corrections import carry
 from kioku.generations import chapter_task, synopsis_task
 from kioku.lang import detect_lang
 from kioku.memory import MemoryItem
@@ -215,4 +216,7 @@ def revised_item(store: Store, job: Job, item: MemoryItem) -> MemoryItem:
     fold if that item is gone by then)."""
     target = revision_target(store, job)
     old = target.id if target is not None and target.id is not None else job.payload["item_id"]
-    return replace(item, first_seq=job.first_seq, last_seq=job.last_seq, replaces=(int(old),))
+    item = replace(item, first_seq=job.first_seq, last_seq=job.last_seq, replaces=(int(old),))
+    if target is not None:
+        item = carry(target, item)  # an operator's edit of the item outlives its re-summary
+    return item

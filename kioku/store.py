@@ -438,3 +438,35 @@ class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKe
                 update(s.conversations).where(c.id == conversation_id).values(next_seq=after)
             )
             return after
+
+    # the command line and the console (issue 15) --------------------------------------------
+
+    def holds_nothing(self) -> bool:
+        """No conversation and no API key: a database a failed command may remove again."""
+        with self.reading() as conn:
+            for t in (s.conversations, s.api_keys):
+                if conn.execute(select(func.count()).select_from(t)).scalar_one():
+                    return False
+        return True
+
+    def last_activity(self, tenant: str | None = None) -> dict[str, float]:
+        """When each conversation last got a message (its creation time when it has none)."""
+        c, m = s.conversations.c, s.messages.c
+        # the newest message is the one at next_seq - 1: a primary-key lookup, not a scan
+        newest = (m.conversation_id == c.id) & (m.seq == c.next_seq - 1)
+        q = select(c.id, func.coalesce(m.created_at, c.created_at)).select_from(
+            s.conversations.outerjoin(s.messages, newest)
+        )
+        if tenant is not None:
+            q = q.where(c.tenant == tenant)
+        with self.reading() as conn:
+            return {cid: float(at) for cid, at in conn.execute(q)}
+
+    def stored_at(self, conversation_id: str, first: int, last: int) -> dict[int, float]:
+        """When each message from `first` to `last` was stored (a client may send no time)."""
+        m = s.messages.c
+        q = select(m.seq, m.created_at).where(
+            m.conversation_id == conversation_id, m.seq >= first, m.seq <= last
+        )
+        with self.reading() as conn:
+            return {int(seq): float(at) for seq, at in conn.execute(q)}

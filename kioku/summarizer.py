@@ -146,11 +146,31 @@ class Line:
 
 
 _LINE = re.compile(r"^\[(\d+)\] ([^:]{0,80}): (.*)$")
+# a further line of the same message: indented under the first, without repeating its seq
+_MORE = re.compile(r"^\s+([^:\[\s][^:]{0,79}): (.*)$")
+
+
+def render_lines(lines: Sequence[Line]) -> str:
+    """One message's lines under one `[seq]`: a message with narration and speech reads as one
+    entry, not as the same seq twice."""
+    out: list[str] = []
+    prev: int | None = None
+    for ln in lines:
+        if ln.seq == prev:
+            out.append(f"{' ' * (len(str(ln.seq)) + 3)}{ln.speaker}: {ln.text}")
+        else:
+            out.append(ln.render())
+        prev = ln.seq
+    return "\n".join(out)
 
 
 def parse_lines(text: str) -> list[Line]:
-    out = []
+    out: list[Line] = []
     for raw in text.splitlines():
+        more = _MORE.match(raw) if out and raw[:1].isspace() else None
+        if more:
+            out.append(Line(out[-1].seq, more.group(1), more.group(2)))
+            continue
         m = _LINE.match(raw.strip())
         if m:
             out.append(Line(int(m.group(1)), m.group(2), m.group(3)))
@@ -261,7 +281,7 @@ class ExtractiveSummarizer:
             # a range whose every line is longer than the target still leaves a trace
             first = pool[0]
             picked = [Line(first.seq, first.speaker, first.text[: max(8, task.target_tokens)])]
-        text = "\n".join(ln.render() for ln in picked)
+        text = render_lines(picked)
         return Summary(
             text=text,
             tokens=self.counter.count(text),

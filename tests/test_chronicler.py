@@ -210,7 +210,9 @@ def test_second_refusal_falls_back_to_the_extractive_chronicler() -> None:
     assert s.events == ("refusal", "retry", "refusal", "fallback")
     assert s.attempts == 2
     assert "申し訳" not in s.text and "我不能" not in s.text
-    assert "[11] Aoi: Never." in s.text  # the extractive chapter, attributed
+    from kioku.summarizer import Line, parse_lines
+
+    assert Line(11, "Aoi", "Never.") in parse_lines(s.text)  # the extractive chapter, attributed
 
 
 def test_refusal_detection_is_short_and_phrase_based() -> None:

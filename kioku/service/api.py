@@ -35,6 +35,7 @@ class ConversationOut(BaseModel):
     messages: int
     raw_start: int
     memory_version: int
+    last_activity: float | None = Field(None, description="When its last message was stored.")
 
 
 class ConversationList(BaseModel):
@@ -183,9 +184,24 @@ def _item(i: MemoryItem) -> ItemOut:
     )
 
 
-@router.get("", response_model=ConversationList, summary="The tenant's conversations")
-def list_conversations(request: Request, tenant: Tenant) -> ConversationList:
+@router.get(
+    "", response_model=ConversationList, summary="The tenant's conversations, latest activity first"
+)
+def list_conversations(
+    request: Request,
+    tenant: Tenant,
+    q: Annotated[
+        str | None, Query(max_length=200, description="Only ids or characters containing this.")
+    ] = None,
+) -> ConversationList:
     kk = _kioku(request, tenant)
+    active = kk.store.last_activity(tenant)
+    found = [
+        c
+        for c in kk.store.conversations(tenant)
+        if not q or q.casefold() in f"{c.id}\n{c.character}".casefold()
+    ]
+    found.sort(key=lambda c: -active.get(c.id, 0.0))
     return ConversationList(
         data=[
             ConversationOut(
@@ -194,8 +210,9 @@ def list_conversations(request: Request, tenant: Tenant) -> ConversationList:
                 messages=c.next_seq,
                 raw_start=c.raw_start,
                 memory_version=c.memory_version,
+                last_activity=active.get(c.id),
             )
-            for c in kk.store.conversations(tenant)
+            for c in found
         ]
     )
 

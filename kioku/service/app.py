@@ -56,6 +56,7 @@ from kioku.profiles import Profile
 from kioku.service import proxy
 from kioku.service.api import router as api_router
 from kioku.service.auth import tenant_of
+from kioku.service.console_api import router as console_router
 from kioku.service.conventions import COMPLETIONS_REFUSED
 from kioku.service.keys import KeyRing
 from kioku.service.metrics import Metrics
@@ -356,6 +357,7 @@ def create_app(
         return {"ok": True}
 
     app.include_router(api_router)
+    app.include_router(console_router)
     if CONSOLE_DIR.is_dir():
         app.mount("/console", StaticFiles(directory=CONSOLE_DIR, html=True), name="console")
     return app
