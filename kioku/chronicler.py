@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
+from kioku.corrections import apply_edits, edits_of
 from kioku.errors import BadSummary
 from kioku.memory import MemoryItem
 from kioku.models import ChatMessage, ChatModel, ChatRequest, Completion
@@ -151,6 +152,8 @@ def _item_text(item: MemoryItem, lang: str) -> str:
     body = (
         render_record(record_from_data(item.data), lang) if is_structured(item.data) else item.text
     )
+    if is_structured(item.data) and item.data.get("operator_edits"):
+        body = apply_edits(body, edits_of(item))  # what an operator retracted stays out
     return f"[#{item.first_seq}–#{item.last_seq}]\n{body.strip()}"
 
 

@@ -10,13 +10,15 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kioku.engine import Kioku
 from kioku.errors import ConfigError
-from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.profiles import Profile, get_profile
-from kioku.store import Store
+
+if TYPE_CHECKING:  # imported when an engine is built, not with the settings
+    from kioku.engine import Kioku
+    from kioku.hooks import MemoryLayers
+    from kioku.store import Store
 
 DEFAULT_DB = "sqlite:///kioku.db"
 DEFAULT_PROFILE = "local-64k"
@@ -94,6 +96,9 @@ def build_kioku(
     """A `Kioku` with the models, tokenizer and layers the settings name. `clock` and
     `simulated_duration_s` are for replays on simulated time (benchmarks)."""
     from kioku.counters import counter_from_spec
+    from kioku.engine import Kioku
+    from kioku.hooks import NO_LAYERS
+    from kioku.store import Store
 
     profile = settings.profile_obj
     counter = counter_from_spec(settings.tokenizer)

@@ -32,6 +32,7 @@ from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage, ChatRequest
 from kioku.profiles import Profile
+from kioku.protocol import chat_message
 from kioku.recollection import Recollection
 from kioku.tokens import TokenCounter
 
@@ -116,17 +117,14 @@ class Prompt:
 
 
 def entry_message(e: LogEntry, extras: Extras | None = None) -> ChatMessage:
-    if extras is not None:
-        m = _chat_message(e.message)
-        return ChatMessage(m.role, with_extras(extras.text, m.content))
-    return _chat_message(e.message)
+    m = _chat_message(e.message)
+    return m.prefixed(with_extras(extras.text, "")) if extras is not None else m
 
 
 # Every turn renders the whole raw window again; a message renders the same every time.
 @lru_cache(maxsize=16384)
 def _chat_message(message: Message) -> ChatMessage:
-    # a tool's output goes to the model as user text
-    return ChatMessage("user" if message.role == "tool" else message.role, message.text)
+    return chat_message(message)  # tool calls, tool results and images as the protocol has them
 
 
 @dataclass(frozen=True)
@@ -284,7 +282,8 @@ def finish(
     dropped: dict[str, int] = {}
     got_r = got_i = 0
     extras = p.kept
-    if extras is None:
+    # extras go next to a user message; a tool result must reach the model as returned
+    if extras is None and p.new.role != "tool":
         fresh = [i for i in instructions if i and i not in p.shown_instructions]
         recs = [r for r in (_unseen(r, p) for r in recollections) if r is not None]
         instr_text = "\n".join(fresh)
@@ -322,8 +321,7 @@ def finish(
                 instructions=tuple(fresh),
             )
             got_r = extras.tokens - got_i
-    content = with_extras(extras.text, text) if extras else text
-    messages = (*p.head, ChatMessage(p.new.role, content))
+    messages = (*p.head, entry_message(p.new, extras))
     parts = dict(p.parts)
     if extras is not None and p.kept is not None:
         parts["recollections"] = p.kept.tokens  # shown before: the same tokens again

@@ -27,6 +27,7 @@ from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message, Role
 from kioku.models import ChatModel, Completion
 from kioku.profiles import LOCAL_64K, Profile
+from kioku.protocol import media_of, message_tokens, refs_of, reply_message
 from kioku.revisions import Change, Revised, revise, stand_ins
 from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
@@ -263,7 +264,9 @@ class Conversation:
     def append(self, message: Message, meta: dict | None = None) -> LogEntry:
         if message.is_empty():
             raise InputError("empty message: nothing to store (send some text)")
-        return self.store.append(self.id, message, self.kioku.counter.count(message.text), meta)
+        k = self.kioku
+        tokens = message_tokens(message, k.counter, k.profile.image_tokens)
+        return self.store.append(self.id, message, tokens, meta)
 
     def revise(self, changes: Sequence[Change]) -> Revised:
         """Edit, delete or regenerate stored messages (versions kept, memory over them marked
@@ -276,6 +279,7 @@ class Conversation:
             k.counter,
             delay_s=k.profile.summary_delay_s,
             now=k.clock(),
+            image_tokens=k.profile.image_tokens,
         )
         self._raw = []
         return done
@@ -359,7 +363,7 @@ class Conversation:
                     output_tokens=reply.usage.completion_tokens,
                 )
             self._calibrate(reply)
-            message = Message.assistant(reply.text, author=author or self.character)
+            message = reply_message(reply, author=author or self.character)
         else:
             message = as_message(reply, "assistant", author or self.character)
         return self.append(message, meta)
@@ -371,7 +375,10 @@ class Conversation:
                 "no reply model configured: pass reply_model= to Kioku (or use prepare/record)"
             )
         prompt = self.prepare(user_message)
-        completion = model.complete(prompt.request())
+        request = prompt.request()
+        if refs := refs_of(prompt.messages):  # images in the raw window go as they were sent
+            request = replace(request, media=media_of(self.store.blobs(refs)))
+        completion = model.complete(request)
         if not completion.text.strip():
             # nothing to store; the user's message already is
             self.store.log(self.id, "reply", "empty", detail=completion.finish_reason)
@@ -567,8 +574,13 @@ class Conversation:
                 self.store.incr(self.id, "fallbacks")
             add.append(item_from_summary(task, summary, ready_at=k.clock()))
         with self.store.atomic():
-            self.store.retire_items(
-                self.id, [r.id for r in ready if r.kind == "chapter" and r.id is not None]
+            self.store.retire_items(  # ready chapters of the raw window; revisions stay ready
+                self.id,
+                [
+                    r.id
+                    for r in ready
+                    if r.kind == "chapter" and r.id is not None and r.first_seq >= info.raw_start
+                ],
             )
             self.store.fold(
                 self.id,

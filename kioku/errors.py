@@ -5,6 +5,7 @@
     ├── InputError             bad input from a caller (empty message, unknown role); nothing was lost
     │   ├── MessageTooLarge    one message cannot fit the window even alone; it is stored anyway
     │   ├── CardTooLarge       a system prompt that leaves no room for the minimum raw window
+    │   ├── BadParameter       one named header or field is wrong (`param` names it)
     │   └── SyncConflict       a client's transcript shares nothing with the log it names
     ├── Unauthorized           no API key, or an unknown or revoked one (HTTP 401)
     ├── NotFound               no such conversation / item (or it belongs to another tenant)
@@ -68,6 +69,16 @@ class CardTooLarge(InputError):
         )
 
 
+class BadParameter(InputError):
+    """One named part of a request is wrong: `param` names it (a header, a field), as in
+    OpenAI's error object, and `code` says how."""
+
+    def __init__(self, message: str, param: str, code: str = "invalid_value") -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
 class SyncConflict(InputError):
     """A stateless client sent a transcript that matches nothing in the conversation's log
     (another chat under the same conversation id?); nothing was stored."""
@@ -124,16 +135,42 @@ class TruncatedReply(ModelError):
 
 class UpstreamError(ModelError):
     """The upstream failed; `status` is what kioku answers (502, 504, or the upstream's own
-    4xx when the request itself was refused)."""
+    4xx when the request itself was refused, with the upstream's `code` and `param`)."""
 
-    def __init__(self, status: int, message: str, kind: str = "upstream_error") -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "upstream_error",
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.kind = kind
+        self.code = code if code is not None else UPSTREAM_CODES.get(kind)
+        self.param = param
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "code": self.status}}
+        return error_body(self.message, self.kind, self.code, self.param)
+
+
+# the error object's `code` for each kind of upstream failure kioku names itself
+UPSTREAM_CODES = {
+    "upstream_error": "upstream_error",
+    "upstream_unavailable": "upstream_unavailable",
+    "upstream_timeout": "upstream_timeout",
+    "rate_limit_error": "rate_limit_exceeded",
+}
+
+
+def error_body(
+    message: str, kind: str, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's error object, as kioku's service answers every error: `type` is the category,
+    `code` a string (or null), `param` the field or header at fault."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 class BadEvalReply(ModelError):

@@ -8,14 +8,17 @@ memory it would have had — chapters, major GCs and all — not one giant backl
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
 from rich.progress import Progress
 
 from kioku.datasets import Transcript, load
-from kioku.engine import Kioku
 from kioku.errors import InputError
 from kioku.messages import Message
+
+if TYPE_CHECKING:  # reading a file needs no engine: a bad file fails before one is built
+    from kioku.engine import Kioku
 
 
 def turns(messages: tuple[Message, ...]) -> list[tuple[list[Message], list[Message]]]:
@@ -47,7 +50,8 @@ def replay(
     )
     before = conv.info().next_seq
     plan = turns(transcript.messages)
-    with Progress(transient=True, disable=not progress) as bar:
+    # progress on stderr: stdout holds the result (JSON with --json)
+    with Progress(transient=True, disable=not progress, console=Console(stderr=True)) as bar:
         task = bar.add_task(f"importing {conversation_id}", total=len(plan))
         for users, replies in plan:
             for m in users[:-1]:
@@ -69,18 +73,27 @@ def replay(
     }
 
 
+def read(
+    path: Path | str, fmt: str | None, *, speaker: str | None = None, index: int = 0
+) -> Transcript:
+    """The conversation to import (the format sniffed when `fmt` is None): read and checked
+    before any database is opened, so a bad file leaves nothing behind."""
+    transcript = load(path, fmt, speaker=speaker, conversation=index)
+    if not transcript.messages:
+        raise InputError(f"{path}: no messages to import")
+    return transcript
+
+
 def import_transcript(
     kk: Kioku,
     path: Path | str,
-    fmt: str,
+    fmt: str | None,
     *,
     conversation_id: str | None = None,
     speaker: str | None = None,
     index: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
-    transcript = load(path, fmt, speaker=speaker, conversation=index)
-    if not transcript.messages:
-        raise InputError(f"{path}: no messages to import")
+    transcript = read(path, fmt, speaker=speaker, index=index)
     cid = conversation_id or Path(path).stem
     return replay(kk, cid, transcript, progress=progress)

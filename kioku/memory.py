@@ -138,6 +138,10 @@ def render_memory(memory: Memory, lang: str = "en") -> tuple[str, str]:
             return item.text.strip()
         record = record_from_data(item.data)
         facts.extend(record.user_facts)
+        if item.data.get("operator_edits"):
+            from kioku.corrections import rendered_story
+
+            return rendered_story(item, lang)  # an operator corrected it: the edits win
         return render_story(record, lang).strip()
 
     if memory.synopsis:

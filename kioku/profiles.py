@@ -27,6 +27,9 @@ DEFAULT_SUMMARY_CEILING_TOKENS = 4096  # never cut a summary mid-sentence
 # least a memory item can say and still be read
 MEMORY_FRAME_TOKENS = 160
 MIN_ITEM_TOKENS = 64
+# What one image costs in the prompt, whatever its pixels: OpenAI's high-detail 1024×1024 tile
+# count (765) rounded up; Gemma 3 takes 256 per image, LLaVA 576. Set it to the model's number.
+DEFAULT_IMAGE_TOKENS = 768
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class Profile:
     connect_timeout_s: float = 10.0
     reply_timeout_s: float = 120.0
     summary_timeout_s: float = 300.0
+    image_tokens: int = DEFAULT_IMAGE_TOKENS  # per image (or other media part) in a message
 
     def __post_init__(self) -> None:
         if not 0 < self.min_raw < self.trigger <= self.ceiling:

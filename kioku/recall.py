@@ -238,6 +238,8 @@ class RecallIndexes:
         )
 
     def _save(self, conversation_id: str, idx: ArchiveIndex) -> None:
+        if self.store.readonly:
+            return  # a read-only command searches in memory and persists nothing
         seg = idx.take_segment()
         if seg is not None:
             _write_segments(self.store, conversation_id, [seg])
@@ -254,13 +256,14 @@ class RecallIndexes:
         usable = usable and segs[0].first_seq == 0
         if segs and not usable:
             # written by another tokenizer version, or broken: the log rebuilds it
-            _drop_segments(self.store, conversation_id)
+            if not self.store.readonly:
+                _drop_segments(self.store, conversation_id)
             stats.rebuilt = True
             segs = []
         for seg in segs:
             idx.load_segment(seg)
         stats.segments = len(segs)
-        if len(segs) > self.max_segments:
+        if len(segs) > self.max_segments and not self.store.readonly:
             _write_segments(self.store, conversation_id, [idx.whole_segment()], replace=True)
         tail = self.store.entries(conversation_id, idx.size)
         idx.add(tail)

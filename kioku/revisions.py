@@ -24,11 +24,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kioku.corrections import carry
 from kioku.generations import chapter_task, synopsis_task
 from kioku.lang import detect_lang
 from kioku.memory import MemoryItem
 from kioku.messages import Message
-from kioku.profiles import Profile
+from kioku.profiles import DEFAULT_IMAGE_TOKENS, Profile
+from kioku.protocol import message_tokens
 from kioku.rendering import render_story
 from kioku.store import Job, Store
 from kioku.store_edits import ChangeKind, Revised, Rewrite
@@ -74,6 +76,7 @@ def revise(
     *,
     delay_s: float = 0.0,
     now: float | None = None,
+    image_tokens: int = DEFAULT_IMAGE_TOKENS,
 ) -> Revised:
     """Apply edits and deletions in one transaction: versions kept, items marked stale, revision
     jobs queued. `now` is the engine's clock (jobs run after `now + delay_s`). A `Conversation`
@@ -83,7 +86,7 @@ def revise(
         Rewrite(
             ch.seq,
             ch.message,
-            counter.count(ch.message.text) if ch.message is not None else 0,
+            message_tokens(ch.message, counter, image_tokens) if ch.message is not None else 0,
             ch.kind,
             ch.meta,
         )
@@ -213,4 +216,7 @@ def revised_item(store: Store, job: Job, item: MemoryItem) -> MemoryItem:
     fold if that item is gone by then)."""
     target = revision_target(store, job)
     old = target.id if target is not None and target.id is not None else job.payload["item_id"]
-    return replace(item, first_seq=job.first_seq, last_seq=job.last_seq, replaces=(int(old),))
+    item = replace(item, first_seq=job.first_seq, last_seq=job.last_seq, replaces=(int(old),))
+    if target is not None:
+        item = carry(target, item)  # an operator's edit of the item outlives its re-summary
+    return item

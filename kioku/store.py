@@ -3,11 +3,12 @@
 The store is the only code that talks to the database: this module and its bases, one concept
 each — `db.Database` (engine, transactions), `queue.JobQueue` (summary jobs), `store_edits`
 (edited messages), `store_notes` (the notes ledger), `store_recall` (the archive index's
-segments), `store_keys` (API keys), `store_log` (the compaction log, counters). Messages get a gap-free
-`seq` per conversation inside the transaction that stores them; nothing here ever deletes a
-message. A fold (apply memory, move the raw-window start) is one transaction, so a crash leaves
-either the old memory state or the new one, never half of each; `with store.atomic():` around
-several methods makes them one transaction.
+segments), `store_keys` (API keys), `store_log` (the compaction log, counters), `store_protocol`
+(media blobs, a reply's other choices). Messages get a gap-free `seq` per conversation inside
+the transaction that stores them; nothing here ever deletes a message. A fold (apply memory, move
+the raw-window start) is one transaction, so a crash leaves either the old memory state or the
+new one, never half of each; `with store.atomic():` around several methods makes them one
+transaction.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from kioku.store_edits import MessageEdits
 from kioku.store_keys import ApiKeys
 from kioku.store_log import EventLog
 from kioku.store_notes import NotesLedger
+from kioku.store_protocol import ProtocolParts
 from kioku.store_recall import RecallSegments
 
 __all__ = [
@@ -123,7 +125,7 @@ _ALL_ITEMS = (
 _ITEMS = _ALL_ITEMS.where(_mi.status.in_(bindparam("statuses", expanding=True)))
 
 
-class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKeys):
+class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKeys, ProtocolParts):
     """The log and memory items (the rest: the bases)."""
 
     # conversations -----------------------------------------------------------------------
@@ -448,3 +450,35 @@ class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKe
                 .where(m.conversation_id == conversation_id, m.seq == seq)
                 .values(meta=meta)
             )
+
+    # the command line and the console (issue 15) --------------------------------------------
+
+    def holds_nothing(self) -> bool:
+        """No conversation and no API key: a database a failed command may remove again."""
+        with self.reading() as conn:
+            for t in (s.conversations, s.api_keys):
+                if conn.execute(select(func.count()).select_from(t)).scalar_one():
+                    return False
+        return True
+
+    def last_activity(self, tenant: str | None = None) -> dict[str, float]:
+        """When each conversation last got a message (its creation time when it has none)."""
+        c, m = s.conversations.c, s.messages.c
+        # the newest message is the one at next_seq - 1: a primary-key lookup, not a scan
+        newest = (m.conversation_id == c.id) & (m.seq == c.next_seq - 1)
+        q = select(c.id, func.coalesce(m.created_at, c.created_at)).select_from(
+            s.conversations.outerjoin(s.messages, newest)
+        )
+        if tenant is not None:
+            q = q.where(c.tenant == tenant)
+        with self.reading() as conn:
+            return {cid: float(at) for cid, at in conn.execute(q)}
+
+    def stored_at(self, conversation_id: str, first: int, last: int) -> dict[int, float]:
+        """When each message from `first` to `last` was stored (a client may send no time)."""
+        m = s.messages.c
+        q = select(m.seq, m.created_at).where(
+            m.conversation_id == conversation_id, m.seq >= first, m.seq <= last
+        )
+        with self.reading() as conn:
+            return {int(seq): float(at) for seq, at in conn.execute(q)}

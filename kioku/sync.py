@@ -13,21 +13,23 @@ one row per seq forever, so each request is compared with the log's tail by cont
   over a changed range marked stale and re-summarized), new messages through
   `Conversation.append`.
 
-A stateful client sends only the new message; `diff_one` handles it (a retried request whose
-message is already the last, unanswered one is not stored twice).
+A stateful client sends only its new messages (one user message, or the results of the tools
+the last reply called); `diff_new` appends them (a retried request whose messages are already
+the last, unanswered ones is not stored twice).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import TYPE_CHECKING
 
 from kioku.errors import InputError, SyncConflict
-from kioku.messages import LogEntry, Message, Role
+from kioku.messages import LogEntry, Message, Part, Role
 from kioku.models import Completion
+from kioku.protocol import reply_message
 from kioku.revisions import Change
 
 if TYPE_CHECKING:
@@ -47,8 +49,9 @@ def line_key(role: str, text: str) -> str:
 @dataclass(frozen=True)
 class Incoming:
     role: Role
-    text: str
+    text: str  # for protocol parts (tool calls, images): `render_parts(parts)`
     name: str = ""
+    parts: tuple[Part, ...] = ()  # empty: one text part
 
     @property
     def key(self) -> str:
@@ -84,10 +87,21 @@ class SyncPlan:
 
 def diff_one(log: Sequence[Logged], message: Incoming) -> SyncPlan:
     """A stateful client's turn: append the message, unless it is a retry of the last one."""
-    last = log[-1] if log else None
-    if last is not None and last.role == "user" == message.role and last.key == message.key:
-        return SyncPlan(turn=last.seq)
-    return SyncPlan(appends=(message,))
+    return diff_new(log, (message,))
+
+
+def diff_new(log: Sequence[Logged], messages: Sequence[Incoming]) -> SyncPlan:
+    """A stateful client's turn: append its messages, unless they are the log's unanswered
+    tail already (a retry)."""
+    tail = log[-len(messages) :] if len(log) >= len(messages) else ()
+    retry = (
+        bool(tail)
+        and messages[-1].role in ("user", "tool")
+        and [(x.role, x.key) for x in tail] == [(m.role, m.key) for m in messages]
+    )
+    if retry:
+        return SyncPlan(turn=tail[-1].seq)
+    return SyncPlan(appends=tuple(messages))
 
 
 def diff(log: Sequence[Logged], incoming: Sequence[Incoming]) -> SyncPlan:
@@ -192,6 +206,8 @@ def log_tail(conv: Conversation, n: int) -> list[Logged]:
 
 def to_message(m: Incoming, character: str = "") -> Message:
     author = m.name or ("user" if m.role == "user" else character if m.role == "assistant" else "")
+    if m.parts:
+        return Message(m.role, m.parts, author=author)
     return Message.of(m.role, m.text, author=author)
 
 
@@ -201,17 +217,24 @@ def sync(
     *,
     stateful: bool | None = None,
     character: str | None = None,
+    blobs: Mapping[str, bytes] | None = None,
 ) -> Synced:
     """Bring the log in line with a request and store what is new. `stateful` None: a request
-    with one message is a stateful client's turn, a longer one a transcript."""
+    with one message, or with only tool results, is a stateful client's turn (a transcript
+    always holds the user message that led to the tool calls); a longer one a transcript.
+    `blobs` holds the media parts the messages name; only those of stored messages are kept."""
     if not incoming:
         raise InputError("the request has no user or assistant message to answer")
     if stateful is None:
-        stateful = len(incoming) == 1
+        stateful = len(incoming) == 1 or all(m.role == "tool" for m in incoming)
     if stateful:
-        plan = diff_one(log_tail(conv, 1), incoming[-1])
+        plan = diff_new(log_tail(conv, len(incoming)), incoming)
     else:
         plan = diff(log_tail(conv, 2 * len(incoming) + TAIL_SLACK), incoming)
+    if blobs:  # the media of what will be stored, before the rows that name them
+        changed = [*plan.appends, *(e.message for e in plan.edits)]
+        refs = {p.ref for m in changed for p in m.parts if p.ref in blobs}
+        conv.store.put_blobs({r: blobs[r] for r in refs if r is not None})
     return apply(conv, plan, character)
 
 
@@ -261,7 +284,7 @@ def replace_reply(conv: Conversation, seq: int, reply: Completion, author: str =
     version). A cut reply is marked and counted as `Conversation.record` does."""
     store = conv.store
     meta = {"finish_reason": "length"} if reply.truncated else None
-    message = Message.assistant(reply.text, author=author or conv.info().character)
+    message = reply_message(reply, author=author or conv.info().character)
     done = conv.revise([Change(seq, message, "regenerate", meta)])
     store.incr(conv.id, "regenerations")
     if reply.truncated:

@@ -162,4 +162,11 @@ def test_extractive_summarizer_keeps_attribution() -> None:
         SummaryTask("chapter", 200, entries=(LogEntry(4, lie, 20),))
     )
     assert "[4] Mika: I'm seventeen" in s.text
-    assert "[4] Mika (thought): I'm twenty-five" in s.text
+    # the message's next line reads under the same [4], not as the same seq twice
+    assert s.text.count("[4]") == 1 and "\n    Mika (thought): I'm twenty-five" in s.text
+    from kioku.summarizer import parse_lines
+
+    assert [(ln.seq, ln.speaker) for ln in parse_lines(s.text)] == [
+        (4, "Mika"),
+        (4, "Mika (thought)"),
+    ]

@@ -117,5 +117,7 @@ def service(harness: Harness) -> Iterator[Harness]:
     harness.idle()
     harness.up.reply = default_reply
     harness.up.fail = None
+    harness.up.error = None
+    harness.up.garbage = None
     harness.up.delay_s = 0.0
     harness.up.chunk_delay_s = 0.0

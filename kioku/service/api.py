@@ -35,6 +35,7 @@ class ConversationOut(BaseModel):
     messages: int
     raw_start: int
     memory_version: int
+    last_activity: float | None = Field(None, description="When its last message was stored.")
 
 
 class ConversationList(BaseModel):
@@ -45,6 +46,10 @@ class PartOut(BaseModel):
     kind: str
     text: str
     speaker: str | None = None
+    ref: str | None = Field(
+        None, description="Media: its blob's sha256; tool call/result: call id."
+    )
+    name: str | None = Field(None, description="Tool call/result: the function.")
 
 
 class MessageOut(BaseModel):
@@ -179,9 +184,24 @@ def _item(i: MemoryItem) -> ItemOut:
     )
 
 
-@router.get("", response_model=ConversationList, summary="The tenant's conversations")
-def list_conversations(request: Request, tenant: Tenant) -> ConversationList:
+@router.get(
+    "", response_model=ConversationList, summary="The tenant's conversations, latest activity first"
+)
+def list_conversations(
+    request: Request,
+    tenant: Tenant,
+    q: Annotated[
+        str | None, Query(max_length=200, description="Only ids or characters containing this.")
+    ] = None,
+) -> ConversationList:
     kk = _kioku(request, tenant)
+    active = kk.store.last_activity(tenant)
+    found = [
+        c
+        for c in kk.store.conversations(tenant)
+        if not q or q.casefold() in f"{c.id}\n{c.character}".casefold()
+    ]
+    found.sort(key=lambda c: -active.get(c.id, 0.0))
     return ConversationList(
         data=[
             ConversationOut(
@@ -190,8 +210,9 @@ def list_conversations(request: Request, tenant: Tenant) -> ConversationList:
                 messages=c.next_seq,
                 raw_start=c.raw_start,
                 memory_version=c.memory_version,
+                last_activity=active.get(c.id),
             )
-            for c in kk.store.conversations(tenant)
+            for c in found
         ]
     )
 
@@ -325,5 +346,46 @@ def compaction_log(request: Request, tenant: Tenant, conversation_id: Conversati
         data=[
             LogRow(**{k: r[k] for k in LogRow.model_fields})
             for r in conv.store.log_entries(conv.id)
+        ]
+    )
+
+
+# the chat-completions protocol (issue 13) --------------------------------------------------------
+
+
+class ChoiceOut(BaseModel):
+    choice: int
+    role: str
+    author: str
+    text: str
+    parts: list[PartOut]
+
+
+class ChoiceList(BaseModel):
+    data: list[ChoiceOut]
+
+
+@router.get(
+    "/{conversation_id}/messages/{seq}/choices",
+    response_model=ChoiceList,
+    summary="The other choices of a reply asked for with n > 1 (choice 0 is the stored reply)",
+)
+def reply_choices(
+    request: Request,
+    tenant: Tenant,
+    conversation_id: ConversationId,
+    seq: Annotated[int, Path(ge=0, le=MAX_SEQ)],
+) -> ChoiceList:
+    conv = _conversation(request, tenant, conversation_id)
+    return ChoiceList(
+        data=[
+            ChoiceOut(
+                choice=n,
+                role=m.role,
+                author=m.author,
+                text=m.text,
+                parts=[PartOut(**p.to_json()) for p in m.parts],
+            )
+            for n, m in enumerate(conv.store.choices(conv.id, seq), start=1)
         ]
     )

@@ -11,6 +11,10 @@ The client's leading system messages are the character card (the conversation's 
 the prefix-cache base); system messages further down (author's notes, post-history
 instructions) are not stored: they go to the upstream at the end, next to the new message,
 where they do not break the cache of what precedes them.
+
+Tool calls, tool results and content parts (images) are stored with their messages and sent
+upstream as the client wrote them (`kioku.protocol`). With `n > 1`, choice 0 is the stored
+reply; the other choices are kept beside it (`Store.choices`).
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -28,13 +32,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from kioku import protocol
 from kioku.context import Prompt
 from kioku.engine import Conversation
-from kioku.errors import InputError, UpstreamError
+from kioku.errors import BadParameter, InputError, ModelError, UpstreamError
 from kioku.messages import LogEntry, Role
 from kioku.models import ChatMessage, Completion
+from kioku.service.conventions import check_headers
 from kioku.service.metrics import prefix_reuse
-from kioku.service.upstream import StreamState, completion_of
+from kioku.service.upstream import StreamState, completions_of
 from kioku.sync import Incoming, Synced, replace_reply, sync
 
 if TYPE_CHECKING:
@@ -83,12 +89,26 @@ def content_text(content: str | list[dict[str, Any]] | None) -> str:
     )
 
 
+def system_text(content: str | list[dict[str, Any]] | None, where: str) -> str:
+    """A system message is text (the card, an author's note): an image there would vanish."""
+    if isinstance(content, list) and any(
+        not isinstance(p, dict) or p.get("type") != "text" for p in content
+    ):
+        raise BadParameter(
+            f"{where} is a system message with a part that is not text; kioku keeps system "
+            "messages as text: send images in a user message",
+            f"{where}.content",
+        )
+    return content_text(content)
+
+
 @dataclass(frozen=True)
 class Split:
     system: str | None  # leading system messages: the character card
     chat: tuple[Incoming, ...]
     before_last: tuple[ChatMessage, ...] = ()  # system messages inside the history
     after_last: tuple[ChatMessage, ...] = ()  # system messages after the last message
+    blobs: Mapping[str, bytes] = field(default_factory=dict)  # media parts, by sha256
 
 
 def split_messages(messages: Sequence[ChatMessageIn]) -> Split:
@@ -96,25 +116,31 @@ def split_messages(messages: Sequence[ChatMessageIn]) -> Split:
     chat: list[Incoming] = []
     inside: list[ChatMessage] = []
     after: list[ChatMessage] = []
-    for m in messages:
+    blobs: dict[str, bytes] = {}
+    for i, m in enumerate(messages):
         role = ROLES.get(m.role)
         if role is None:
             raise InputError(f"unknown role {m.role!r}; use system, user, assistant or tool")
-        text = content_text(m.content)
         if role == "system":
+            text = system_text(m.content, f"messages.{i}")
             if not chat:
                 system.append(text)
             else:
                 after.append(ChatMessage("system", text))
             continue
-        if not text.strip():
-            continue  # a tool call without text: nothing kioku can store
+        parsed = protocol.incoming(
+            m.role, m.content, name=m.name, extra=m.model_extra, where=f"messages.{i}"
+        )
+        if parsed.is_empty:
+            continue  # nothing kioku can store
+        blobs.update(parsed.blobs)
         inside.extend(after)
         after = []
-        chat.append(Incoming(role, text, m.name or ""))
+        chat.append(Incoming(role, parsed.text, m.name or "", parsed.parts))
     if not chat:
         raise InputError("the request has no user or assistant message to answer")
-    return Split("\n\n".join(system) if system else None, tuple(chat), tuple(inside), tuple(after))
+    system_prompt = "\n\n".join(system) if system else None
+    return Split(system_prompt, tuple(chat), tuple(inside), tuple(after), blobs)
 
 
 @dataclass
@@ -125,6 +151,7 @@ class Turn:
     prompt: Prompt
     started: float
     character: str = ""
+    media: Mapping[str, Any] = field(default_factory=dict)  # blob hash -> content part
 
     @property
     def entry(self) -> LogEntry:
@@ -154,29 +181,37 @@ def start_turn(
         slot.system = split.system
         slot.character = slot.conv.info().character
     conv = slot.conv
-    synced = sync(conv, split.chat, stateful=stateful, character=slot.character)
+    synced = sync(conv, split.chat, stateful=stateful, character=slot.character, blobs=split.blobs)
     prompt = conv.prepare_for(synced.entry)
-    return Turn(tenant, conv, synced, prompt, started, slot.character)
+    media = protocol.media_of(conv.store.blobs(protocol.refs_of(prompt.messages)))
+    return Turn(tenant, conv, synced, prompt, started, slot.character, media)
 
 
-def finish_turn(turn: Turn, completion: Completion) -> LogEntry | None:
-    """Record the reply (a regeneration replaces the old one); a reply without text (a tool
-    call) is not stored."""
+def finish_turn(
+    turn: Turn, completion: Completion, others: Sequence[Completion] = ()
+) -> LogEntry | None:
+    """Record the reply (a regeneration replaces the old one) and, with n > 1, the other
+    choices beside it; a reply with neither text nor tool calls is not stored."""
     conv = turn.conv
-    if not completion.text.strip():
-        conv.store.log(conv.id, "reply", "not_stored", detail="no text (a tool call?)")
+    if not completion.text.strip() and not completion.tool_calls:
+        conv.store.log(conv.id, "reply", "not_stored", detail="no text and no tool calls")
         return None
     if turn.regenerate is not None:
         entry = replace_reply(conv, turn.regenerate, completion, turn.character)
     else:
         entry = conv.record(completion, author=turn.character)
+    if others or turn.regenerate is not None:
+        alternatives = [protocol.reply_message(c, turn.character) for c in others]
+        conv.store.set_choices(conv.id, entry.seq, alternatives)
     conv.store.incr(conv.id, "turns")
     return entry
 
 
 def upstream_body(body: ChatBody, turn: Turn, split: Split, reserve: int) -> dict[str, Any]:
     data = body.model_dump(exclude_none=True, exclude={"messages", "user", "stream"})
-    messages = [m.to_json() for m in turn.prompt.messages]
+    if "stream" in body.model_fields_set and not body.stream:
+        data["stream"] = False  # as the client wrote it (LangChain, LlamaIndex do)
+    messages = [m.to_json(turn.media) for m in turn.prompt.messages]
     last = messages.pop()
     messages += [m.to_json() for m in split.before_last]
     messages.append(last)
@@ -231,6 +266,7 @@ def _note_failure(turn: Turn, error: UpstreamError) -> None:
 
 async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str]) -> Response:
     started = time.monotonic()
+    check_headers(headers)
     cid = header_text(headers.get(CONVERSATION_HEADER)) or body.user
     if not cid:
         raise InputError(
@@ -266,11 +302,11 @@ async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str
         await _failed(svc, turn, error)
         raise
     try:
-        completion = completion_of(answer.payload)
+        completion, *others = completions_of(answer.payload)
     except UpstreamError as error:
         await _failed(svc, turn, error)
         raise
-    await _store_reply(svc, slot, turn, completion, answer.seconds)
+    await _store_reply(svc, slot, turn, completion, answer.seconds, others)
     return JSONResponse(answer.payload, headers=kioku_headers(turn, answer.seconds))
 
 
@@ -288,7 +324,12 @@ def _observe(svc: Service, turn: Turn, upstream_s: float) -> None:
 
 
 async def _store_reply(
-    svc: Service, slot: Slot, turn: Turn, completion: Completion, upstream_s: float
+    svc: Service,
+    slot: Slot,
+    turn: Turn,
+    completion: Completion,
+    upstream_s: float,
+    others: Sequence[Completion] = (),
 ) -> None:
     """Record the reply while the response leaves. The conversation's lock is taken now and
     held until the reply is stored, so the client's next request (which waits for the lock)
@@ -299,7 +340,7 @@ async def _store_reply(
 
     async def store() -> None:
         try:
-            await run_in_threadpool(finish_turn, turn, completion)
+            await run_in_threadpool(finish_turn, turn, completion, others)
         except Exception:
             svc.metrics.error(turn.tenant, "reply_not_stored")
             log.exception("the reply to %s #%s was not stored", turn.conv.id, turn.entry.seq)
@@ -344,7 +385,7 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
         raise first[1]
 
     async def relay() -> AsyncIterator[str]:
-        state = StreamState()
+        state = StreamState("the upstream")
         recorded = False
         try:
             if first is None:
@@ -356,7 +397,15 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
                     yield ": keep-alive\n\n"
                     continue
                 if kind == "line":
-                    state.take(value)
+                    try:
+                        state.take(value)
+                    except ModelError as e:  # a line that is not JSON: the stream is broken
+                        kind, value = "error", UpstreamError(502, f"{e}; the reply was not stored")
+                if kind == "line" and state.error is not None:
+                    yield value + "\n"  # the upstream's own error event, as it wrote it
+                    await _failed(svc, turn, UpstreamError(502, f"the upstream: {state.error}"))
+                    return
+                if kind == "line":
                     if state.done and not recorded:
                         recorded = await _record(svc, slot, turn, state, opened)
                     yield value + "\n"
@@ -370,7 +419,7 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
                 error = UpstreamError(
                     502,
                     f"the upstream's stream ended without a finish_reason after "
-                    f"{len(''.join(state.parts))} chars; the reply was not stored",
+                    f"{len(state.text)} chars; the reply was not stored",
                 )
                 await _failed(svc, turn, error)
                 yield _sse_error(error)
@@ -388,7 +437,7 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
                         "interrupted",
                         first_seq=turn.entry.seq,
                         last_seq=turn.entry.seq,
-                        detail=f"{len(''.join(state.parts))} chars relayed",
+                        detail=f"{len(state.text)} chars relayed",
                     ),
                 )
 
@@ -403,5 +452,6 @@ async def _record(svc: Service, slot: Slot, turn: Turn, state: StreamState, open
     completion = state.completion()
     if completion is None:
         return False
-    await _store_reply(svc, slot, turn, completion, time.monotonic() - opened)
+    others = state.completions()[1:]
+    await _store_reply(svc, slot, turn, completion, time.monotonic() - opened, others)
     return True
