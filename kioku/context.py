@@ -157,10 +157,13 @@ class Plan:
     @property
     def recall_room(self) -> int:
         """Tokens recollections may take this turn: a share of what is left, by profile, less
-        the label that introduces them."""
+        the label that introduces them; and never more than the raw window may still hold of
+        what turns were shown (`Profile.extras_share`)."""
         if self.kept is not None:
             return 0
-        return max(0, int(self.room * self.profile.recall_share) - LABEL_TOKENS)
+        share = int(self.room * self.profile.recall_share)
+        left = int(self.budget * self.profile.extras_share) - self.parts.get("carried", 0)
+        return max(0, min(share, left) - LABEL_TOKENS)
 
 
 def head_tokens(
@@ -204,7 +207,9 @@ def plan(
     message, oldest first. Raises `ContextOverflow` when even that does not fit: the policy
     cuts before it comes to this, so it means a message or card too large for the window."""
     tmpl = template_of(counter)
-    budget = usable(profile.prompt_budget, counter)
+    # the policy keeps the prompt under the ceiling (the budget, in kioku's profiles): what a
+    # turn adds stays under it too
+    budget = min(usable(profile.prompt_budget, counter), profile.ceiling)
     head: list[ChatMessage] = []
     sys_t = counter.count(system_prompt) if system_prompt else 0
     new_t = new.tokens or counter.count(new.message.text)
@@ -292,7 +297,12 @@ def finish(
             p.room,
             [
                 Want("instructions", instr_t, priority=2, minimum=instr_t),
-                Want("recollections", p.room, priority=1, ratio=p.profile.recall_share),
+                Want(
+                    "recollections",
+                    p.recall_room + LABEL_TOKENS,
+                    priority=1,
+                    ratio=p.profile.recall_share,
+                ),
             ],
         )
         if instr_t and not allowed["instructions"]:

@@ -437,9 +437,10 @@ def _cut_after(raw: Sequence[tuple[int, int]], start: int, drop: int, keep: int)
 
 
 def _turns(raw: Sequence[tuple[int, int]], n: float) -> int:
-    """Tokens `n` turns (a message and its reply each) of the recent size take."""
-    recent = [t for _, t in raw[-20:]]
-    return round(2 * n * sum(recent) / len(recent)) if recent else 0
+    """Tokens `n` turns (a message and its reply each) of the recent size take (the median
+    message: a turn that was shown a recollection is not what the next turns look like)."""
+    recent = sorted(t for _, t in raw[-20:])
+    return round(2 * n * recent[len(recent) // 2]) if recent else 0
 
 
 def _chunks(

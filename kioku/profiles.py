@@ -48,6 +48,9 @@ class Profile:
     notes_tokens: int = 600
     recall_share: float = 0.5  # of the room left in a turn, what recollections may take
     recall_limit: int = 6  # recollections per turn at most
+    # what the raw window may hold of what turns were shown (recollections, notes), at most:
+    # beyond it a turn recalls nothing, so extras never crowd out the conversation itself
+    extras_share: float = 0.2
     # a past exchange is recalled only when it holds this much of the query's meaning (BM25
     # score ÷ the query's best possible score): chit-chat ("ok, see you") recalls nothing
     recall_relevance: float = 0.3
@@ -72,8 +75,8 @@ class Profile:
             )
         if self.headroom >= self.trigger:
             raise ConfigError(f"profile {self.name!r}: headroom must be below the trigger")
-        if not 0 <= self.recall_share <= 1:
-            raise ConfigError(f"profile {self.name!r}: recall_share is a share, 0 to 1")
+        if not 0 <= self.recall_share <= 1 or not 0 <= self.extras_share <= 1:
+            raise ConfigError(f"profile {self.name!r}: recall_share and extras_share are 0 to 1")
 
     @property
     def prompt_budget(self) -> int:
