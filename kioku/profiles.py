@@ -53,7 +53,7 @@ class Profile:
     extras_share: float = 0.2
     # a past exchange is recalled only when it holds this much of the query's meaning (BM25
     # score ÷ the query's best possible score): chit-chat ("ok, see you") recalls nothing
-    recall_relevance: float = 0.3
+    recall_relevance: float = 0.36
     summary_ceiling: int = DEFAULT_SUMMARY_CEILING_TOKENS
     summary_delay_s: float = DEFAULT_SUMMARY_DELAY_S
     summary_duration_s: float = DEFAULT_SUMMARY_DURATION_S
