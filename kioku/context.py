@@ -26,7 +26,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from kioku.budget import DEFAULT_TEMPLATE, Account, Template, Want, share, template_of, usable
+from kioku.budget import (
+    DEFAULT_TEMPLATE,
+    ESTIMATE_MARGIN,
+    Account,
+    Template,
+    Want,
+    is_exact,
+    share,
+    template_of,
+    usable,
+)
 from kioku.errors import ContextOverflow, MessageTooLarge
 from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
@@ -202,14 +212,19 @@ def plan(
     lang: str = "en",
     memory_version: int = 0,
     memory_in_system: bool = False,
+    margin: float | None = None,
 ) -> Plan:
-    """Measure everything but this turn's additions. `raw` is the raw window before the new
+    """Measure everything but this turn's additions. `margin`: the share of the budget kept
+    back for counting error (`budget.Margin`; by default none for an exact counter, 4 % for an
+    estimate). `raw` is the raw window before the new
     message, oldest first. Raises `ContextOverflow` when even that does not fit: the policy
     cuts before it comes to this, so it means a message or card too large for the window."""
     tmpl = template_of(counter)
     # the policy keeps the prompt under the ceiling (the budget, in kioku's profiles): what a
     # turn adds stays under it too
-    budget = min(usable(profile.prompt_budget, counter), profile.ceiling)
+    if margin is None:
+        margin = 0.0 if is_exact(counter) else ESTIMATE_MARGIN
+    budget = min(usable(profile.prompt_budget, margin), profile.ceiling)
     head: list[ChatMessage] = []
     sys_t = counter.count(system_prompt) if system_prompt else 0
     new_t = new.tokens or counter.count(new.message.text)
@@ -269,7 +284,8 @@ def plan(
             f"the prompt needs {p.fixed} tokens but {budget} fit beside the response reserve "
             f"({profile.response_reserve} of a {profile.window}-token window): system "
             f"{sys_t}, memory {mem_t}, raw {raw_t + carried} in {len(raw)} messages, new "
-            f"message {new_t}; the raw window must be folded first"
+            f"message {new_t}; the raw window must be folded first",
+            excess=-p.room,
         )
     return p
 
@@ -395,6 +411,7 @@ def build(
     lang: str = "en",
     memory_version: int = 0,
     memory_in_system: bool = False,
+    margin: float | None = None,
 ) -> Prompt:
     """`plan` and `finish` in one call, for callers that already hold their recollections."""
     p = plan(
@@ -407,5 +424,6 @@ def build(
         lang=lang,
         memory_version=memory_version,
         memory_in_system=memory_in_system,
+        margin=margin,
     )
     return finish(p, counter, recollections, instructions)

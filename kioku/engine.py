@@ -17,9 +17,16 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from kioku import context, policy, rolling
-from kioku.budget import template_of, usable
+from kioku.budget import Margin, is_exact, template_of, usable
 from kioku.context import EXTRAS_KEY, Prompt, extras_of
-from kioku.errors import ConfigError, InputError, ModelError, StoreError, TruncatedReply
+from kioku.errors import (
+    ConfigError,
+    ContextOverflow,
+    InputError,
+    ModelError,
+    StoreError,
+    TruncatedReply,
+)
 from kioku.generations import chapter_task, chunks, item_from_summary
 from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.lang import detect_lang
@@ -33,6 +40,12 @@ from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
 from kioku.tokens import ScriptEstimator, TokenCounter
 from kioku.worker import BackgroundWorker, Worker
+
+# Tokens the policy plans below the usable budget: its per-message sums and the prompt's
+# template total round differently by a token or two.
+ROUNDING_SLACK = 4
+# Beyond what was missing, how much more a squeeze cuts (so the retry surely fits).
+SQUEEZE_SLACK = 16
 
 # usage.prompt_tokens ÷ kioku's own count outside this band is not believed: tokenizers differ
 # by 1.6× at most on the same text (cl100k vs Qwen on Japanese), never by 2×
@@ -127,6 +140,8 @@ class Kioku:
         self.clock = clock
         self.tenant = tenant
         self.layers = layers
+        # how far the prompts' accounts fall short of what the server reads (its usage)
+        self.margin = Margin(exact=is_exact(self.counter))
         self._cards: dict[tuple[int, int], Profile] = {}
         self._worker = Worker(
             self.store,
@@ -303,8 +318,15 @@ class Conversation:
                 scheduled=report.scheduled + again.scheduled,
                 reasons=report.reasons + again.reasons,
             )
+        try:
+            prompt = self.prompt_for(entry, info=view.info, window=view.window, memory=view.memory)
+        except ContextOverflow as e:
+            # The counts moved under the policy (a calibrating estimate, a longer card): cut as
+            # at the ceiling, by what is missing, rather than fail a normal turn.
+            again, view = self._compact(view, squeeze=e.excess + SQUEEZE_SLACK)
+            report = replace(again, reasons=(*report.reasons, *again.reasons))
+            prompt = self.prompt_for(entry, info=view.info, window=view.window, memory=view.memory)
         self.last_turn = report
-        prompt = self.prompt_for(entry, info=view.info, window=view.window, memory=view.memory)
         self._keep_extras(entry, prompt)
         self._last_prompt = prompt
         return prompt
@@ -333,6 +355,7 @@ class Conversation:
             lang=self.lang,
             memory_version=info.memory_version,
             memory_in_system=k.memory_in_system,
+            margin=k.margin.share,
         )
         if plan.kept is not None:  # answered before: shown exactly as it was
             return context.finish(plan, k.counter)
@@ -410,6 +433,7 @@ class Conversation:
             )
             self.store.incr(self.id, "calibration_ignored")
             return
+        self.kioku.margin.observe(prompt.tokens, observed)
         calibrate = getattr(self.kioku.counter, "calibrate", None)
         if calibrate is not None:
             # per message, so the template's per-message tokens are not read as text
@@ -435,6 +459,7 @@ class Conversation:
             info.memory_version,
             memory.notes,
             tuple((i.id, i.stale, i.tokens) for i in memory.items),
+            getattr(self.kioku.counter, "observations", 0),  # a calibrating count moves
         )
         if self._head is None or self._head[0] != key:
             k = self.kioku
@@ -444,9 +469,10 @@ class Conversation:
             self._head = (key, head)
         return self._head[1]
 
-    def _compact(self, view: View) -> tuple[TurnReport, View]:
+    def _compact(self, view: View, squeeze: int = 0) -> tuple[TurnReport, View]:
         """Decide on `view` and apply the decision; return what happened and the view to build
-        the prompt from (`view` itself unless a fold changed it)."""
+        the prompt from (`view` itself unless a fold changed it). `squeeze`: plan for that many
+        tokens less (the prompt was found that much too long)."""
         k = self.kioku
         info, raw = view.info, view.window
         jobs = [
@@ -457,11 +483,16 @@ class Conversation:
         prof = k.card_profile(info.system_prompt)
         per_message = template_of(k.counter).per_message
         sizes = []
+        total = counted = 0.0
         for e in raw:
             if e.message.is_empty():
                 continue  # a message a client deleted: not in the prompt
             x = extras_of(e)
-            sizes.append((e.seq, round(e.tokens + per_message) + (x.tokens if x else 0)))
+            # rounded as a running total, so that any run of messages adds up as the prompt's
+            # template tokens do (`Template.messages`), a fractional overhead included
+            total += e.tokens + per_message + (x.tokens if x else 0)
+            sizes.append((e.seq, round(total) - round(counted)))
+            counted = total
         fixed, frame = self._head_tokens(info, view.memory)
         decision = self.kioku.policy(
             policy.State(
@@ -474,7 +505,7 @@ class Conversation:
                 jobs=jobs,
                 fixed=fixed,
                 frame=frame,
-                usable=usable(prof.prompt_budget, k.counter),
+                usable=usable(prof.prompt_budget, k.margin.share) - ROUNDING_SLACK - squeeze,
             )
         )
         report = TurnReport(

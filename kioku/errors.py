@@ -107,7 +107,12 @@ class LeaseLost(StoreError):
 
 
 class ContextOverflow(KiokuError):
-    pass
+    """A prompt that cannot be made to fit: raised instead of sending it. `excess` says by how
+    many tokens (0 when unknown)."""
+
+    def __init__(self, message: str, excess: int = 0) -> None:
+        super().__init__(message)
+        self.excess = excess
 
 
 class ModelError(KiokuError):

@@ -256,15 +256,6 @@ _RATE_SCALE_FLOOR = 0.1
 _OVERHEAD_SCALE = (5.0, 3.0)
 
 
-# The margin an estimated count keeps (`CalibratedEstimator.margin`): a quarter more than the
-# worst shortfall of the last 50 prompts, at most 6 % (before calibration the defaults miss
-# Japanese by ~5 %), at least 0.5 %.
-MARGIN_MAX = 0.06
-MARGIN_MIN = 0.005
-MARGIN_WINDOW = 50
-MARGIN_WARMUP = 5
-
-
 class CalibratedEstimator:
     """A `ScriptEstimator` whose rates are fitted to what the serving model actually reports.
 
@@ -299,23 +290,10 @@ class CalibratedEstimator:
         self._current = self.prior
         self._stale = False
         self._lock = threading.Lock()
-        # how far short each prompt's estimate fell before it was learned from (out of sample),
-        # newest last: what `margin` must cover for a prompt not to overflow
-        self._shortfalls: list[float] = []
 
     @property
     def observations(self) -> int:
         return self._n
-
-    @property
-    def margin(self) -> float:
-        """The share of the window to keep back: the worst recent shortfall of the estimate
-        against the server's count, with a floor; wide until a few prompts were seen."""
-        with self._lock:
-            seen = list(self._shortfalls)
-        if len(seen) < MARGIN_WARMUP:
-            return MARGIN_MAX
-        return min(MARGIN_MAX, max(MARGIN_MIN, 1.25 * max(seen)))
 
     @property
     def current(self) -> ScriptEstimator:
@@ -352,10 +330,6 @@ class CalibratedEstimator:
                 "pass usage.prompt_tokens of a real reply"
             )
         x = [float(feats[f]) for f in FEATURES] + [float(n_msgs), 1.0]
-        cur = self.current
-        rates = [cur.rates[f] for f in FEATURES] + [cur.per_message, cur.per_prompt]
-        predicted = sum(r * xi for r, xi in zip(rates, x, strict=True))
-        short = max(0.0, (observed_tokens - predicted) / observed_tokens)
         v = 1.0 / float(observed_tokens) ** 2  # relative residuals
         with self._lock:
             for i, xi in enumerate(x):
@@ -366,7 +340,6 @@ class CalibratedEstimator:
                     self._xty[i] += v * xi * observed_tokens
             self._n += 1
             self._stale = True
-            self._shortfalls = [*self._shortfalls[-(MARGIN_WINDOW - 1) :], short]
 
     def count(self, text: str) -> int:
         return self.current.count(text)
