@@ -526,12 +526,30 @@ def bench_prefix(
     max_turns: Annotated[
         int | None, typer.Option("--max-turns", help="Only the first N turns.")
     ] = None,
+    max_messages: Annotated[
+        int | None, typer.Option("--max-messages", help="Replay only the first N messages.")
+    ] = None,
+    via: Annotated[
+        str,
+        typer.Option(
+            "--via",
+            help="process: the engine in this process; serve: a real `kioku serve` over HTTP "
+            "(stateless and stateful clients) beside it.",
+        ),
+    ] = "process",
+    layers: Annotated[
+        bool,
+        typer.Option(
+            "--layers/--no-layers",
+            help="Recall, notes and the tic guard on (as shipped) or off (the ablation).",
+        ),
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """Prefix-cache reuse of kioku's prompts against sliding window, summary-in-system and
-    immediate fold, replayed on a real tokenizer.
+    """Prefix-cache reuse and window use of kioku's prompts against sliding window,
+    summary-in-system and immediate fold, replayed on a real tokenizer.
 
-    Example: kioku bench prefix --format locomo --conversation 0 --window 16384 --json
+    Example: kioku bench prefix --format locomo --conversation 0 --profile local-8k --via serve
     """
     from kioku.bench.prefix import run
 
@@ -544,6 +562,9 @@ def bench_prefix(
             profile=profile,
             window=window,
             max_turns=max_turns,
+            max_messages=max_messages,
+            via=via,
+            layers=layers,
         ),
         as_json,
     )

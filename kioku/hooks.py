@@ -28,9 +28,10 @@ if TYPE_CHECKING:
 
 class MemoryLayers(Protocol):
     def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int
+        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
     ) -> Sequence[Recollection]:
-        """Past exchanges (all before `raw_start`) to show beside the new message `entry`."""
+        """Past exchanges (all before `raw_start`) to show beside the new message `entry`,
+        together within `budget` tokens (the share of the turn's room the profile gives)."""
         ...
 
     def instructions(self, conv: Conversation) -> Sequence[str]:
@@ -69,7 +70,7 @@ class NoLayers:
     edit is still written to the ledger (it shows once a notes layer renders it)."""
 
     def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int
+        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
     ) -> Sequence[Recollection]:
         return ()
 

@@ -71,16 +71,19 @@ class Layers:
         self._tics: dict[str, tuple[Any, list[tics_layer.TicAlert]]] = {}
 
     def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int
+        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
     ) -> list[Recollection]:
-        if self.recall is None or raw_start == 0:
+        if self.recall is None or raw_start == 0 or budget <= 0:
             return []
+        p = conv.kioku.profile
         return self.recall.recall(
             conv.id,
             entry.message.text,
             before_seq=raw_start,
-            budget_tokens=conv.kioku.profile.recollection_tokens,
+            budget_tokens=budget,
             counter=conv.kioku.counter,
+            limit=p.recall_limit,
+            min_relevance=p.recall_relevance,
         )
 
     def tic_alerts(self, conversation_id: str) -> list[tics_layer.TicAlert]:
@@ -134,7 +137,7 @@ class Layers:
         if not self.notes_on:
             return None
         current = notes_layer.notes(conv.store, conv.id)
-        budget = conv.kioku.profile.notes_tokens
+        budget = conv.profile.notes_tokens
         return notes_layer.render_notes(current, budget, conv.kioku.counter).text
 
     def chapter_written(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:

@@ -41,6 +41,15 @@ def serve(
             "--worker/--no-worker", help="Run summaries in this process (or in `kioku worker`)."
         ),
     ] = True,
+    summary_delay: Annotated[
+        float | None,
+        typer.Option(
+            "--summary-delay",
+            min=0,
+            help="Seconds a summary job waits so it does not compete with the turn for the GPU "
+            "(env KIOKU_SUMMARY_DELAY; default 30; 0 for replays and tests).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible memory proxy, the REST API and the console.
 
@@ -57,6 +66,7 @@ def serve(
         llm_url=upstream,
         summarizer_url=summarizer_upstream,
         llm_model=model,
+        summary_delay_s=summary_delay,
     )
     store = terminal.open_store(s.db, write=True)
     app = create_app(s, store=store, worker=worker)
