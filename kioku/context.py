@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from kioku import dates
 from kioku.errors import ContextOverflow, MessageTooLarge
 from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
@@ -113,7 +114,10 @@ def build(
         recollections, instructions = (), ()
     budget = profile.prompt_budget
     sys_t = counter.count(system_prompt) if system_prompt else 0
-    new_t = new.tokens or counter.count(new.message.text)
+    new_line = dates.line_for(new.message, raw[-1].message if raw else None, lang, new.seq > 0)
+    new_t = (new.tokens or counter.count(new.message.text)) + dates.line_tokens(
+        new_line, new.message, counter
+    )
     if new_t + sys_t + 2 * MESSAGE_OVERHEAD > budget:
         raise MessageTooLarge(new_t, budget - sys_t - 2 * MESSAGE_OVERHEAD, seq=new.seq)
 
@@ -132,9 +136,9 @@ def build(
         messages.append(ChatMessage("assistant", ack))
         mem_t = counter.count(user_text) + counter.count(ack)
     raw_t = 0
-    for e in raw:
-        messages.append(entry_message(e))
-        raw_t += e.tokens or counter.count(e.message.text)
+    for message, tokens in dates.window(raw, counter, lang, entry_message):  # dated by day
+        messages.append(message)
+        raw_t += tokens
     n_messages = len(messages) + 1
     base = sys_t + mem_t + raw_t + new_t + n_messages * MESSAGE_OVERHEAD
     if base > budget:
@@ -172,6 +176,8 @@ def build(
     if instr_text:
         pieces.append(instr_text)
     last = entry_message(new)
+    if new_line:
+        last = last.prefixed(new_line)
     if pieces:
         last = last.prefixed("\n\n".join(pieces) + "\n\n")
     messages.append(last)

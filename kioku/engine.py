@@ -14,9 +14,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Literal
 
-from kioku import policy, rolling
+from kioku import dates, policy, rolling
 from kioku.context import Prompt, build
 from kioku.errors import ConfigError, InputError, ModelError, StoreError, TruncatedReply
 from kioku.generations import chapter_task, chunks, item_from_summary
@@ -72,12 +73,15 @@ class TurnReport:
     reasons: tuple[str, ...] = ()
 
 
-def as_message(value: str | Message, role: Role, author: str = "") -> Message:
+def as_message(
+    value: str | Message, role: Role, author: str = "", at: datetime | None = None
+) -> Message:
+    """A Message as given, or text as a message dated `at` (when kioku received it)."""
     if isinstance(value, Message):
         return value
     if not isinstance(value, str):
         raise InputError(f"expected text or a Message, got {type(value).__name__}")
-    return Message.of(role, value, author=author)
+    return Message.of(role, value, author=author, at=at)
 
 
 class Kioku:
@@ -253,7 +257,8 @@ class Conversation:
 
     def prepare(self, user_message: str | Message) -> Prompt:
         """Store the user message, apply what is ready, and build the prompt for the reply."""
-        return self.prepare_for(self.append(as_message(user_message, "user", "user")))
+        now = dates.received(self.kioku.clock())
+        return self.prepare_for(self.append(as_message(user_message, "user", "user", now)))
 
     def prepare_for(self, entry: LogEntry) -> Prompt:
         """Apply what is ready and build the prompt answering a stored message (`prepare` after
@@ -307,6 +312,7 @@ class Conversation:
         """Store the model's reply. A cut reply (finish_reason "length") is stored, marked and
         counted; `chat()` raises on it so it is never passed off as complete."""
         meta: dict | None = None
+        now = dates.received(self.kioku.clock())  # a reply given as text is dated on receipt
         if isinstance(reply, Completion):
             if reply.truncated:
                 meta = {"finish_reason": "length"}
@@ -318,9 +324,9 @@ class Conversation:
                     output_tokens=reply.usage.completion_tokens,
                 )
             self._calibrate(reply)
-            message = reply_message(reply, author=author or self.character)
+            message = replace(reply_message(reply, author=author or self.character), at=now)
         else:
-            message = as_message(reply, "assistant", author or self.character)
+            message = as_message(reply, "assistant", author or self.character, now)
         return self.append(message, meta)
 
     def chat(self, user_message: str | Message, *, strict: bool = True) -> Reply:
