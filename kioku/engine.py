@@ -412,6 +412,9 @@ class Conversation:
             add.append(item_from_summary(task, k.extractive.summarize(task), ready_at=now))
         try:
             with self.store.atomic():
+                if decision.forced_cut:
+                    # the stand-in chapter had no summary job: the notes of its range now
+                    k.layers.cut_written(self.id, entries)
                 self._apply(decision, info, add)
         except StoreError as e:
             if not decision.folds:
@@ -507,6 +510,8 @@ class Conversation:
                 add=add,
             )
             self.store.cancel_jobs(self.id, raw[-1].seq)
+            k.layers.cut_written(self.id, raw)
+            self.refresh_notes()
             self.store.incr(self.id, "cuts")
             self.store.log(
                 self.id,
