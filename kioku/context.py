@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from kioku import dates
 from kioku.budget import (
     DEFAULT_TEMPLATE,
     ESTIMATE_MARGIN,
@@ -126,8 +127,12 @@ class Prompt:
         return ChatRequest(messages=self.messages, max_tokens=self.account.reserve, purpose=purpose)
 
 
-def entry_message(e: LogEntry, extras: Extras | None = None) -> ChatMessage:
+def entry_message(e: LogEntry, extras: Extras | None = None, line: str = "") -> ChatMessage:
+    """A stored message as the prompt shows it: what its turn was shown, then its date line
+    (`kioku.dates`), then the message itself."""
     m = _chat_message(e.message)
+    if line:
+        m = m.prefixed(line)
     return m.prefixed(with_extras(extras.text, "")) if extras is not None else m
 
 
@@ -155,6 +160,7 @@ class Plan:
     shown_instructions: frozenset[str]
     raw_gists: frozenset[str] = frozenset()  # what the raw window says (`gist`)
     kept: Extras | None = None  # this message's extras, when it was answered before
+    new_line: str = ""  # the new message's date line
 
     @property
     def fixed(self) -> int:
@@ -227,7 +233,10 @@ def plan(
     budget = min(usable(profile.prompt_budget, margin), profile.ceiling)
     head: list[ChatMessage] = []
     sys_t = counter.count(system_prompt) if system_prompt else 0
-    new_t = new.tokens or counter.count(new.message.text)
+    new_line = dates.line_for(new.message, raw[-1].message if raw else None, lang, new.seq > 0)
+    new_t = (new.tokens or counter.count(new.message.text)) + dates.line_tokens(
+        new_line, new.message, counter
+    )
     alone = budget - sys_t - tmpl.messages(2 if system_prompt else 1)
     if new_t > alone:
         raise MessageTooLarge(new_t, alone, seq=new.seq)
@@ -246,10 +255,15 @@ def plan(
     raw_t = carried = 0
     visible: set[int] = set()
     told: set[str] = set()
+    previous: Message | None = None
     for e in raw:
         x = extras_of(e)
-        head.append(entry_message(e, x))
-        raw_t += e.tokens or counter.count(e.message.text)
+        line = dates.line_for(e.message, previous, lang, e.seq > 0)  # dated by day
+        head.append(entry_message(e, x, line))
+        raw_t += (e.tokens or counter.count(e.message.text)) + dates.line_tokens(
+            line, e.message, counter
+        )
+        previous = e.message
         if x is not None:
             carried += x.tokens
             for lo, hi in x.recalled:
@@ -278,6 +292,7 @@ def plan(
         shown_instructions=frozenset(told),
         raw_gists=frozenset(gist(e.message.text) for e in raw),
         kept=extras_of(new),
+        new_line=new_line,
     )
     if p.room < 0:
         raise ContextOverflow(
@@ -347,7 +362,7 @@ def finish(
                 instructions=tuple(fresh),
             )
             got_r = extras.tokens - got_i
-    messages = (*p.head, entry_message(p.new, extras))
+    messages = (*p.head, entry_message(p.new, extras, p.new_line))
     parts = dict(p.parts)
     if extras is not None and p.kept is not None:
         parts["recollections"] = p.kept.tokens  # shown before: the same tokens again

@@ -14,9 +14,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Literal
 
-from kioku import context, policy, rolling
+from kioku import context, dates, policy, rolling
 from kioku.budget import Margin, is_exact, template_of, usable
 from kioku.context import EXTRAS_KEY, Prompt, extras_of
 from kioku.errors import (
@@ -90,12 +91,15 @@ class TurnReport:
     reasons: tuple[str, ...] = ()
 
 
-def as_message(value: str | Message, role: Role, author: str = "") -> Message:
+def as_message(
+    value: str | Message, role: Role, author: str = "", at: datetime | None = None
+) -> Message:
+    """A Message as given, or text as a message dated `at` (when kioku received it)."""
     if isinstance(value, Message):
         return value
     if not isinstance(value, str):
         raise InputError(f"expected text or a Message, got {type(value).__name__}")
-    return Message.of(role, value, author=author)
+    return Message.of(role, value, author=author, at=at)
 
 
 class Kioku:
@@ -301,7 +305,8 @@ class Conversation:
 
     def prepare(self, user_message: str | Message) -> Prompt:
         """Store the user message, apply what is ready, and build the prompt for the reply."""
-        return self.prepare_for(self.append(as_message(user_message, "user", "user")))
+        now = dates.received(self.kioku.clock())
+        return self.prepare_for(self.append(as_message(user_message, "user", "user", now)))
 
     def prepare_for(self, entry: LogEntry) -> Prompt:
         """Apply what is ready and build the prompt answering a stored message (`prepare` after
@@ -375,6 +380,7 @@ class Conversation:
         """Store the model's reply. A cut reply (finish_reason "length") is stored, marked and
         counted; `chat()` raises on it so it is never passed off as complete."""
         meta: dict | None = None
+        now = dates.received(self.kioku.clock())  # a reply given as text is dated on receipt
         if isinstance(reply, Completion):
             if reply.truncated:
                 meta = {"finish_reason": "length"}
@@ -386,9 +392,9 @@ class Conversation:
                     output_tokens=reply.usage.completion_tokens,
                 )
             self._calibrate(reply)
-            message = reply_message(reply, author=author or self.character)
+            message = replace(reply_message(reply, author=author or self.character), at=now)
         else:
-            message = as_message(reply, "assistant", author or self.character)
+            message = as_message(reply, "assistant", author or self.character, now)
         return self.append(message, meta)
 
     def chat(self, user_message: str | Message, *, strict: bool = True) -> Reply:
@@ -484,13 +490,17 @@ class Conversation:
         per_message = template_of(k.counter).per_message
         sizes = []
         total = counted = 0.0
+        previous: Message | None = None
         for e in raw:
             if e.message.is_empty():
                 continue  # a message a client deleted: not in the prompt
             x = extras_of(e)
+            line = dates.line_for(e.message, previous, self.lang, e.seq > 0)
+            previous = e.message
             # rounded as a running total, so that any run of messages adds up as the prompt's
             # template tokens do (`Template.messages`), a fractional overhead included
             total += e.tokens + per_message + (x.tokens if x else 0)
+            total += dates.line_tokens(line, e.message, k.counter)
             sizes.append((e.seq, round(total) - round(counted)))
             counted = total
         fixed, frame = self._head_tokens(info, view.memory)
@@ -526,6 +536,9 @@ class Conversation:
             add.append(item_from_summary(task, k.extractive.summarize(task), ready_at=now))
         try:
             with self.store.atomic():
+                if decision.forced_cut:
+                    # the stand-in chapter had no summary job: the notes of its range now
+                    k.layers.cut_written(self.id, entries)
                 self._apply(decision, info, add)
         except StoreError as e:
             if not decision.folds:
@@ -622,6 +635,8 @@ class Conversation:
                 add=add,
             )
             self.store.cancel_jobs(self.id, raw[-1].seq)
+            k.layers.cut_written(self.id, raw)
+            self.refresh_notes()
             self.store.incr(self.id, "cuts")
             self.store.log(
                 self.id,

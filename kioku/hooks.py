@@ -50,6 +50,11 @@ class MemoryLayers(Protocol):
         """A chapter over `entries` was stored (notes are extracted from them)."""
         ...
 
+    def cut_written(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
+        """A forced or operator cut folded `entries` without a summary job (their notes are
+        extracted now, inside the turn, so without a model)."""
+        ...
+
     def tic_alerts(self, conversation_id: str) -> Sequence[TicAlert]:
         """Phrases the character repeats across its recent replies."""
         ...
@@ -84,6 +89,9 @@ class NoLayers:
         return ()
 
     def chapter_written(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
+        return None
+
+    def cut_written(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
         return None
 
     def tic_alerts(self, conversation_id: str) -> Sequence[TicAlert]:

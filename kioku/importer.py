@@ -50,16 +50,20 @@ def replay(
     )
     before = conv.info().next_seq
     plan = turns(transcript.messages)
+    # the dataset's own labels (a dialogue id, a session) travel with each message
+    meta = {
+        id(m): dict(md) for m, md in zip(transcript.messages, transcript.meta, strict=False) if md
+    }
     # progress on stderr: stdout holds the result (JSON with --json)
     with Progress(transient=True, disable=not progress, console=Console(stderr=True)) as bar:
         task = bar.add_task(f"importing {conversation_id}", total=len(plan))
         for users, replies in plan:
             for m in users[:-1]:
-                conv.append(m)
+                conv.append(m, meta.get(id(m)))
             if users:
-                conv.prepare(users[-1])
+                conv.prepare_for(conv.append(users[-1], meta.get(id(users[-1]))))
             for r in replies:
-                conv.record(r)
+                conv.append(r, meta.get(id(r)))
             kk.worker.run_until_idle(conversation_id, ahead_s=kk.profile.summary_delay_s)
             bar.advance(task)
     info = conv.info()

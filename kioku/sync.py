@@ -23,9 +23,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from difflib import SequenceMatcher
 from typing import TYPE_CHECKING
 
+from kioku.dates import received
 from kioku.errors import InputError, SyncConflict
 from kioku.messages import LogEntry, Message, Part, Role
 from kioku.models import Completion
@@ -52,6 +54,7 @@ class Incoming:
     text: str  # for protocol parts (tool calls, images): `render_parts(parts)`
     name: str = ""
     parts: tuple[Part, ...] = ()  # empty: one text part
+    at: datetime | None = None  # the client's date for it (SillyTavern's send_date), if any
 
     @property
     def key(self) -> str:
@@ -204,11 +207,12 @@ def log_tail(conv: Conversation, n: int) -> list[Logged]:
     ]
 
 
-def to_message(m: Incoming, character: str = "") -> Message:
+def to_message(m: Incoming, character: str = "", now: datetime | None = None) -> Message:
+    """The stored message: dated by the client when it said when, else when kioku received it."""
     author = m.name or ("user" if m.role == "user" else character if m.role == "assistant" else "")
     if m.parts:
-        return Message(m.role, m.parts, author=author)
-    return Message.of(m.role, m.text, author=author)
+        return Message(m.role, m.parts, author=author, at=m.at or now)
+    return Message.of(m.role, m.text, author=author, at=m.at or now)
 
 
 def sync(
@@ -269,7 +273,8 @@ def apply(conv: Conversation, plan: SyncPlan, character: str | None = None) -> S
             store.incr(conv.id, "deletions", len(plan.deletes))
         if stale:
             store.incr(conv.id, "stale_items", len(stale))
-    appended = [conv.append(to_message(m, character)) for m in plan.appends]
+    now = received(conv.kioku.clock())
+    appended = [conv.append(to_message(m, character, now)) for m in plan.appends]
     if appended:
         entry = appended[-1]
     elif plan.turn is not None:

@@ -220,17 +220,19 @@ def kioku_driver(
         **options,
     )
     conv = kk.conversation("bench", system_prompt=t.system_prompt, character=t.character)
+    # the dataset's own labels (a dialogue id, a session) travel with each message
+    meta = {id(m): dict(md) for m, md in zip(t.messages, t.meta, strict=False) if md}
 
     def drive(turn: Turn) -> Shown:
         users, replies = turn
         for m in users[:-1]:
-            conv.append(m)
+            conv.append(m, meta.get(id(m)))
         try:
-            prompt = conv.prepare(users[-1])
+            prompt = conv.prepare_for(conv.append(users[-1], meta.get(id(users[-1]))))
         except KiokuError:
             return Shown([], "", failed=True)
         for r in replies:
-            conv.record(r)
+            conv.append(r, meta.get(id(r)))
         kk.worker.run_until_idle()
         reply = replies[0].text if replies else ""
         return Shown(list(prompt.messages), reply, prompt.memory_version)

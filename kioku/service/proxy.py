@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kioku import protocol
 from kioku.context import Prompt
+from kioku.dates import parse_client_date
 from kioku.engine import Conversation
 from kioku.errors import BadParameter, InputError, ModelError, UpstreamError
 from kioku.messages import LogEntry, Role
@@ -136,7 +137,8 @@ def split_messages(messages: Sequence[ChatMessageIn]) -> Split:
         blobs.update(parsed.blobs)
         inside.extend(after)
         after = []
-        chat.append(Incoming(role, parsed.text, m.name or "", parsed.parts))
+        at = parse_client_date((m.model_extra or {}).get("send_date"))
+        chat.append(Incoming(role, parsed.text, m.name or "", parsed.parts, at))
     if not chat:
         raise InputError("the request has no user or assistant message to answer")
     system_prompt = "\n\n".join(system) if system else None
