@@ -34,6 +34,8 @@ class Settings:
     # Some chat templates (llama-cpp-python's "gemma") silently drop system messages: with False
     # the chronicler's instructions open the user turn instead.
     system_role: bool = True
+    # browser origins allowed to call the REST API (the SillyTavern extension's page)
+    cors_origins: tuple[str, ...] = ()
 
     def with_(self, **changes: object) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
@@ -58,6 +60,9 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         tokenizer=env.get("KIOKU_TOKENIZER", "estimate"),
         tenant=env.get("KIOKU_TENANT", "default"),
         system_role=env.get("KIOKU_SYSTEM_ROLE", "1") not in ("0", "false", "no"),
+        cors_origins=tuple(
+            o.strip() for o in env.get("KIOKU_CORS_ORIGINS", "").split(",") if o.strip()
+        ),
     )
 
 

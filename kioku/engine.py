@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kioku import policy
+from kioku.alternation import alternate_chat
 from kioku.context import Prompt, Recollection, build
 from kioku.errors import ConfigError, InputError, ModelError, StoreError, TruncatedReply
 from kioku.generations import chapter_task, item_from_summary
@@ -275,6 +276,9 @@ class Conversation:
         # a message a client deleted keeps its seq with no content: nothing to show
         raw = [e for e in window if e.seq < entry.seq and not e.message.is_empty()]
         k = self.kioku
+        # recollections and instructions go with a user message, never into a reply the model
+        # is asked to continue (a continue, a side request ending with the character's reply)
+        extras = entry.role == "user"
         return build(
             system_prompt=info.system_prompt,
             memory=memory,
@@ -282,8 +286,8 @@ class Conversation:
             new=entry,
             profile=k.profile,
             counter=k.counter,
-            recollections=k.recall(self, entry, info.raw_start) if k.recall else (),
-            instructions=k.instructions(self) if k.instructions else (),
+            recollections=k.recall(self, entry, info.raw_start) if k.recall and extras else (),
+            instructions=k.instructions(self) if k.instructions and extras else (),
             lang=self.lang,
             memory_version=info.memory_version,
             memory_in_system=k.memory_in_system,
@@ -316,7 +320,8 @@ class Conversation:
                 "no reply model configured: pass reply_model= to Kioku (or use prepare/record)"
             )
         prompt = self.prepare(user_message)
-        completion = model.complete(prompt.request())
+        request = prompt.request()
+        completion = model.complete(replace(request, messages=alternate_chat(request.messages)))
         if not completion.text.strip():
             # nothing to store; the user's message already is
             self.store.log(self.id, "reply", "empty", detail=completion.finish_reason)

@@ -36,6 +36,14 @@ def serve(
             "--worker/--no-worker", help="Run summaries in this process (or in `kioku worker`)."
         ),
     ] = True,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            help="A browser origin allowed to call the REST API, e.g. SillyTavern's "
+            "http://127.0.0.1:8000 for the kioku extension (repeatable; env KIOKU_CORS_ORIGINS).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible memory proxy, the REST API and the console.
 
@@ -52,6 +60,7 @@ def serve(
         llm_url=upstream,
         summarizer_url=summarizer_upstream,
         llm_model=model,
+        cors_origins=tuple(cors_origin) if cors_origin else None,
     )
     app = create_app(s, worker=worker)
     p = s.profile_obj

@@ -26,7 +26,8 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 TOKEN_BUCKETS = (256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 RATIO_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
 # store counters every tenant shows, at 0 before the first event
-ALWAYS = ("turns", "folds", "major_gcs", "forced_cuts", "refusal", "truncated_replies")
+ALWAYS = ("turns", "folds", "major_gcs", "forced_cuts", "refusal", "truncated_replies",
+          "card_changes")  # fmt: skip
 
 
 def prefix_reuse(previous: Sequence[ChatMessage] | None, current: Sequence[ChatMessage]) -> float:

@@ -22,20 +22,23 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from kioku.alternation import alternate
 from kioku.context import Prompt
 from kioku.engine import Conversation
 from kioku.errors import InputError
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, Completion
+from kioku.service import generation as gen
+from kioku.service.cards import note_card, stored_card
 from kioku.service.metrics import prefix_reuse
 from kioku.service.upstream import StreamState, UpstreamError, completion_of
-from kioku.sync import Incoming, Synced, replace_reply, sync
+from kioku.sync import Incoming, Synced, SyncPlan, replace_reply, sync
 
 if TYPE_CHECKING:
     from kioku.service.app import Service, Slot
@@ -119,6 +122,8 @@ class Turn:
     prompt: Prompt
     started: float
     character: str = ""
+    side: bool = False  # a side request (quiet, impersonate, Test Message): nothing is stored
+    extend: int | None = None  # a continue: the stored reply the new text extends
 
     @property
     def entry(self) -> LogEntry:
@@ -138,29 +143,63 @@ def start_turn(
     stateful: bool | None,
     character: str,
     started: float,
+    generation: gen.Generation | None = None,
+    user: str | None = None,
 ) -> Turn:
     """Store what is new and build the prompt (runs in a thread, under the slot's lock)."""
     kk = svc.kioku(tenant)
     if slot.conv is None or (split.system is not None and split.system != slot.system):
+        old = (
+            slot.system if slot.conv is not None else stored_card(kk.store, conversation_id, tenant)
+        )
         slot.conv = kk.conversation(
             conversation_id, system_prompt=split.system, character=character
         )
+        note_card(kk.store, conversation_id, old, split.system)
         slot.system = split.system
         slot.character = slot.conv.info().character
     conv = slot.conv
-    synced = sync(conv, split.chat, stateful=stateful, character=slot.character)
+    if gen.is_side(generation, split, stateful, gen.sends_transcripts(conv, slot)):
+        prompt, entry = gen.side_prompt(conv, split, slot.character)
+        return Turn(tenant, conv, Synced(entry, SyncPlan()), prompt, started, slot.character, True)
+    synced = sync(
+        conv,
+        split.chat,
+        stateful=stateful,
+        character=slot.character,
+        user=gen.user_name(conv, slot, user),
+        named=generation is not None,
+    )
+    if stateful is False or (stateful is None and len(split.chat) > 1):
+        gen.note_transcript(conv, slot)
+    extend = None
+    if generation == gen.Generation.CONTINUE and synced.entry.role == "assistant":
+        extend = synced.entry.seq
     prompt = conv.prepare_for(synced.entry)
-    return Turn(tenant, conv, synced, prompt, started, slot.character)
+    return Turn(tenant, conv, synced, prompt, started, slot.character, extend=extend)
+
+
+def start_side(
+    svc: Service, tenant: str, conversation_id: str, split: Split, character: str, started: float
+) -> Turn:
+    """A side request: the conversation's memory when it exists, nothing created or stored."""
+    conv = Conversation(svc.kioku(tenant), conversation_id)
+    prompt, entry = gen.side_prompt(conv, split, character)
+    return Turn(tenant, conv, Synced(entry, SyncPlan()), prompt, started, character, True)
 
 
 def finish_turn(turn: Turn, completion: Completion) -> LogEntry | None:
     """Record the reply (a regeneration replaces the old one); a reply without text (a tool
     call) is not stored."""
     conv = turn.conv
+    if turn.side:
+        return None
     if not completion.text.strip():
         conv.store.log(conv.id, "reply", "not_stored", detail="no text (a tool call?)")
         return None
-    if turn.regenerate is not None:
+    if turn.extend is not None:
+        entry = gen.continued(conv, turn.extend, completion)
+    elif turn.regenerate is not None:
         entry = replace_reply(conv, turn.regenerate, completion, turn.character)
     else:
         entry = conv.record(completion, author=turn.character)
@@ -175,7 +214,7 @@ def upstream_body(body: ChatBody, turn: Turn, split: Split, reserve: int) -> dic
     messages += [m.to_json() for m in split.before_last]
     messages.append(last)
     messages += [m.to_json() for m in split.after_last]
-    data["messages"] = messages
+    data["messages"] = alternate(messages)
     # the prompt was sized so that prompt + reserve fits the window: never ask for more
     for key in ("max_tokens", "max_completion_tokens"):
         if isinstance(data.get(key), int):
@@ -190,6 +229,8 @@ def header_text(value: str | None) -> str | None:
     conversation id), ASGI hands them over decoded as latin-1."""
     if value is None:
         return None
+    if value[:7].lower() == "utf-8''":  # RFC 8187: what a browser's fetch can send
+        return unquote(value[7:])
     try:
         return value.encode("latin-1").decode("utf-8")
     except UnicodeError:
@@ -205,6 +246,10 @@ def kioku_headers(turn: Turn, upstream_s: float | None = None) -> dict[str, str]
     }
     if turn.regenerate is not None:
         h["X-Kioku-Regenerated"] = str(turn.regenerate)
+    if turn.side:
+        h["X-Kioku-Stored"] = "false"  # a side request: nothing was stored
+    if turn.extend is not None:
+        h["X-Kioku-Continued"] = str(turn.extend)
     if upstream_s is not None:
         h["X-Kioku-Upstream-Ms"] = f"{upstream_s * 1000:.2f}"
     return h
@@ -212,6 +257,8 @@ def kioku_headers(turn: Turn, upstream_s: float | None = None) -> dict[str, str]
 
 def _note_failure(turn: Turn, error: UpstreamError) -> None:
     conv = turn.conv
+    if turn.side:
+        return  # nothing of a side request is stored, not even its failure
     conv.store.log(
         conv.id,
         "upstream",
@@ -226,7 +273,8 @@ def _note_failure(turn: Turn, error: UpstreamError) -> None:
 async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str]) -> Response:
     started = time.monotonic()
     cid = header_text(headers.get(CONVERSATION_HEADER)) or body.user
-    if not cid:
+    generation = gen.generation_of(headers.get(gen.GENERATION_HEADER))
+    if not cid and generation not in gen.SIDE:
         raise InputError(
             "name the conversation: send the header X-Kioku-Conversation (or the `user` field)"
         )
@@ -236,15 +284,23 @@ async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str
     character = header_text(headers.get(CHARACTER_HEADER)) or next(
         (m.name for m in split.chat if m.role == "assistant" and m.name), ""
     )
-    slot = svc.slot(tenant, cid)
+    user = header_text(headers.get(gen.USER_HEADER))
+    slot = svc.slot(tenant, cid or "")
     async with slot.lock:
-        turn = await run_in_threadpool(
-            start_turn, svc, slot, tenant, cid, split, stateful, character, started
-        )
-        reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
-        slot.last_prompt = turn.prompt.messages
+        if not cid or generation in gen.SIDE:
+            turn = await run_in_threadpool(
+                start_side, svc, tenant, cid or "", split, character, started
+            )
+        else:
+            turn = await run_in_threadpool(
+                start_turn, svc, slot, tenant, cid, split, stateful, character, started,
+                generation, user,
+            )  # fmt: skip
+        if not turn.side:
+            reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
+            slot.last_prompt = turn.prompt.messages
+            svc.metrics.prefix_reuse.observe(tenant, reuse)
     svc.metrics.prompt_tokens.observe(tenant, turn.prompt.tokens)
-    svc.metrics.prefix_reuse.observe(tenant, reuse)
     data = upstream_body(body, turn, split, svc.profile.response_reserve)
     if body.stream:
         return await _stream(svc, slot, turn, data)
@@ -288,6 +344,9 @@ async def _store_reply(
     held until the reply is stored, so the client's next request (which waits for the lock)
     always finds it in the log, and the client does not wait for the store. Then the tic guard
     reads the new reply, so the next turn finds its alerts computed."""
+    if turn.side:
+        _observe(svc, turn, upstream_s)
+        return
     await slot.lock.acquire()
     _observe(svc, turn, upstream_s)
 
@@ -373,7 +432,7 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
         finally:
             if not task.done():
                 task.cancel()
-            if not recorded and state.finish_reason is None:
+            if not recorded and state.finish_reason is None and not turn.side:
                 # the client hung up (or the upstream broke): the user message stays stored
                 conv = turn.conv
                 asyncio.get_running_loop().run_in_executor(
