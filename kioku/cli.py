@@ -75,16 +75,28 @@ def import_(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     window: WindowOpt = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", help="The tenant (of your `kioku serve` key) it belongs to."),
+    ] = None,
+    append: Annotated[
+        bool,
+        typer.Option(
+            "--append", help="Add to a conversation that has messages (only what it lacks)."
+        ),
+    ] = False,
 ) -> None:
-    """Import a conversation into the log and compact it as it would have been live.
+    """Import a conversation into the log and compact it as it would have been live. Into an
+    existing conversation only with --append; importing the same file again changes nothing.
 
-    Example: kioku import --data chat.jsonl --format sillytavern --db kioku.db
+    Example: kioku import --data "Seraphina - 2024-11-12@10h11m12s.jsonl" --format sillytavern
+    --tenant acme --db kioku.db
     """
     from kioku.importer import import_transcript
 
-    kk = build_kioku(settings(db, profile, window))
+    kk = build_kioku(settings(db, profile, window, tenant=tenant))
     result = import_transcript(
-        kk, data, fmt, conversation_id=conversation, speaker=speaker, index=index
+        kk, data, fmt, conversation_id=conversation, speaker=speaker, index=index, append=append
     )
     emit(result)
 

@@ -5,12 +5,14 @@ without the extension; card changes counted; the user's name; roles alternate up
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from kioku.alternation import OPENING
+from kioku.importer import import_transcript
 from kioku.revisions import versions
 from tests import test_service_support as support
 from tests.test_service_support import Harness
@@ -240,3 +242,23 @@ def test_roles_alternate_upstream_after_folds_and_failures(service: Harness) -> 
     assert first[1] == {"role": "user", "content": OPENING}
     last = service.up.chats()[-1]["messages"][-1]["content"]
     assert last.startswith("first try\n\n") and last.endswith("second try")
+
+
+def test_an_imported_chat_continues_with_the_same_user_name(
+    service: Harness, tmp_path: Any
+) -> None:
+    """Import (names from the file) and proxy (no name from a header-less client) store the
+    user the same way."""
+    path = tmp_path / "imported.jsonl"
+    lines = [{"user_name": "Alex", "character_name": "Seraphina"},
+             {"name": "Seraphina", "is_user": False, "mes": GREETING},
+             {"name": "Alex", "is_user": True, "mes": "hello"},
+             {"name": "Seraphina", "is_user": False, "mes": "hi Alex"}]  # fmt: skip
+    path.write_text("\n".join(json.dumps(x) for x in lines), encoding="utf-8")
+    import_transcript(service.svc.kioku("acme"), path, "sillytavern", progress=False)
+    chat = [{"role": "assistant", "content": GREETING}, {"role": "user", "content": "hello"},
+            {"role": "assistant", "content": "hi Alex"}, {"role": "user", "content": "again"}]  # fmt: skip
+    r = post(service, [{"role": "system", "content": CARD}, *chat], headers("imported"))
+    assert r.status_code == 200
+    authors = [e.message.author for e in service.store.entries("imported")]
+    assert authors == ["Seraphina", "Alex", "Seraphina", "Alex", "Seraphina"]
