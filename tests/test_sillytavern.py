@@ -282,5 +282,16 @@ def test_sillytavern_with_the_kioku_extension(stack: Stack, browser: Any) -> Non
         assert stack.store.counters(cid)["card_changes"] == 1
         assert "first difference at char" in card["detail"]
     assert "The card changed 1×" in t.js("return $('#kioku_card').text()")
+    # the operator console shows the same count
+    browser.get(f"{stack.tavern.kioku_url}/console/")
+    wait_for(lambda: t.js("return !!document.getElementById('api-key')"), 20, "the console")
+    t.find("#api-key").send_keys(stack.tavern.kioku_key)
+    t.find("#key-submit").click()
+    wait_for(lambda: t.js("return document.querySelector(`[data-testid=conversation][data-id='${arguments[0]}']`)", chat1),
+             20, "the conversation in the console").click()  # fmt: skip
+    wait_for(
+        lambda: t.js("return !document.getElementById('card-changes-box').hidden"), 20, "the count"
+    )
+    assert t.find("#card-changes").text == "1"
     severe = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not [m for m in severe if "kioku" in m and "404" not in m and "409" not in m], severe

@@ -271,7 +271,7 @@ function bindPanel() {
     $('#kioku_cut').on('click', cut);
 }
 
-jQuery(() => {
+function start() {
     const ctx = st();
     const events = ctx.eventTypes;
     $('#extensions_settings2').append(PANEL);
@@ -282,4 +282,8 @@ jQuery(() => {
     ctx.eventSource.on(events.GENERATION_ENDED, () => schedule(500));
     ctx.eventSource.on(events.CHAT_CHANGED, () => { lastShown = ''; refresh(); });
     refresh();
-});
+}
+
+if (globalThis.jQuery) {
+    jQuery(start); // in SillyTavern's page (the module is also imported by kioku's tests)
+}

@@ -161,7 +161,17 @@
     $("cut-confirm-box").hidden = true;
     $("notes-status").textContent = "";
     clearMessages();
-    await Promise.all([loadMemory(), loadTics(), loadLog()]);
+    await Promise.all([loadMemory(), loadTics(), loadLog(), loadStatus()]);
+  }
+
+  // folding in progress, and the cache breaks the client caused by changing the card
+  async function loadStatus() {
+    const s = await api("GET", `${conv(state.current)}/status`);
+    const f = s.folding;
+    $("folding").hidden = !(f.running || f.queued);
+    $("folding").textContent = f.running ? `folding: writing ${f.kinds.join(", ")}…` : `folding scheduled (${f.kinds.join(", ")})`;
+    $("card-changes-box").hidden = !s.card_changes;
+    $("card-changes").textContent = String(s.card_changes);
   }
 
   function header(mem) {
