@@ -456,6 +456,22 @@ class Store(JobQueue):
         with self.engine.connect() as conn:
             return {name: int(v) for name, v in conn.execute(q)}
 
+    # issue 12: per-conversation counters for /metrics --------------------------------------
+
+    def top_counter(self, tenant: str, name: str, limit: int) -> list[tuple[str, int]]:
+        """The tenant's conversations with the highest counter `name` (above 0), highest
+        first: a bounded set of labelled series."""
+        t, c = s.counters.c, s.conversations.c
+        q = (
+            select(t.conversation_id, t.value)
+            .join(s.conversations, c.id == t.conversation_id)
+            .where(c.tenant == tenant, t.name == name, t.value > 0)
+            .order_by(t.value.desc(), t.conversation_id)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [(str(r.conversation_id), int(r.value)) for r in conn.execute(q)]
+
 
 class _FoldRefused(StoreError):
     """A fold would have broken the coverage invariant; nothing was changed."""

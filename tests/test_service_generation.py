@@ -192,6 +192,7 @@ def test_card_changes_are_counted_and_shown(service: Harness) -> None:
     assert status["card_changes"] == 1 and status["messages"] == 7
     assert any(line.startswith("kioku_card_changes_total{") and not line.endswith(" 0")
                for line in metrics.splitlines())  # fmt: skip
+    assert 'conversation="gen-card"} 1' in metrics
 
 
 def test_user_name_from_the_extension_and_non_ascii_headers(service: Harness) -> None:

@@ -11,6 +11,10 @@ The client's leading system messages are the character card (the conversation's 
 the prefix-cache base); system messages further down (author's notes, post-history
 instructions) are not stored: they go to the upstream at the end, next to the new message,
 where they do not break the cache of what precedes them.
+
+What a request is — a turn, a swipe, a continue, or a side request that stores nothing (quiet,
+impersonate, SillyTavern's Test Message) — is decided in `kioku.service.generation`; the
+message list sent upstream is made to alternate roles by `kioku.alternation`.
 """
 
 from __future__ import annotations
