@@ -248,18 +248,25 @@ class Tavern:
         old = self.chat_id()
         self.option("option_start_new_chat")
         self.confirm()
-        wait_for(lambda: self.chat_id() != old and self.messages(), 30, "the new chat")
+        wait_for(lambda: self.chat_id() != old and self.messages(), 60, "the new chat")
 
     def open_chat(self, chat_id: str) -> None:
         """Manage chat files → click the chat."""
-        self.option("option_select_chat")
-        wait_for(lambda: self.js("return $('.select_chat_block').length > 0"), 30, "the chat list")
-        self.js(
-            "$('.select_chat_block').filter((i, e) => $(e).attr('file_name').replace(/\\.jsonl$/, '')"
-            " === arguments[0]).first().trigger('click')",
-            chat_id,
+        block = (
+            "$('.select_chat_block').filter((i, e) => "
+            "String($(e).attr('file_name')).replace(/\\.jsonl$/, '') === arguments[0])"
         )
-        wait_for(lambda: self.chat_id() == chat_id, 30, f"chat {chat_id}")
+        for attempt in range(3):  # a click on a list that is still being drawn can be lost
+            self.option("option_select_chat")
+            wait_for(lambda: self.js(f"return {block}.length > 0", chat_id), 60, "the chat")
+            time.sleep(0.5)
+            self.js(f"{block}.first().trigger('click')", chat_id)
+            try:
+                wait_for(lambda: self.chat_id() == chat_id and self.messages(), 30, chat_id)
+                break
+            except AssertionError:
+                if attempt == 2:
+                    raise
         time.sleep(0.5)
 
     def set_headers(self, yaml: str) -> None:

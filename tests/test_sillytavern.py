@@ -249,6 +249,7 @@ def test_sillytavern_with_the_kioku_extension(stack: Stack, browser: Any) -> Non
 
     # 9. Cut (区切り) from the panel: everything folded, the raw window starts now
     t.click("#kioku_cut")
+    t.confirm()
     wait_for(lambda: stack.store.conversation(chat1).raw_start == stack.store.conversation(chat1).next_seq,
              30, "the cut")  # fmt: skip
     assert any(i.source == "extractive" for i in stack.store.items(chat1, "active"))

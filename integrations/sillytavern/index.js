@@ -237,6 +237,13 @@ async function cut() {
     if (!path) {
         return;
     }
+    const ctx = st();
+    const sure = await ctx.callGenericPopup(
+        'Fold every message not yet summarized into memory and start the raw window now? kioku keeps every message in its archive.',
+        ctx.POPUP_TYPE.CONFIRM);
+    if (!sure) {
+        return;
+    }
     $('#kioku_cut').addClass('disabled');
     $('#kioku_status').text('Cutting: summarizing everything not yet in memory…');
     try {
