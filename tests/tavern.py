@@ -198,10 +198,10 @@ class Tavern:
         self.js("$('#send_textarea').val(arguments[0]).trigger('input')", text)
         self.click("#send_but")
         wait_for(
-            lambda: len(self.messages()) >= n + 2 or self.busy(), 30, "the generation to start"
+            lambda: len(self.messages()) >= n + 2 or self.busy(), 60, "the generation to start"
         )
         self.idle()
-        wait_for(lambda: len(self.messages()) >= n + 2, 30, "the reply")
+        wait_for(lambda: len(self.messages()) >= n + 2, 60, "the reply")
 
     def option(self, option_id: str) -> None:
         """An item of the ☰ menu left of the send box (regenerate, continue, impersonate,
