@@ -246,6 +246,11 @@ def test_sillytavern_with_the_kioku_extension(stack: Stack, browser: Any) -> Non
     stack.idle()
     assert stack.store.conversation(chat1).next_seq == n1 + 2
     assert stack.store.counters(chat1)["edits"] == 1  # the reopened chat matched exactly
+    # what the model reads of chat 1: Test Message's "Hi" is not in it, the impersonated line
+    # once, as the user's
+    back = stack.up.chats()[-1]["messages"]
+    assert not [m for m in back if m["content"].endswith("\n\nHi") or m["content"] == "Hi"]
+    assert [m["role"] for m in back if IMPERSONATED in m["content"]] == ["user"]
 
     # 9. Cut (区切り) from the panel: everything folded, the raw window starts now
     t.click("#kioku_cut")
