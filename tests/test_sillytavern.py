@@ -22,6 +22,7 @@ import pytest
 
 from kioku.config import Settings
 from kioku.engine import Kioku
+from kioku.importer import import_transcript
 from kioku.layers import attach
 from kioku.memory import coverage_gaps
 from kioku.normal_form import normal_form
@@ -258,6 +259,20 @@ def test_sillytavern_with_the_kioku_extension(stack: Stack, browser: Any) -> Non
     wait_for(lambda: stack.store.conversation(chat1).raw_start == stack.store.conversation(chat1).next_seq,
              30, "the cut")  # fmt: skip
     assert any(i.source == "extractive" for i in stack.store.items(chat1, "active"))
+
+    # SillyTavern's saved chat, imported, reads as kioku's live log (not one message more)
+    [saved] = (stack.tavern.data / "default-user" / "chats").glob(f"*/{chat1}.jsonl")
+    wait_for(lambda: "I am back in the first story." in saved.read_text(), 30, "the saved chat")
+    out = import_transcript(stack.svc.kioku("tavern"), saved, "sillytavern",
+                            conversation_id="imported", progress=False)  # fmt: skip
+    imported = stack.store.entries("imported")
+    assert out["imported"] == len(stack.rows(chat1)) == len(imported)
+    assert all(same(a[2], b.text) for a, b in zip(stack.rows(chat1), imported, strict=True))
+    live_authors = [
+        e.message.author for e in stack.store.entries(chat1) if not e.message.is_empty()
+    ]
+    assert [e.message.author for e in imported] == live_authors
+    assert all(e.message.at is not None for e in imported)
 
     # 10. without the extension: a static header the user forgets to switch is refused, not merged
     t.set_kioku_enabled(False)
