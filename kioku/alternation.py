@@ -22,10 +22,11 @@ tools defines its own order for them).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kioku.models import ChatMessage
+from kioku.models import ChatMessage, ContentPart
 
 # What a strict template gets before a conversation that opens with the character's greeting:
 # SillyTavern's own new-chat marker, the same in every prompt.
@@ -78,8 +79,46 @@ def alternate(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def alternate_chat(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
-    """`alternate` for kioku's own `ChatMessage`s (the library's reply path)."""
-    return tuple(
-        ChatMessage(m["role"], m["content"]) for m in alternate([m.to_json() for m in messages])
+def _chat_mergeable(m: ChatMessage) -> bool:
+    return m.role in ("user", "assistant") and not (
+        m.tool_calls or m.tool_call_id or m.name or m.no_content
     )
+
+
+def _chat_join(a: ChatMessage, b: ChatMessage) -> ChatMessage:
+    content = f"{a.content}{JOIN}{b.content}" if a.content and b.content else a.content or b.content
+    parts: tuple[ContentPart, ...] = ()
+    if a.parts or b.parts:  # a content array (an image) stays one, in order
+        parts = (
+            *(a.parts or (ContentPart(a.content),)),
+            ContentPart(JOIN),
+            *(b.parts or (ContentPart(b.content),)),
+        )
+    return dataclasses.replace(a, content=content, parts=parts)
+
+
+def alternate_chat(messages: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
+    """`alternate` for kioku's own `ChatMessage`s (the library's reply path): the same rules,
+    with images, tool calls and tool results kept as they are."""
+    out: list[ChatMessage] = []
+    k = 0
+    while k < len(messages) and messages[k].role == "system":
+        out = [_chat_join(out[0], messages[k])] if out else [messages[k]]
+        k += 1
+    start = len(out)
+    for m in messages[k:]:
+        if m.role == "system":
+            m = dataclasses.replace(m, role="user")
+        prev = out[-1] if len(out) > start else None
+        if (
+            prev is not None
+            and prev.role == m.role
+            and _chat_mergeable(prev)
+            and _chat_mergeable(m)
+        ):
+            out[-1] = _chat_join(prev, m)
+            continue
+        if prev is None and m.role == "assistant":
+            out.append(ChatMessage("user", OPENING))
+        out.append(m)
+    return tuple(out)

@@ -9,10 +9,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-from kioku.engine import Kioku
 from kioku.profiles import Profile, get_profile
-from kioku.store import Store
+
+if TYPE_CHECKING:  # imported when an engine is built, not with the settings
+    from kioku.engine import Kioku
+    from kioku.hooks import MemoryLayers
+    from kioku.store import Store
 
 DEFAULT_DB = "sqlite:///kioku.db"
 DEFAULT_PROFILE = "local-64k"
@@ -37,8 +41,8 @@ class Settings:
     # browser origins allowed to call the REST API (the SillyTavern extension's page)
     cors_origins: tuple[str, ...] = ()
 
-    def with_(self, **changes: object) -> Settings:
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
+    def with_(self, **changes: Any) -> Settings:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     @property
     def profile_obj(self) -> Profile:
@@ -71,6 +75,9 @@ def build_kioku(
 ) -> Kioku:
     """A `Kioku` with the models, tokenizer and layers the settings name."""
     from kioku.counters import counter_from_spec
+    from kioku.engine import Kioku
+    from kioku.hooks import NO_LAYERS
+    from kioku.store import Store
 
     profile = settings.profile_obj
     counter = counter_from_spec(settings.tokenizer)
@@ -99,17 +106,19 @@ def build_kioku(
             ExtractiveSummarizer(counter),
             ChroniclerConfig(system_role=settings.system_role),
         )
-    kk = Kioku(
-        store or Store.open(settings.db),
+    store = store or Store.open(settings.db)
+    layers: MemoryLayers = NO_LAYERS
+    if settings.layers:
+        from kioku.layers import Layers
+
+        layers = Layers(store, notes_model=notes_model)
+    return Kioku(
+        store,
         profile=profile,
         counter=counter,
         reply_model=reply_model,
         summarizer=summarizer,
         tenant=settings.tenant,
         background=background,
+        layers=layers,
     )
-    if settings.layers:
-        from kioku.layers import attach
-
-        attach(kk, notes_model=notes_model)
-    return kk

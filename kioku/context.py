@@ -20,21 +20,12 @@ from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage, ChatRequest
 from kioku.profiles import Profile
+from kioku.protocol import chat_message
+from kioku.recollection import Recollection
 from kioku.tokens import TokenCounter
 
 # Chat templates wrap every message in a few special tokens (role markers, separators).
 MESSAGE_OVERHEAD = 6
-
-
-@dataclass(frozen=True)
-class Recollection:
-    """A past exchange retrieval found relevant to the new user message."""
-
-    first_seq: int
-    last_seq: int
-    text: str
-    tokens: int
-    score: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -99,8 +90,7 @@ def entry_message(e: LogEntry) -> ChatMessage:
 # Every turn renders the whole raw window again; a message renders the same every time.
 @lru_cache(maxsize=16384)
 def _chat_message(message: Message) -> ChatMessage:
-    role = message.role if message.role in ("user", "assistant", "system") else "user"
-    return ChatMessage(role=role, content=message.text)  # type: ignore[arg-type]
+    return chat_message(message)  # tool calls, tool results and images as the protocol has them
 
 
 def build(
@@ -118,6 +108,9 @@ def build(
     memory_in_system: bool = False,
 ) -> Prompt:
     """Assemble the prompt. `raw` is the raw window before the new message, oldest first."""
+    if new.role == "tool":
+        # extras go next to a user message; a tool result must reach the model as returned
+        recollections, instructions = (), ()
     budget = profile.prompt_budget
     sys_t = counter.count(system_prompt) if system_prompt else 0
     new_t = new.tokens or counter.count(new.message.text)
@@ -178,10 +171,10 @@ def build(
         pieces.append(label + "\n" + "\n\n".join(r.text for r in kept))
     if instr_text:
         pieces.append(instr_text)
-    content = new.message.text
+    last = entry_message(new)
     if pieces:
-        content = "\n\n".join(pieces) + "\n\n" + content
-    messages.append(ChatMessage("user" if new.role == "user" else new.role, content))  # type: ignore[arg-type]
+        last = last.prefixed("\n\n".join(pieces) + "\n\n")
+    messages.append(last)
 
     account = Account(
         system=sys_t,

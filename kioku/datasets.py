@@ -53,6 +53,22 @@ def default_path(fmt: str, env: Mapping[str, str] | None = None) -> Path:
     raise InputError(f"format {fmt!r} has no default data path; pass --data")
 
 
+def read_locomo(path: Path | str) -> list[dict[str, Any]]:
+    """LoCoMo's JSON list of conversations, or an InputError naming the format the file has."""
+    p = check_file(Path(path))
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        found = sniff(p)
+        hint = f"it looks like a {found} file" if found else f"formats: {', '.join(FORMATS)}"
+        raise InputError(f"{p} is not a LoCoMo file ({hint})") from e
+    if not isinstance(data, list) or not all(
+        isinstance(d, dict) and "conversation" in d for d in data
+    ):
+        raise InputError(f"{p} is not a LoCoMo file (a JSON list of conversations)")
+    return data
+
+
 def _parse_locomo_date(s: str) -> datetime | None:
     for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y"):
         try:
@@ -63,7 +79,7 @@ def _parse_locomo_date(s: str) -> datetime | None:
 
 
 def load_locomo(path: Path, conversation: int = 0) -> Transcript:
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    data = read_locomo(path)
     if not 0 <= conversation < len(data):
         raise InputError(f"LoCoMo has conversations 0..{len(data) - 1}, not {conversation}")
     sample = data[conversation]
@@ -171,12 +187,15 @@ def json_lines(path: Path) -> Iterator[dict[str, Any]]:
         try:
             yield json.loads(line)
         except json.JSONDecodeError as e:
-            raise InputError(f"{path}:{n}: not JSON ({e.msg})") from e
+            raise InputError(
+                f"{path}:{n}: not JSON ({e.msg}); check the file and its --format"
+            ) from e
 
 
 def load_kioku(path: Path) -> Transcript:
-    """kioku's JSONL: an optional first line {"kioku": 1, "system_prompt", "user", "character",
-    "lang"}, then one message per line ({"role", "author", "at", "parts" | "content"})."""
+    """kioku's JSONL (docs/formats.md): an optional first line {"kioku": 1, "system_prompt",
+    "user", "character", "lang"}, then one message per line ({"role", "author", "at",
+    "parts" | "content"})."""
     info: dict[str, Any] = {}
     messages: list[Message] = []
     for d in json_lines(path):
@@ -272,20 +291,95 @@ def load_sillytavern(path: Path) -> Transcript:
 
 def load(
     path: Path | str | None,
-    fmt: str,
+    fmt: str | None,
     *,
     speaker: str | None = None,
     conversation: int = 0,
 ) -> Transcript:
-    if fmt not in FORMATS:
+    """The conversation in a file. Without `fmt` the format is sniffed from the file; with one
+    that the file plainly is not, the error names the format that fits."""
+    if fmt is not None and fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    p = Path(path) if path else default_path(fmt)
+    if path:
+        p = check_file(resolve(path))
+    elif fmt is None:
+        raise InputError("pass --data FILE (and --format, if kioku cannot tell it)")
+    else:
+        p = default_path(fmt)
+        if not p.exists():
+            raise InputError(f"no such file: {p} (set KIOKU_SHARED or pass --data)")
+        p = check_file(p)
+    found = sniff(p)
+    if fmt is None:
+        if found is None:
+            raise InputError(f"cannot tell the format of {p}: pass --format ({', '.join(FORMATS)})")
+        fmt = found
+    elif found is not None and found != fmt:
+        raise InputError(f"{p} looks like a {found} file, not {fmt}: pass --format {found}")
+    try:
+        if fmt == "locomo":
+            return load_locomo(p, conversation)
+        if fmt == "realpersonachat":
+            return load_realpersonachat(p, speaker)
+        if fmt == "sillytavern":
+            return load_sillytavern(p)
+        return load_kioku(p)
+    except UnicodeDecodeError as e:
+        raise InputError(f"{p} is not UTF-8 text; save it as UTF-8") from e
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        what = e.msg if isinstance(e, json.JSONDecodeError) else f"{type(e).__name__}: {e}"
+        raise InputError(f"{p} is not a {fmt} file ({what}); formats: {', '.join(FORMATS)}") from e
+
+
+def resolve(path: Path | str, env: Mapping[str, str] | None = None) -> Path:
+    """`path`, or, when it does not exist and runs through a `shared` folder
+    (`../shared/datasets/…`), the same file under `KIOKU_SHARED`: benchmarks run from any
+    folder."""
+    p = Path(path)
+    env = os.environ if env is None else env
+    if p.exists() or not env.get("KIOKU_SHARED") or "shared" not in p.parts:
+        return p
+    below = p.parts[len(p.parts) - p.parts[::-1].index("shared") :]
+    alt = Path(env["KIOKU_SHARED"]).joinpath(*below)
+    return alt if alt.exists() else p
+
+
+def check_file(p: Path) -> Path:
+    """A readable file, or an InputError that says what is wrong with the path."""
+    if p.is_dir():
+        raise InputError(f"{p} is a folder; --data takes a file")
     if not p.exists():
-        raise InputError(f"no such file: {p} (set KIOKU_SHARED or pass --data)")
-    if fmt == "locomo":
-        return load_locomo(p, conversation)
-    if fmt == "realpersonachat":
-        return load_realpersonachat(p, speaker)
-    if fmt == "sillytavern":
-        return load_sillytavern(p)
-    return load_kioku(p)
+        hint = ""
+        if "shared" in p.parts:
+            hint = f" (relative to {Path.cwd()}; set KIOKU_SHARED to the shared folder)"
+        raise InputError(f"no such file: {p}{hint}")
+    return p
+
+
+def sniff(path: Path) -> str | None:
+    """The format a file looks like, from its first object; None when it is none of kioku's."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        head = f.read(4096)
+        if head.lstrip().startswith("["):
+            return "locomo" if '"conversation"' in head or '"qa"' in head else None
+        f.seek(0)
+        for _ in range(20):
+            line = f.readline()
+            if not line:
+                return None
+            if line.strip():
+                break
+    try:
+        first = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(first, dict):
+        return None
+    keys = set(first)
+    if keys & {"mes", "user_name", "character_name", "chat_metadata"}:
+        return "sillytavern"
+    if keys & {"interlocutors", "utterances", "dialogue_id"}:
+        return "realpersonachat"
+    if keys & {"kioku", "role", "parts"}:
+        return "kioku"
+    return None

@@ -7,12 +7,34 @@ Which job to run when is `policy`'s business; running it is the worker's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal, TypeVar
 
-from kioku.memory import MemoryItem
+from kioku.memory import ItemStatus, MemoryItem
 from kioku.messages import LogEntry
 from kioku.profiles import Profile
 from kioku.summarizer import Summary, SummaryTask
+
+T = TypeVar("T")
+
+
+def chunks(items: Iterable[T], budget: int, size: Callable[[T], int]) -> list[list[T]]:
+    """A backlog cut into contiguous chapter-sized runs, oldest first: a run closes before the
+    item that would take it past `budget`; an item larger than that is a run alone, and items
+    of size 0 (deleted messages) join the run that follows them rather than stand alone."""
+    runs: list[list[T]] = []
+    run: list[T] = []
+    used = 0
+    for item in items:
+        n = size(item)
+        if used and used + n > budget:
+            runs.append(run)
+            run, used = [], 0
+        run.append(item)
+        used += n
+    if run:
+        runs.append(run)
+    return runs
 
 
 def chapter_target(profile: Profile, input_tokens: int) -> int:
@@ -27,11 +49,11 @@ def chapter_task(
     lang: str = "en",
     character: str = "",
     avoid_phrases: Sequence[str] = (),
-    kind: str = "chapter",
+    kind: Literal["chapter", "cut"] = "chapter",
 ) -> SummaryTask:
     tokens = sum(e.tokens for e in entries)
     return SummaryTask(
-        kind="cut" if kind == "cut" else "chapter",
+        kind=kind,
         target_tokens=chapter_target(profile, tokens),
         entries=tuple(entries),
         ceiling_tokens=profile.summary_ceiling,
@@ -63,7 +85,7 @@ def synopsis_task(
 
 
 def item_from_summary(
-    task: SummaryTask, summary: Summary, *, ready_at: float, status: str = "ready"
+    task: SummaryTask, summary: Summary, *, ready_at: float, status: ItemStatus = "ready"
 ) -> MemoryItem:
     first, last = task.span
     replaces: tuple[int, ...] = ()
@@ -83,7 +105,7 @@ def item_from_summary(
         model=summary.model,
         prompt_version=summary.prompt_version,
         data=summary.data,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         ready_at=ready_at,
         replaces=replaces,
     )

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
 from rich.progress import Progress
 
 from kioku.datasets import Transcript, load
-from kioku.engine import Kioku
 from kioku.errors import InputError, NotFound
 from kioku.messages import Message
-from kioku.sync import line_key
+
+if TYPE_CHECKING:  # reading a file needs no engine: a bad file fails before one is built
+    from kioku.engine import Kioku
 
 
 def turns(messages: tuple[Message, ...]) -> list[tuple[list[Message], list[Message]]]:
@@ -48,6 +50,8 @@ def turns(messages: tuple[Message, ...]) -> list[tuple[list[Message], list[Messa
 
 def keys(messages: Sequence[Message]) -> list[str]:
     """What makes two messages the same message (as when a client's transcript is synced)."""
+    from kioku.sync import line_key  # here: reading a file opens no database stack
+
     return [line_key(m.role, m.text) for m in messages]
 
 
@@ -80,7 +84,8 @@ def replay(
     )
     before = conv.info().next_seq
     plan = turns(transcript.messages[skip:])
-    with Progress(transient=True, disable=not progress) as bar:
+    # progress on stderr: stdout holds the result (JSON with --json)
+    with Progress(transient=True, disable=not progress, console=Console(stderr=True)) as bar:
         task = bar.add_task(f"importing {conversation_id}", total=len(plan))
         for users, replies in plan:
             for m in users[:-1]:
@@ -104,10 +109,21 @@ def replay(
     }
 
 
+def read(
+    path: Path | str, fmt: str | None, *, speaker: str | None = None, index: int = 0
+) -> Transcript:
+    """The conversation to import (the format sniffed when `fmt` is None): read and checked
+    before any database is opened, so a bad file leaves nothing behind."""
+    transcript = load(path, fmt, speaker=speaker, conversation=index)
+    if not transcript.messages:
+        raise InputError(f"{path}: no messages to import")
+    return transcript
+
+
 def import_transcript(
     kk: Kioku,
     path: Path | str,
-    fmt: str,
+    fmt: str | None,
     *,
     conversation_id: str | None = None,
     speaker: str | None = None,
@@ -117,10 +133,23 @@ def import_transcript(
 ) -> dict[str, Any]:
     """Import a file into the conversation `conversation_id` (default: the file's name, which
     for SillyTavern is the chat id its extension sends) of `kk`'s tenant."""
-    transcript = load(path, fmt, speaker=speaker, conversation=index)
-    if not transcript.messages:
-        raise InputError(f"{path}: no messages to import")
+    transcript = read(path, fmt, speaker=speaker, index=index)
     cid = conversation_id or Path(path).stem
+    return import_into(kk, cid, transcript, append=append, progress=progress)
+
+
+def import_into(
+    kk: Kioku,
+    conversation_id: str,
+    transcript: Transcript,
+    *,
+    append: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Replay a file's conversation into `conversation_id`, unless that would damage it: a
+    conversation that already holds the file is left as it is, and one that holds something
+    else is written to only with `append` (see the module docstring)."""
+    cid = conversation_id
     try:
         existing = kk.store.conversation(cid, tenant=kk.tenant)
     except NotFound:

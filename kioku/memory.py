@@ -11,16 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kioku.structure import (
-    UserFact,
-    is_structured,
-    merge_threads,
-    record_from_data,
-    render_labels,
-    render_story,
-    render_threads,
-    render_user,
-)
+from kioku.rendering import render_labels, render_story, render_threads, render_user
+from kioku.structure import UserFact, is_structured, merge_threads, record_from_data
 
 ItemKind = Literal["chapter", "synopsis"]
 ItemStatus = Literal["ready", "active", "retired"]
@@ -146,6 +138,10 @@ def render_memory(memory: Memory, lang: str = "en") -> tuple[str, str]:
             return item.text.strip()
         record = record_from_data(item.data)
         facts.extend(record.user_facts)
+        if item.data.get("operator_edits"):
+            from kioku.corrections import rendered_story
+
+            return rendered_story(item, lang)  # an operator corrected it: the edits win
         return render_story(record, lang).strip()
 
     if memory.synopsis:

@@ -14,21 +14,18 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from bm25s.stopwords import STOPWORDS_EN_PLUS
-from sqlalchemy import insert, select
-
-from kioku import schema as s
-from kioku.errors import BadSummary, InputError
+from kioku.errors import BadNotes, InputError
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, ChatModel, ChatRequest
-from kioku.store import Store
 from kioku.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from kioku.store import Store
 
 NOTE_KINDS: tuple[str, ...] = (
     "name",
@@ -42,13 +39,6 @@ NOTE_KINDS: tuple[str, ...] = (
 Author = Literal["extractor", "operator"]
 NOTES_PROMPT_VERSION = "notes-1"
 HEURISTIC_VERSION = "notes-heuristic-1"
-
-
-class BadNotes(BadSummary):
-    """The extractor's reply could not be parsed strictly; nothing was stored."""
-
-    def __init__(self, reason: str, text: str = "") -> None:
-        super().__init__(f"notes: {reason}", text)
 
 
 @dataclass(frozen=True)
@@ -114,27 +104,9 @@ def current_notes(ledger: Iterable[Note]) -> list[Note]:
 # the ledger in the store ---------------------------------------------------------------------
 
 
-def _row(r: Any) -> Note:
-    return Note(
-        id=r.id,
-        subject=r.subject,
-        kind=r.kind,
-        text=r.text,
-        author=r.author,
-        source_seq=r.source_seq,
-        supersedes=r.supersedes,
-        retracted=bool(r.retracted),
-        origin=r.origin,
-        created_at=r.created_at,
-    )
-
-
 def ledger(store: Store, conversation_id: str) -> list[Note]:
     """Every entry ever written for the conversation, superseded and retracted ones included."""
-    t = s.notes_ledger.c
-    q = select(s.notes_ledger).where(t.conversation_id == conversation_id).order_by(t.id)
-    with store.engine.connect() as conn:
-        return [_row(r) for r in conn.execute(q)]
+    return store.note_ledger(conversation_id)
 
 
 def notes(store: Store, conversation_id: str) -> list[Note]:
@@ -149,23 +121,15 @@ def _check(draft: NoteDraft) -> None:
 
 
 def _insert(
-    conn: Any, conversation_id: str, d: NoteDraft, author: Author, origin: str, **kw: Any
+    store: Store,
+    conversation_id: str,
+    d: NoteDraft,
+    author: Author,
+    origin: str,
+    retracted: bool = False,
 ) -> int:
-    r = conn.execute(
-        insert(s.notes_ledger).values(
-            conversation_id=conversation_id,
-            subject=_norm(d.subject),
-            kind=d.kind,
-            text=_norm(d.text),
-            source_seq=d.source_seq,
-            author=author,
-            supersedes=d.supersedes,
-            retracted=int(kw.get("retracted", False)),
-            origin=origin,
-            created_at=time.time(),
-        )
-    )
-    return int(r.inserted_primary_key[0])
+    draft = NoteDraft(_norm(d.subject), d.kind, _norm(d.text), d.source_seq, d.supersedes)
+    return store.add_note(conversation_id, draft, author=author, origin=origin, retracted=retracted)
 
 
 def add_notes(
@@ -180,17 +144,16 @@ def add_notes(
     a note in force (same subject, kind and text) is skipped."""
     for d in drafts:
         _check(d)
-    with store.atomic() as conn:
-        t = s.notes_ledger.c
-        rows = conn.execute(select(s.notes_ledger).where(t.conversation_id == conversation_id))
-        have = {(n.key, _norm(n.text).casefold()) for n in current_notes(_row(r) for r in rows)}
+    with store.atomic():
+        in_force = current_notes(store.note_ledger(conversation_id))
+        have = {(n.key, _norm(n.text).casefold()) for n in in_force}
         ids = []
         for d in drafts:
             sig = ((_norm(d.subject).casefold(), d.kind), _norm(d.text).casefold())
             if sig in have:
                 continue
             have.add(sig)
-            ids.append(_insert(conn, conversation_id, d, author, origin))
+            ids.append(_insert(store, conversation_id, d, author, origin))
         return ids
 
 
@@ -283,10 +246,8 @@ def apply_edit(
     and an added line with the same subject and kind are a change (the new entry supersedes the
     old). Notes the extractor added meanwhile are untouched, because the diff is against `base`."""
     new = parse_lines(edited)
-    with store.atomic() as conn:
-        t = s.notes_ledger.c
-        rows = conn.execute(select(s.notes_ledger).where(t.conversation_id == conversation_id))
-        in_force = current_notes(_row(r) for r in rows)
+    with store.atomic():
+        in_force = current_notes(store.note_ledger(conversation_id))
         old = (
             parse_lines(base)
             if base is not None
@@ -312,7 +273,7 @@ def apply_edit(
                 removed.remove(pair)
             sup = target.pop(0).id if target else None
             nid = _insert(
-                conn,
+                store,
                 conversation_id,
                 NoteDraft(d.subject, d.kind, d.text, None, sup),
                 "operator",
@@ -326,7 +287,7 @@ def apply_edit(
             victim = target.pop(0)
             tomb = NoteDraft(victim.subject, victim.kind, "", None, victim.id)
             result["retracted"].append(
-                _insert(conn, conversation_id, tomb, "operator", "edit", retracted=True)
+                _insert(store, conversation_id, tomb, "operator", "edit", retracted=True)
             )
     return EditResult(tuple(result["added"]), tuple(result["changed"]), tuple(result["retracted"]))
 
@@ -516,6 +477,9 @@ _VAGUE = frozenset({"much", "lot", "lots", "really", "too", "always", "everythin
 
 
 def _says_something(captured: str) -> bool:
+    # imported here: the store imports this module, and bm25s (with scipy) takes a second
+    from bm25s.stopwords import STOPWORDS_EN_PLUS
+
     words = re.findall(r"[^\W\d_]+", captured.casefold())
     return any(w not in STOPWORDS_EN_PLUS and w not in _VAGUE for w in words)
 

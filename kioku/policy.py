@@ -12,21 +12,27 @@ The rules come from a production system that rebuilt its memory five times (seed
   first;
 - when chapters pass the major-GC threshold, the older half plus the old synopsis are folded
   into a new synopsis (the only lossy rewrite).
+
+`decide` runs these rules as steps over a `Plan` (the memory state the turn leads to), so a
+baseline policy reuses the steps it shares (`kioku.rolling`: the rolling rewrite kioku is
+measured against) and the engine takes whichever `Policy` it was given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kioku.memory import Memory, MemoryItem
+from kioku.generations import chunks
+from kioku.memory import ItemKind, Memory, MemoryItem
 from kioku.profiles import Profile
+from kioku.queue import JobKind
 
 
 @dataclass(frozen=True)
 class PendingJob:
-    kind: str  # chapter | synopsis
+    kind: JobKind
     first_seq: int
     last_seq: int
 
@@ -40,14 +46,11 @@ class State:
     memory: Memory
     ready: Sequence[MemoryItem] = ()
     jobs: Sequence[PendingJob] = ()
-    # generational: chapters + major GC (kioku) · rolling: one summary rewritten at each fold
-    # (the baseline of seeds 002/004, kept for comparison)
-    strategy: str = "generational"
 
 
 @dataclass(frozen=True)
 class JobPlan:
-    kind: str
+    kind: JobKind
     first_seq: int
     last_seq: int
     run_after: float
@@ -69,6 +72,190 @@ class Decision:
     @property
     def folds(self) -> bool:
         return bool(self.activate or self.retire or self.forced_cut)
+
+
+Policy = Callable[[State], Decision]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The memory state a turn leads to, built step by step, and how it gets there."""
+
+    start: int  # the raw window's start after this turn
+    chapters: tuple[MemoryItem, ...]
+    synopsis: MemoryItem | None
+    activate: tuple[int, ...] = ()
+    retire: tuple[int, ...] = ()
+    discard: tuple[int, ...] = ()
+    revised: tuple[int, ...] = ()
+    forced: tuple[int, int] | None = None
+    stand_in_tokens: int = 0  # the forced cut's extractive chapter, not written yet
+    schedule: tuple[JobPlan, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def memory_tokens(self) -> int:
+        synopsis = self.synopsis.tokens if self.synopsis else 0
+        return sum(c.tokens for c in self.chapters) + synopsis + self.stand_in_tokens
+
+    def history(self, state: State) -> int:
+        """Memory plus the raw window from `start`: what the trigger and ceiling measure."""
+        return self.memory_tokens + _tail_tokens(state.raw, self.start)
+
+    def decision(self, state: State) -> Decision:
+        return Decision(
+            activate=self.activate,
+            retire=self.retire,
+            discard=self.discard,
+            raw_start=self.start if self.start != state.raw_start else None,
+            forced_cut=self.forced,
+            schedule=self.schedule,
+            cancel_through=self.forced[1] if self.forced else None,
+            reasons=self.reasons,
+            revised=self.revised,
+        )
+
+
+def decide(state: State) -> Decision:
+    """kioku's policy: fold what is ready, cut at the ceiling, schedule chapters past the
+    trigger, and a major GC when the chapters grow past their threshold."""
+    plan = fold_ready(state)
+    plan = cut_at_ceiling(state, plan)
+    plan = schedule_chapters(state, plan)
+    plan = schedule_major_gc(state, plan)
+    return plan.decision(state)
+
+
+# the steps -------------------------------------------------------------------------------------
+
+
+def fold_ready(state: State) -> Plan:
+    """Apply what is ready: chapters chained from the raw start, a synopsis whose inputs are
+    active, revisions in place of the stale items they rewrite."""
+    activate, retire, discard, start, chapters, synopsis = _fold_ready(state)
+    swapped, revised, dropped, chapters, synopsis = _swap_revisions(state, chapters, synopsis)
+    activate += swapped
+    discard += dropped
+    reasons: list[str] = []
+    if revised:
+        reasons.append(f"revision: {len(revised)} stale item(s) re-summarized after an edit")
+    if activate:
+        reasons.append(f"fold: {len(activate)} ready item(s) applied")
+    return Plan(
+        start=start,
+        chapters=tuple(chapters),
+        synopsis=synopsis,
+        activate=tuple(activate),
+        retire=tuple(retire),
+        discard=tuple(discard),
+        revised=tuple(revised),
+        reasons=tuple(reasons),
+    )
+
+
+def cut_at_ceiling(state: State, plan: Plan) -> Plan:
+    """Summaries did not arrive in time: cut the oldest raw messages now, recorded by an
+    extractive stand-in chapter so the coverage invariant holds."""
+    p = state.profile
+    history = plan.history(state)
+    if history <= p.ceiling:
+        return plan
+    keep = p.raw_target(plan.memory_tokens + p.chapter_tokens)
+    cut = _cut_point(state.raw, plan.start, keep)
+    if cut <= plan.start:
+        return plan
+    return replace(
+        plan,
+        start=cut,
+        forced=(plan.start, cut - 1),
+        stand_in_tokens=plan.stand_in_tokens + p.chapter_tokens,
+        reasons=(
+            *plan.reasons,
+            f"ceiling: history {history} > {p.ceiling}, forced cut {plan.start}..{cut - 1}",
+        ),
+    )
+
+
+def pending_jobs(state: State, plan: Plan) -> list[PendingJob]:
+    """Jobs still worth waiting for: a forced cut overtakes the raw-range jobs it covers, never
+    a major GC (its range is memory)."""
+    forced = plan.forced
+    return [
+        j for j in state.jobs if not (forced and j.kind != "synopsis" and j.first_seq <= forced[1])
+    ]
+
+
+def waiting(state: State, plan: Plan, kind: ItemKind) -> bool:
+    """A ready item of `kind` this turn does not apply (a chapter after the raw start, or a
+    synopsis neither applied nor discarded): it will be, so nothing new is scheduled for it."""
+    if kind == "chapter":
+        return any(
+            r.kind == "chapter" and r.first_seq >= plan.start and r.id not in plan.activate
+            for r in state.ready
+        )
+    return any(
+        r.kind == kind and r.id not in plan.activate and r.id not in plan.discard
+        for r in state.ready
+    )
+
+
+def trigger_cut(state: State, plan: Plan) -> int | None:
+    """Past the trigger: the first seq to keep raw, so that the profile's headroom remains after
+    the fold (None: not past the trigger, or nothing to summarize)."""
+    p = state.profile
+    if plan.history(state) <= p.trigger:
+        return None
+    cut = _cut_point(state.raw, plan.start, p.raw_target(plan.memory_tokens + p.chapter_tokens))
+    return cut if cut > plan.start else None
+
+
+def schedule_chapters(state: State, plan: Plan) -> Plan:
+    """Past the trigger, with no chapter on its way: chapter jobs for the raw messages to fold,
+    split into summary-sized chunks, delayed (the fold waits for the next turn)."""
+    pending = pending_jobs(state, plan)
+    if any(j.kind in ("chapter", "rolling") for j in pending) or waiting(state, plan, "chapter"):
+        return plan
+    cut = trigger_cut(state, plan)
+    if cut is None:
+        return plan
+    p = state.profile
+    run_after = state.now + p.summary_delay_s
+    jobs = tuple(
+        JobPlan("chapter", lo, hi, run_after)
+        for lo, hi in _chunks(state.raw, plan.start, cut - 1, p.summary_chunk)
+    )
+    reason = (
+        f"trigger: history {plan.history(state)} > {p.trigger}, {len(jobs)} chapter job(s) "
+        f"for {plan.start}..{cut - 1}"
+    )
+    return replace(plan, schedule=(*plan.schedule, *jobs), reasons=(*plan.reasons, reason))
+
+
+def schedule_major_gc(state: State, plan: Plan) -> Plan:
+    """Chapters past the major-GC threshold: fold the older half, with the synopsis, into a new
+    synopsis (never over a stale item: its revision comes first)."""
+    p = state.profile
+    chapters, synopsis = plan.chapters, plan.synopsis
+    chapter_tokens = sum(c.tokens for c in chapters)
+    pending = pending_jobs(state, plan)
+    if (
+        chapter_tokens <= p.major_gc
+        or len(chapters) < 2
+        or any(j.kind == "synopsis" for j in pending)
+        or waiting(state, plan, "synopsis")
+        or any(i.stale for i in (*chapters, *([synopsis] if synopsis else [])))
+    ):
+        return plan
+    older = chapters[: max(1, len(chapters) // 2)]
+    ids = [c.id for c in older if c.id is not None]
+    payload = {"chapter_ids": ids, "synopsis_id": synopsis.id if synopsis else None}
+    first = synopsis.first_seq if synopsis else older[0].first_seq
+    job = JobPlan("synopsis", first, older[-1].last_seq, state.now + p.summary_delay_s, payload)
+    reason = f"major GC: chapters {chapter_tokens} > {p.major_gc}, folding {len(ids)}"
+    return replace(plan, schedule=(*plan.schedule, job), reasons=(*plan.reasons, reason))
+
+
+# helpers ---------------------------------------------------------------------------------------
 
 
 def _fold_ready(
@@ -179,122 +366,6 @@ def _cut_point(raw: Sequence[tuple[int, int]], start: int, keep: int) -> int:
 def _chunks(
     raw: Sequence[tuple[int, int]], first: int, last: int, chunk: int
 ) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    lo, acc = first, 0
-    for s, t in raw:
-        if s < first or s > last:
-            continue
-        if acc and acc + t > chunk:
-            out.append((lo, s - 1))
-            lo, acc = s, 0
-        acc += t
-    if lo <= last:
-        out.append((lo, last))
-    return out
-
-
-def decide(state: State) -> Decision:
-    p = state.profile
-    reasons: list[str] = []
-    activate, retire, discard, start, chapters, synopsis = _fold_ready(state)
-    swapped, revised, dropped, chapters, synopsis = _swap_revisions(state, chapters, synopsis)
-    activate += swapped
-    discard += dropped
-    if revised:
-        reasons.append(f"revision: {len(revised)} stale item(s) re-summarized after an edit")
-    if activate:
-        reasons.append(f"fold: {len(activate)} ready item(s) applied")
-    memory_tokens = sum(c.tokens for c in chapters) + (synopsis.tokens if synopsis else 0)
-    raw_tokens = _tail_tokens(state.raw, start)
-    history = memory_tokens + raw_tokens
-
-    forced: tuple[int, int] | None = None
-    cancel_through: int | None = None
-    if history > p.ceiling:
-        # Summaries did not arrive in time: cut the oldest raw messages now, recorded by an
-        # extractive stand-in chapter so the coverage invariant holds.
-        keep = p.raw_target(memory_tokens + p.chapter_tokens)
-        cut = _cut_point(state.raw, start, keep)
-        if cut > start:
-            forced = (start, cut - 1)
-            cancel_through = cut - 1
-            reasons.append(
-                f"ceiling: history {history} > {p.ceiling}, forced cut {start}..{cut - 1}"
-            )
-            memory_tokens += p.chapter_tokens
-            raw_tokens = _tail_tokens(state.raw, cut)
-            history = memory_tokens + raw_tokens
-            start = cut
-
-    schedule: list[JobPlan] = []
-    # a forced cut overtakes the raw-range jobs it covers, never a major GC (its range is memory)
-    pending = [
-        j for j in state.jobs if not (forced and j.kind != "synopsis" and j.first_seq <= forced[1])
-    ]
-    waiting_chapters = [
-        r
-        for r in state.ready
-        if r.kind == "chapter" and r.first_seq >= start and r.id not in activate
-    ]
-    chapter_pending = any(j.kind in ("chapter", "rolling") for j in pending) or bool(
-        waiting_chapters
-    )
-    if state.strategy == "rolling":
-        chapter_pending = chapter_pending or any(
-            r.kind == "synopsis" and r.id not in activate and r.id not in discard
-            for r in state.ready
-        )
-    if history > p.trigger and not chapter_pending:
-        keep = p.raw_target(memory_tokens + p.chapter_tokens)
-        cut = _cut_point(state.raw, start, keep)
-        if cut > start and state.strategy == "rolling":
-            payload: dict[str, Any] = {"synopsis_id": synopsis.id if synopsis else None}
-            schedule.append(
-                JobPlan("rolling", start, cut - 1, state.now + p.summary_delay_s, payload)
-            )
-            reasons.append(
-                f"trigger: history {history} > {p.trigger}, rolling rewrite to {cut - 1}"
-            )
-        elif cut > start:
-            run_after = state.now + p.summary_delay_s
-            for lo, hi in _chunks(state.raw, start, cut - 1, p.summary_chunk):
-                schedule.append(JobPlan("chapter", lo, hi, run_after))
-            reasons.append(
-                f"trigger: history {history} > {p.trigger}, {len(schedule)} chapter job(s) "
-                f"for {start}..{cut - 1}"
-            )
-
-    synopsis_pending = any(j.kind == "synopsis" for j in pending) or any(
-        r.kind == "synopsis" and r.id not in activate and r.id not in discard for r in state.ready
-    )
-    chapter_tokens = sum(c.tokens for c in chapters)
-    if (
-        state.strategy == "generational"
-        and chapter_tokens > p.major_gc
-        and len(chapters) >= 2
-        and not synopsis_pending
-        and not any(i.stale for i in (*chapters, *([synopsis] if synopsis else [])))
-    ):
-        older = chapters[: max(1, len(chapters) // 2)]
-        ids = [c.id for c in older if c.id is not None]
-        payload = {
-            "chapter_ids": ids,
-            "synopsis_id": synopsis.id if synopsis else None,
-        }
-        first = synopsis.first_seq if synopsis else older[0].first_seq
-        schedule.append(
-            JobPlan("synopsis", first, older[-1].last_seq, state.now + p.summary_delay_s, payload)
-        )
-        reasons.append(f"major GC: chapters {chapter_tokens} > {p.major_gc}, folding {len(ids)}")
-
-    return Decision(
-        activate=tuple(activate),
-        retire=tuple(retire),
-        discard=tuple(discard),
-        raw_start=start if start != state.raw_start else None,
-        forced_cut=forced,
-        schedule=tuple(schedule),
-        cancel_through=cancel_through,
-        reasons=tuple(reasons),
-        revised=tuple(revised),
-    )
+    """Chapter-sized seq ranges covering first..last (the raw window has no gaps)."""
+    within = [(s, t) for s, t in raw if first <= s <= last]
+    return [(run[0][0], run[-1][0]) for run in chunks(within, chunk, size=lambda st: st[1])]

@@ -16,6 +16,9 @@ from kioku.errors import ConfigError
 DEFAULT_SUMMARY_DELAY_S = 30.0
 DEFAULT_SUMMARY_DURATION_S = 30.0  # what one summary took in the seed; used by simulations
 DEFAULT_SUMMARY_CEILING_TOKENS = 4096  # never cut a summary mid-sentence
+# What one image costs in the prompt, whatever its pixels: OpenAI's high-detail 1024×1024 tile
+# count (765) rounded up; Gemma 3 takes 256 per image, LLaVA 576. Set it to the model's number.
+DEFAULT_IMAGE_TOKENS = 768
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class Profile:
     connect_timeout_s: float = 10.0
     reply_timeout_s: float = 120.0
     summary_timeout_s: float = 300.0
+    image_tokens: int = DEFAULT_IMAGE_TOKENS  # per image (or other media part) in a message
 
     def __post_init__(self) -> None:
         if not 0 < self.min_raw < self.trigger < self.ceiling:

@@ -304,3 +304,34 @@ api_keys = Table(
 )
 
 MIGRATIONS.append(("0006_message_versions_api_keys", _create(message_versions, api_keys)))
+
+# the chat-completions protocol (issue 13) -----------------------------------------------------
+
+# Media content parts (images) of stored messages, whole as the client sent them, named by the
+# sha256 of their canonical JSON: the message row holds only the name, so the rows read at every
+# turn stay small and a picture sent twice is stored once.
+blobs = Table(
+    "blobs",
+    metadata,
+    Column("sha256", String(64), primary_key=True),
+    Column("data", LargeBinary, nullable=False),
+    Column("size", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+# The other choices of a reply asked for with n > 1: choice 0 is the stored reply, these are
+# offered beside it (as swipes); choosing one is an edit of the stored reply.
+reply_choices = Table(
+    "reply_choices",
+    metadata,
+    Column("conversation_id", String(200), ForeignKey("conversations.id"), primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("choice", Integer, primary_key=True),
+    Column("role", String(20), nullable=False),
+    Column("author", String(200), nullable=False, default=""),
+    Column("parts", Text, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+MIGRATIONS.append(("0007_i13_blobs_reply_choices", _create(blobs, reply_choices)))

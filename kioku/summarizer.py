@@ -5,7 +5,10 @@ chapter (one contiguous range of messages), a synopsis (a major GC: the previous
 the older chapters), or a cut. The LLM chronicler lives in `chronicler.py`; here is the
 deterministic extractive one: it keeps attributed sentences ("[seq] Name: …") chosen for their
 content within the token target. It is the embedded default when no model is configured, the
-fallback when the model keeps failing, and what the benchmarks run.
+fallback when the model keeps failing, and what the benchmarks run. A tool exchange is kept as an
+action and its result ("Mika (tool use): get_weather …", "get_weather (tool result): sunny"),
+never as speech; a shared image is always kept, with its caption ("Ren (image): shared an image:
+…").
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from kioku.memory import ItemSource, MemoryItem
-from kioku.messages import LogEntry, render_parts
+from kioku.messages import MEDIA_KINDS, LogEntry, canonical_json, render_parts
 from kioku.tokens import TokenCounter
 
 TaskKind = Literal["chapter", "synopsis", "cut"]
@@ -136,17 +139,38 @@ class Line:
     seq: int
     speaker: str
     text: str
+    must: bool = False  # an event a chapter never leaves out (an image was shared)
 
     def render(self) -> str:
         return f"[{self.seq}] {self.speaker}: {self.text}"
 
 
 _LINE = re.compile(r"^\[(\d+)\] ([^:]{0,80}): (.*)$")
+# a further line of the same message: indented under the first, without repeating its seq
+_MORE = re.compile(r"^\s+([^:\[\s][^:]{0,79}): (.*)$")
+
+
+def render_lines(lines: Sequence[Line]) -> str:
+    """One message's lines under one `[seq]`: a message with narration and speech reads as one
+    entry, not as the same seq twice."""
+    out: list[str] = []
+    prev: int | None = None
+    for ln in lines:
+        if ln.seq == prev:
+            out.append(f"{' ' * (len(str(ln.seq)) + 3)}{ln.speaker}: {ln.text}")
+        else:
+            out.append(ln.render())
+        prev = ln.seq
+    return "\n".join(out)
 
 
 def parse_lines(text: str) -> list[Line]:
-    out = []
+    out: list[Line] = []
     for raw in text.splitlines():
+        more = _MORE.match(raw) if out and raw[:1].isspace() else None
+        if more:
+            out.append(Line(out[-1].seq, more.group(1), more.group(2)))
+            continue
         m = _LINE.match(raw.strip())
         if m:
             out.append(Line(int(m.group(1)), m.group(2), m.group(3)))
@@ -159,7 +183,22 @@ def attributed_lines(entries: Iterable[LogEntry]) -> list[Line]:
     out: list[Line] = []
     for e in entries:
         author = e.message.author or e.message.role
+        caption = " ".join(p.text for p in e.message.parts if p.kind == "text" and p.text.strip())
         for part in e.message.parts:
+            if part.kind in MEDIA_KINDS:
+                what = "an image" if part.kind == "image" else f"a file ({part.name})"
+                shown = f"shared {what}: {caption[:200]}" if caption else f"shared {what}"
+                tag = "image" if part.kind == "image" else "file"
+                out.append(Line(e.seq, f"{author} ({tag})", shown, must=True))
+                continue
+            if part.kind == "tool_call":
+                call = f"{part.name} {canonical_json(part.text)}"
+                out.append(Line(e.seq, f"{author} (tool use)", call))
+                continue
+            if part.kind == "tool_result":
+                who = f"{part.name or author} (tool result)"
+                out.extend(Line(e.seq, who, sent) for sent in _sentences(part.text))
+                continue
             if part.kind == "speech":
                 who = part.speaker or author
             elif part.kind == "narration":
@@ -189,6 +228,12 @@ def select_lines(
     seen: set[str] = set()
     used = 0
     remaining = dict(candidates)
+    for i, ln in candidates:  # what must be recorded goes first, while it fits
+        if ln.must and used + cost[i] <= budget:
+            chosen.append(i)
+            used += cost[i]
+            seen |= words[i]
+            del remaining[i]
     while remaining:
         best, best_score = -1, 0.0
         for i in remaining:
@@ -236,7 +281,7 @@ class ExtractiveSummarizer:
             # a range whose every line is longer than the target still leaves a trace
             first = pool[0]
             picked = [Line(first.seq, first.speaker, first.text[: max(8, task.target_tokens)])]
-        text = "\n".join(ln.render() for ln in picked)
+        text = render_lines(picked)
         return Summary(
             text=text,
             tokens=self.counter.count(text),

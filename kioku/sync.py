@@ -9,30 +9,29 @@ one row per seq forever, so each request is compared with the log's tail by cont
   one (a regeneration or a swipe). The client's window may start anywhere in the log (it drops
   old messages to fit its context): messages before the first match are out of its window,
   never deletions.
-- `apply(conv, plan)` stores it: changes through `kioku.revisions.revise` (versions kept, memory
+- `apply(conv, plan)` stores it: changes through `Conversation.revise` (versions kept, memory
   over a changed range marked stale and re-summarized), new messages through
   `Conversation.append`.
 
-A stateful client sends only the new message; `diff_one` handles it (a retried request whose
-message is already the last, unanswered one is not stored twice).
+A stateful client sends only its new messages (one user message, or the results of the tools
+the last reply called); `diff_new` appends them (a retried request whose messages are already
+the last, unanswered ones is not stored twice).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
-
-from kioku import schema as s
 from kioku.errors import InputError, SyncConflict
-from kioku.messages import LogEntry, Message, Role
+from kioku.messages import LogEntry, Message, Part, Role
 from kioku.models import Completion
 from kioku.normal_form import normal_form
-from kioku.revisions import Change, revise
+from kioku.protocol import reply_message
+from kioku.revisions import Change
 
 if TYPE_CHECKING:
     from kioku.engine import Conversation
@@ -50,8 +49,9 @@ def line_key(role: str, text: str) -> str:
 @dataclass(frozen=True)
 class Incoming:
     role: Role
-    text: str
+    text: str  # for protocol parts (tool calls, images): `render_parts(parts)`
     name: str = ""
+    parts: tuple[Part, ...] = ()  # empty: one text part
 
     @property
     def key(self) -> str:
@@ -87,10 +87,21 @@ class SyncPlan:
 
 def diff_one(log: Sequence[Logged], message: Incoming) -> SyncPlan:
     """A stateful client's turn: append the message, unless it is a retry of the last one."""
-    last = log[-1] if log else None
-    if last is not None and last.role == "user" == message.role and last.key == message.key:
-        return SyncPlan(turn=last.seq)
-    return SyncPlan(appends=(message,))
+    return diff_new(log, (message,))
+
+
+def diff_new(log: Sequence[Logged], messages: Sequence[Incoming]) -> SyncPlan:
+    """A stateful client's turn: append its messages, unless they are the log's unanswered
+    tail already (a retry)."""
+    tail = log[-len(messages) :] if len(log) >= len(messages) else ()
+    retry = (
+        bool(tail)
+        and messages[-1].role in ("user", "tool")
+        and [(x.role, x.key) for x in tail] == [(m.role, m.key) for m in messages]
+    )
+    if retry:
+        return SyncPlan(turn=tail[-1].seq)
+    return SyncPlan(appends=tuple(messages))
 
 
 def diff(log: Sequence[Logged], incoming: Sequence[Incoming], *, named: bool = False) -> SyncPlan:
@@ -137,8 +148,13 @@ def diff(log: Sequence[Logged], incoming: Sequence[Incoming], *, named: bool = F
                 pair(i2 - n + t, j2 - n + t)
             ignored += (j2 - j1) - n
         elif k > equal[-1]:
-            # The end of the conversation: new messages, or a regenerated last reply.
-            n = min(i2 - i1, j2 - j1)
+            # The end of the conversation: new messages, or a regenerated last reply. A row
+            # takes the client's message at its place only while their roles agree; past that
+            # the client deleted the rest (a reply deleted, then a new message written: not an
+            # edit that turns the reply into the user's message).
+            n = 0
+            while n < min(i2 - i1, j2 - j1) and log[i1 + n].role == incoming[j1 + n].role:
+                n += 1
             for t in range(n):
                 pair(i1 + t, j1 + t)
             rest = log[i1 + n : i2]
@@ -240,16 +256,10 @@ class Synced:
 
 def log_tail(conv: Conversation, n: int) -> list[Logged]:
     """The newest `n` messages the client can see (deleted ones are not), oldest first."""
-    m = s.messages.c
-    q = (
-        select(m.seq, m.role, m.text)
-        .where(m.conversation_id == conv.id, m.superseded == 0)
-        .order_by(m.seq.desc())
-        .limit(n)
-    )
-    with conv.store.engine.connect() as c:
-        rows = list(c.execute(q))
-    return [Logged(int(r.seq), r.role, line_key(r.role, r.text)) for r in reversed(rows)]
+    return [
+        Logged(seq, role, line_key(role, text))
+        for seq, role, text in conv.store.visible_tail(conv.id, n)
+    ]
 
 
 def to_message(m: Incoming, character: str = "", user: str = "") -> Message:
@@ -259,6 +269,8 @@ def to_message(m: Incoming, character: str = "", user: str = "") -> Message:
     author = m.name or (
         (user or "user") if m.role == "user" else character if m.role == "assistant" else ""
     )
+    if m.parts:
+        return Message(m.role, m.parts, author=author)
     return Message.of(m.role, m.text, author=author)
 
 
@@ -268,20 +280,27 @@ def sync(
     *,
     stateful: bool | None = None,
     character: str | None = None,
+    blobs: Mapping[str, bytes] | None = None,
     user: str = "",
     named: bool = False,
 ) -> Synced:
     """Bring the log in line with a request and store what is new. `stateful` None: a request
-    with one message is a stateful client's turn, a longer one a transcript. `named`: the
-    client names each chat itself (the SillyTavern extension), see `diff`."""
+    with one message, or with only tool results, is a stateful client's turn (a transcript
+    always holds the user message that led to the tool calls); a longer one a transcript.
+    `blobs` holds the media parts the messages name; only those of stored messages are kept.
+    `named`: the client names each chat itself (the SillyTavern extension), see `diff`."""
     if not incoming:
         raise InputError("the request has no user or assistant message to answer")
     if stateful is None:
-        stateful = len(incoming) == 1
+        stateful = len(incoming) == 1 or all(m.role == "tool" for m in incoming)
     if stateful:
-        plan = diff_one(log_tail(conv, 1), incoming[-1])
+        plan = diff_new(log_tail(conv, len(incoming)), incoming)
     else:
         plan = diff(log_tail(conv, 2 * len(incoming) + TAIL_SLACK), incoming, named=named)
+    if blobs:  # the media of what will be stored, before the rows that name them
+        changed = [*plan.appends, *(e.message for e in plan.edits)]
+        refs = {p.ref for m in changed for p in m.parts if p.ref in blobs}
+        conv.store.put_blobs({r: blobs[r] for r in refs if r is not None})
     return apply(conv, plan, character, user)
 
 
@@ -290,7 +309,7 @@ def apply(
 ) -> Synced:
     """Store a plan. `character` names unnamed assistant messages (default: the
     conversation's character), `user` unnamed user messages (default: "user")."""
-    store, k = conv.store, conv.kioku
+    store = conv.store
     changed = [*plan.appends, *(e.message for e in plan.edits)]
     if character is None and any(m.role == "assistant" and not m.name for m in changed):
         character = conv.info().character
@@ -299,15 +318,7 @@ def apply(
     if plan.changes:
         changes = [Change(e.seq, to_message(e.message, character, user)) for e in plan.edits]
         changes += [Change(q, None, "delete") for q in plan.deletes]
-        done = revise(
-            store,
-            conv.id,
-            changes,
-            k.counter,
-            delay_s=k.profile.summary_delay_s,
-            now=k.clock(),
-        )
-        conv.invalidate()
+        done = conv.revise(changes)
         stale = done.stale
         seqs = ", ".join(
             [f"#{e.seq} edited" for e in plan.edits] + [f"#{q} deleted" for q in plan.deletes]
@@ -339,18 +350,10 @@ def apply(
 def replace_reply(conv: Conversation, seq: int, reply: Completion, author: str = "") -> LogEntry:
     """A regeneration or swipe: the new reply takes the old one's seq (the old one is kept as a
     version). A cut reply is marked and counted as `Conversation.record` does."""
-    store, k = conv.store, conv.kioku
+    store = conv.store
     meta = {"finish_reason": "length"} if reply.truncated else None
-    message = Message.assistant(reply.text, author=author or conv.info().character)
-    done = revise(
-        store,
-        conv.id,
-        [Change(seq, message, "regenerate", meta)],
-        k.counter,
-        delay_s=k.profile.summary_delay_s,
-        now=k.clock(),
-    )
-    conv.invalidate()
+    message = reply_message(reply, author=author or conv.info().character)
+    done = conv.revise([Change(seq, message, "regenerate", meta)])
     store.incr(conv.id, "regenerations")
     if reply.truncated:
         store.incr(conv.id, "truncated_replies")

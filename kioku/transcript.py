@@ -5,6 +5,11 @@ claim about herself read exactly like narration and entered memory as fact. Here
 kept to the last step: each message shows its seq, its time, whether the user or the character wrote
 it, and each part is marked narration, speech (with the speaker) or unspoken thought. Labels follow
 the conversation's language, matching the words the prompt templates use.
+
+The protocol's parts are shown as what they are, never as something a person said: a tool call is
+an action of its author ("[tool use] Mika: get_weather {…}"), a tool result what the tool returned
+("[tool result] get_weather: sunny"), an image something its author shared (its caption is the
+message's text around it).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from kioku.messages import LogEntry, Part
+from kioku.messages import LogEntry, Part, canonical_json
 from kioku.prompts import resolve_lang
 
 
@@ -29,6 +34,10 @@ class Labels:
     open_quote: str
     close_quote: str
     colon: str
+    tool_call: str = "[tool use]"
+    tool_result: str = "[tool result]"
+    image: str = "[image shared]"
+    attachment: str = "[file shared]"
 
 
 LABELS: Mapping[str, Labels] = {
@@ -55,6 +64,10 @@ LABELS: Mapping[str, Labels] = {
         open_quote="「",
         close_quote="」",
         colon=": ",
+        tool_call="[ツール使用]",
+        tool_result="[ツール結果]",
+        image="[画像を共有]",
+        attachment="[ファイルを共有]",
     ),
     "zh": Labels(
         user="用户",
@@ -67,6 +80,10 @@ LABELS: Mapping[str, Labels] = {
         open_quote="“",
         close_quote="”",
         colon=": ",
+        tool_call="[使用工具]",
+        tool_result="[工具结果]",
+        image="[分享图片]",
+        attachment="[分享文件]",
     ),
 }
 
@@ -102,6 +119,14 @@ def render_part(part: Part, author: str, labels: Labels) -> str:
     if part.kind == "thought":
         who = part.speaker or author
         return f"{INDENT}{labels.thought} {who}{labels.colon}{text}"
+    if part.kind == "tool_call":
+        return f"{INDENT}{labels.tool_call} {author}{labels.colon}{part.name} {canonical_json(part.text)}"
+    if part.kind == "tool_result":
+        return f"{INDENT}{labels.tool_result} {part.name or labels.tool}{labels.colon}{text}"
+    if part.kind == "image":
+        return f"{INDENT}{labels.image} {author}"
+    if part.kind == "attachment":
+        return f"{INDENT}{labels.attachment} {author} ({part.name})"
     return f"{INDENT}{text}"
 
 
@@ -121,7 +146,7 @@ def render_entry(entry: LogEntry, labels: Labels, previous: datetime | None = No
         head.append(stamp)
     head.append(f"{author} ({side})" if m.author else side)
     lines = [" · ".join(head)]
-    lines.extend(render_part(p, author, labels) for p in m.parts if p.text.strip())
+    lines.extend(render_part(p, author, labels) for p in m.parts if p.text.strip() or p.ref)
     return "\n".join(lines)
 
 

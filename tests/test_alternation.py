@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kioku.alternation import OPENING, alternate, alternate_chat
-from kioku.models import ChatMessage
+from kioku.models import ChatMessage, ContentPart, ToolCall
 from kioku.normal_form import normal_form
 
 
@@ -118,6 +118,44 @@ def test_the_library_path_alternates_chat_messages() -> None:
         ChatMessage("user", OPENING),
         ChatMessage("assistant", "hi"),
     )
+
+
+def test_the_library_path_keeps_tool_calls_images_and_results() -> None:
+    """The same rules on `ChatMessage`s, with nothing of the protocol lost (they used to be
+    rebuilt from role and text)."""
+    call = ChatMessage("assistant", "", tool_calls=(ToolCall("1", "get_weather", "{}"),),
+                       no_content=True)  # fmt: skip
+    result = ChatMessage("tool", "sunny", tool_call_id="1", name="get_weather")
+    picture = ChatMessage("user", "this", parts=(ContentPart(ref="abc"), ContentPart("this")))
+    out = alternate_chat(
+        (
+            ChatMessage("system", "card"),
+            ChatMessage("user", "weather?"),
+            call,
+            result,
+            ChatMessage("assistant", "It is sunny."),
+            ChatMessage("user", "look"),
+            picture,
+        )
+    )
+    assert out[:5] == (
+        ChatMessage("system", "card"),
+        ChatMessage("user", "weather?"),
+        call,
+        result,
+        ChatMessage("assistant", "It is sunny."),
+    )
+    assert out[5] == ChatMessage(
+        "user",
+        "look\n\nthis",
+        parts=(
+            ContentPart("look"),
+            ContentPart("\n\n"),
+            ContentPart(ref="abc"),
+            ContentPart("this"),
+        ),
+    )
+    assert len(out) == 6
 
 
 role = st.sampled_from(["system", "user", "assistant"])

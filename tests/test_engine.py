@@ -215,6 +215,7 @@ def test_cut_empties_raw_window_and_keeps_archive() -> None:
     ),
     fail_on=st.sets(st.integers(0, 30), max_size=10),
 )
+@pytest.mark.slow
 def test_coverage_invariant_under_random_turns_folds_and_failures(steps, fail_on) -> None:
     clock = Clock()
     kk = make(clock, FlakySummarizer(fail_on), simulated_duration_s=15)

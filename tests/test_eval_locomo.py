@@ -74,6 +74,7 @@ def result(data: Path):
     )
 
 
+@pytest.mark.slow
 def test_json_shape(result) -> None:
     assert result["kind"] == "kioku.eval.locomo/1"
     assert result["questions"] == 2 * SESSIONS  # category 5 is left out
@@ -90,6 +91,7 @@ def test_json_shape(result) -> None:
     assert result["pins"]["data"]["sha256"]
 
 
+@pytest.mark.slow
 def test_the_arithmetic(result) -> None:
     s = result["strategies"]
     assert s["full"]["answer_in_context"] == 1.0  # everything kept, every answer verbatim
@@ -108,6 +110,7 @@ def test_the_arithmetic(result) -> None:
     )
 
 
+@pytest.mark.slow
 def test_plot_and_report(result, tmp_path: Path) -> None:
     png = answer_by_age(result, tmp_path / "locomo.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
@@ -151,6 +154,7 @@ def test_with_a_model_answers_are_scored_by_f1_and_judge(data: Path) -> None:
     assert r["pins"]["models"] == {"answer": {"name": "scripted"}, "judge": {"name": "judge"}}
 
 
+@pytest.mark.slow
 def test_cli(data: Path, tmp_path: Path) -> None:
     app = typer.Typer()
     register(app)

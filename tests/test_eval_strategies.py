@@ -50,6 +50,7 @@ def test_fit_profile_leaves_room_for_memory_and_the_minimum_raw_window() -> None
     assert fit_profile(get_profile("local-64k")) == (get_profile("local-64k"), {})
 
 
+@pytest.mark.slow
 def test_every_arm_answers_with_a_prompt_that_fits(arms) -> None:
     t, profile, out = arms
     assert list(out) == ["generational", "rolling", "rolling-long", "truncation", "full"]
@@ -62,6 +63,7 @@ def test_every_arm_answers_with_a_prompt_that_fits(arms) -> None:
     assert out["full"].context("q").tokens > profile.window  # no limit
 
 
+@pytest.mark.slow
 def test_full_keeps_everything_and_truncation_the_newest(arms) -> None:
     t, profile, out = arms
     full = out["full"].context("anything").text
@@ -80,6 +82,7 @@ def test_full_keeps_everything_and_truncation_the_newest(arms) -> None:
     )
 
 
+@pytest.mark.slow
 def test_kioku_arms_fold_and_rolling_long_is_length_matched(arms) -> None:
     _, profile, out = arms
     gen, rolling, long = out["generational"], out["rolling"], out["rolling-long"]

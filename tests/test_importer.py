@@ -113,7 +113,7 @@ def test_cli_imports_for_a_tenant_and_the_extension_continues_it(tmp_path: Path)
     """The documented path: import the chat for the key's tenant, go on in SillyTavern."""
     db = f"sqlite:///{tmp_path / 'k.db'}"
     chat = tavern_chat(tmp_path / "Seraphina - 2024-11-12@09h58m00s.jsonl", 3)
-    args = ["import", "--data", str(chat), "--format", "sillytavern", "--db", db]
+    args = ["import", "--data", str(chat), "--format", "sillytavern", "--db", db, "--json"]
     r = runner.invoke(app, [*args, "--tenant", "acme"], env={"KIOKU_PROFILE": "local-8k"})
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["tenant"] == "acme"

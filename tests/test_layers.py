@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kioku.engine import Kioku
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.memory import coverage_gaps
 from kioku.messages import Message
 from kioku.profiles import LOCAL_8K
@@ -36,9 +36,8 @@ def grow(
 
 def make() -> tuple[Kioku, Clock]:
     clock = Clock()
-    kk = Kioku(Store.open("sqlite://"), profile=LOCAL_8K, clock=clock)
-    attach(kk)
-    return kk, clock
+    store = Store.open("sqlite://")
+    return Kioku(store, profile=LOCAL_8K, clock=clock, layers=Layers(store)), clock
 
 
 def test_recollection_comes_after_the_raw_window_and_never_repeats_it() -> None:
@@ -107,7 +106,7 @@ def test_cut_empties_raw_window_keeps_coverage_and_search() -> None:
     assert conv.raw_window() == []
     info = conv.info()
     assert coverage_gaps(kk.store.items("c", "active"), info.raw_start) == []
-    hits = kk.layers.recall.sync("c").search("where is the spare key hidden", k=3)
+    hits = kk.layers.search("c", "where is the spare key hidden", k=3)
     assert hits and hits[0].seq == 0
     p = conv.prepare("Where did I hide the spare key?")
     assert "flowerpot" in p.messages[-1].content
@@ -152,4 +151,11 @@ def test_extractive_summarizer_keeps_attribution() -> None:
         SummaryTask("chapter", 200, entries=(LogEntry(4, lie, 20),))
     )
     assert "[4] Mika: I'm seventeen" in s.text
-    assert "[4] Mika (thought): I'm twenty-five" in s.text
+    # the message's next line reads under the same [4], not as the same seq twice
+    assert s.text.count("[4]") == 1 and "\n    Mika (thought): I'm twenty-five" in s.text
+    from kioku.summarizer import parse_lines
+
+    assert [(ln.seq, ln.speaker) for ln in parse_lines(s.text)] == [
+        (4, "Mika"),
+        (4, "Mika (thought)"),
+    ]

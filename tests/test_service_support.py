@@ -17,7 +17,7 @@ import pytest
 
 from kioku.config import Settings
 from kioku.engine import Kioku
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.profiles import Profile
 from kioku.service.app import Service, create_app
 from kioku.service.keys import create_key
@@ -90,9 +90,7 @@ class Harness:
 
 
 def make_kioku(tenant: str, store: Store) -> Kioku:
-    kk = Kioku(store, profile=SERVICE_PROFILE, tenant=tenant)
-    attach(kk)
-    return kk
+    return Kioku(store, profile=SERVICE_PROFILE, tenant=tenant, layers=Layers(store))
 
 
 @pytest.fixture(scope="module")
@@ -118,5 +116,7 @@ def service(harness: Harness) -> Iterator[Harness]:
     harness.idle()
     harness.up.reply = default_reply
     harness.up.fail = None
+    harness.up.error = None
+    harness.up.garbage = None
     harness.up.delay_s = 0.0
     harness.up.chunk_delay_s = 0.0

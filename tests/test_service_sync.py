@@ -113,6 +113,17 @@ def test_a_transcript_that_would_change_a_role_is_refused() -> None:
         diff(logged(CHAT), inc(window), named=True)  # even from a client that names its chats
 
 
+def test_a_last_reply_deleted_before_the_next_message_is_a_deletion() -> None:
+    """The client deleted the character's last reply (or never kept it) and wrote on: the
+    reply is deleted, not turned into the user's new message."""
+    window = [*CHAT[:-1], ("user", "written after deleting the reply")]
+    assert CHAT[-1][0] == "assistant"
+    plan = diff(logged(CHAT), inc(window))
+    assert not plan.edits and plan.deletes == (len(CHAT) - 1,)
+    assert plan.appends == (Incoming("user", "written after deleting the reply"),)
+    assert apply_plan(CHAT, plan) == window
+
+
 GREETING = ("assistant", "*Seraphina smiles.* Welcome to the glade.")
 
 

@@ -23,7 +23,7 @@ import pytest
 from kioku.config import Settings
 from kioku.engine import Kioku
 from kioku.importer import import_transcript
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.memory import coverage_gaps
 from kioku.normal_form import normal_form
 from kioku.revisions import versions
@@ -97,9 +97,7 @@ class Stack:
 
 
 def make_kioku(tenant: str, store: Store) -> Kioku:
-    kk = Kioku(store, profile=PROFILE, tenant=tenant)
-    attach(kk)
-    return kk
+    return Kioku(store, profile=PROFILE, tenant=tenant, layers=Layers(store))
 
 
 @pytest.fixture

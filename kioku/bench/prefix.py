@@ -24,7 +24,7 @@ from rich.progress import Progress
 from kioku.context import MESSAGE_OVERHEAD
 from kioku.datasets import Transcript, load
 from kioku.engine import Kioku
-from kioku.messages import Message
+from kioku.messages import Message, Role
 from kioku.models import ChatMessage
 from kioku.profiles import Profile, get_profile
 from kioku.store import Store
@@ -134,10 +134,15 @@ Driver = Callable[[Turn], tuple[list[ChatMessage], str]]
 
 
 def kioku_driver(
-    t: Transcript, profile: Profile, counter: ChatMLTokens, clock: list[float], **options: Any
+    t: Transcript,
+    profile: Profile,
+    counter: ChatMLTokens,
+    clock: list[float],
+    store: Store | None = None,
+    **options: Any,
 ) -> tuple[Driver, Kioku]:
     kk = Kioku(
-        Store.open("sqlite://"),
+        store or Store.open("sqlite://"),
         profile=profile,
         counter=counter,
         clock=lambda: clock[0],
@@ -167,8 +172,8 @@ def sliding_driver(t: Transcript, profile: Profile, counter: ChatMLTokens) -> Dr
     total = [0]
 
     def push(m: Message) -> None:
-        role = "user" if m.role == "user" else "assistant"
-        history.append(ChatMessage(role, m.text))  # type: ignore[arg-type]
+        role: Role = "user" if m.role == "user" else "assistant"
+        history.append(ChatMessage(role, m.text))
         sizes.append(counter.count(m.text) + MESSAGE_OVERHEAD)
         total[0] += sizes[-1]
 

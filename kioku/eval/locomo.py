@@ -29,7 +29,7 @@ from rich.progress import Progress
 
 from kioku.counters import counter_from_spec
 from kioku.datasets import default_path, load_locomo
-from kioku.errors import InputError, ModelError
+from kioku.errors import ContextOverflow, InputError, ModelError
 from kioku.models import ChatModel
 from kioku.profiles import get_profile
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
@@ -209,7 +209,7 @@ def run(
                 for q in questions:
                     ctx = arm.context(q["question"])
                     if ctx.tokens + profile.response_reserve > profile.window and name != "full":
-                        raise AssertionError(
+                        raise ContextOverflow(
                             f"{name}: a prompt of {ctx.tokens} tokens exceeds the budget"
                         )
                     f1 = correct = None

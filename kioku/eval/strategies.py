@@ -1,7 +1,7 @@
 """kioku and its baselines, replayed side by side on one conversation at one budget.
 
   generational  kioku as shipped: chapters never rewritten, a major GC now and then, notes, and
-                archive recall for the question (`kioku.layers.attach`)
+                archive recall for the question (`kioku.layers.Layers`)
   rolling       one summary rewritten at each fold (seeds 002/004): `Kioku(strategy="rolling")`
   rolling-long  the same, given the memory `generational` ended up with (the profile's
                 `synopsis_tokens` set to it), so the comparison is length-matched
@@ -28,11 +28,13 @@ from kioku.bench.prefix import Turn, kioku_driver, sliding_driver, turns_of
 from kioku.context import MESSAGE_OVERHEAD
 from kioku.datasets import Transcript
 from kioku.engine import Conversation, Kioku
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage
 from kioku.profiles import Profile
+from kioku.recollection import Recollection
+from kioku.store import Store
 from kioku.summarizer import Summarizer
 from kioku.tokens import TokenCounter
 
@@ -121,6 +123,28 @@ def _chat(m: Message) -> ChatMessage:
     return ChatMessage("user" if m.role == "user" else "assistant", m.text)
 
 
+class _ReplayLayers(Layers):
+    """Recollections and the anti-repetition line go at the end of a turn's prompt: they never
+    change memory, so the replay skips them unless asked for every turn (they cost a search and
+    a tic count per turn); the question at the end gets its recollection (`question_recall`),
+    never an anti-repetition line (a question is not a turn)."""
+
+    def __init__(self, store: Store, per_turn: bool, question_recall: bool) -> None:
+        super().__init__(store)
+        self.per_turn = per_turn
+        self.question_recall = question_recall
+        self.answering = False  # set once the replay is over and the questions come
+
+    def recollections(
+        self, conv: Conversation, entry: LogEntry, raw_start: int
+    ) -> list[Recollection]:
+        wanted = self.question_recall if self.answering else self.per_turn
+        return super().recollections(conv, entry, raw_start) if wanted else []
+
+    def instructions(self, conv: Conversation) -> list[str]:
+        return super().instructions(conv) if self.per_turn and not self.answering else []
+
+
 @dataclass
 class KiokuArm:
     """A kioku engine on an in-memory store, driven turn by turn like the prefix benchmark."""
@@ -139,25 +163,19 @@ class KiokuArm:
     conv: Conversation = field(init=False)
 
     def __post_init__(self) -> None:
+        store = Store.open("sqlite://")
+        self._layers = _ReplayLayers(store, self.per_turn_recall and self.recall, self.recall)
         self._drive, self.kk = kioku_driver(
             self.transcript,
             self.profile,
             self.counter,  # type: ignore[arg-type]
             self.clock,
+            store,
             strategy=self.strategy,
             summarizer=self.summarizer,
+            **({"layers": self._layers} if self.layers else {}),
         )
         self.conv = self.kk.conversation(CONVERSATION_ID)
-        self._recall = None
-        if self.layers:
-            attach(self.kk)
-            # Recollections and the anti-repetition line go at the end of a turn's prompt: they
-            # never change memory, so the replay skips them unless asked (they cost a search and
-            # a tic count per turn); the question at the end gets its recollection.
-            self._recall = self.kk.recall if self.recall else None
-            if not self.per_turn_recall or not self.recall:
-                self.kk.recall = None
-                self.kk.instructions = None
         self._final: tuple[Memory, list[LogEntry], Any] | None = None
 
     def feed(self, turn: Turn, want_prompt: bool = False) -> list[ChatMessage] | None:
@@ -176,8 +194,7 @@ class KiokuArm:
                 break
         info = self.conv.info()
         self._final = (self.conv.memory(), self.conv.raw_window(), info)
-        self.kk.recall = self._recall
-        self.kk.instructions = None  # a question is not a turn: no anti-repetition line
+        self._layers.answering = True
 
     def context(self, question: str) -> Context:
         if self._final is None:

@@ -27,12 +27,13 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from kioku import protocol
 from kioku.context import Account, Prompt
 from kioku.engine import Conversation
 from kioku.errors import InputError, NotFound, SyncConflict
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, Completion
-from kioku.revisions import Change, revise
+from kioku.revisions import Change
 from kioku.sync import Incoming, diff, log_tail, to_message
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ def _entry(seq: int, m: Incoming, character: str) -> LogEntry:
 def as_sent(split: Split) -> Prompt:
     """The request's own messages, for a side request kioku has no memory for."""
     messages = [ChatMessage("system", split.system)] if split.system is not None else []
-    messages += [ChatMessage(m.role, m.text) for m in split.chat]
+    messages += [protocol.chat_message(to_message(m)) for m in split.chat]
     account = Account(
         system=0,
         memory=0,
@@ -188,23 +189,13 @@ def join_continuation(text: str, more: str) -> str:
 
 def continued(conv: Conversation, seq: int, reply: Completion) -> LogEntry:
     """A continue: the stored reply `seq` grows by the new text (the old text is kept as a
-    version, like an edit). A cut continuation is marked as `Conversation.record` marks one."""
-    k = conv.kioku
+    version, like an edit), and by the tools the continuation calls. A cut continuation is
+    marked as `Conversation.record` marks one."""
     [old] = conv.store.entries(conv.id, seq, seq)
-    message = dataclasses.replace(
-        to_message(Incoming("assistant", join_continuation(old.text, reply.text))),
-        author=old.message.author,
-    )
+    grown = dataclasses.replace(reply, text=join_continuation(old.text, reply.text))
+    message = protocol.reply_message(grown, author=old.message.author)
     meta = {"finish_reason": "length"} if reply.truncated else None
-    done = revise(
-        conv.store,
-        conv.id,
-        [Change(seq, message, "continue", meta)],
-        k.counter,
-        delay_s=k.profile.summary_delay_s,
-        now=k.clock(),
-    )
-    conv.invalidate()
+    done = conv.revise([Change(seq, message, "continue", meta)])
     conv.store.incr(conv.id, "continuations")
     if reply.truncated:
         conv.store.incr(conv.id, "truncated_replies")
