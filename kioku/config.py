@@ -43,6 +43,8 @@ class Settings:
     # seconds a summary job waits before it runs (None: the profile's, 30 s): replays, tests
     # and benchmarks set 0 so they need not wait for the GPU-sharing delay
     summary_delay_s: float | None = None
+    # browser origins allowed to call the REST API (the SillyTavern extension's page)
+    cors_origins: tuple[str, ...] = ()
 
     def with_(self, **changes: Any) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -72,6 +74,9 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         tenant=env.get("KIOKU_TENANT", "default"),
         system_role=env.get("KIOKU_SYSTEM_ROLE", "1") not in ("0", "false", "no"),
         summary_delay_s=_seconds("KIOKU_SUMMARY_DELAY", delay) if delay else None,
+        cors_origins=tuple(
+            o.strip() for o in env.get("KIOKU_CORS_ORIGINS", "").split(",") if o.strip()
+        ),
     )
 
 

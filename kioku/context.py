@@ -319,7 +319,7 @@ def finish(
     got_r = got_i = 0
     extras = p.kept
     # extras go next to a user message; a tool result must reach the model as returned
-    if extras is None and p.new.role != "tool":
+    if extras is None and p.new.role == "user":
         fresh = [i for i in instructions if i and i not in p.shown_instructions]
         recs = [r for r in (_unseen(r, p) for r in recollections) if r is not None]
         instr_text = "\n".join(fresh)

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Literal
 
 from kioku import context, dates, policy, rolling
+from kioku.alternation import alternate_chat
 from kioku.budget import Margin, is_exact, template_of, usable
 from kioku.context import EXTRAS_KEY, Prompt, extras_of
 from kioku.errors import (
@@ -362,7 +363,9 @@ class Conversation:
             memory_in_system=k.memory_in_system,
             margin=k.margin.share,
         )
-        if plan.kept is not None:  # answered before: shown exactly as it was
+        # recollections and instructions go with the user's message only: never into a tool's
+        # result (the model reads it as returned) nor a reply it is asked to continue
+        if plan.kept is not None or entry.role != "user":  # answered before: shown as it was
             return context.finish(plan, k.counter)
         recollections = k.layers.recollections(self, entry, info.raw_start, plan.recall_room)
         return context.finish(plan, k.counter, recollections, k.layers.instructions(self))
@@ -407,7 +410,7 @@ class Conversation:
         request = prompt.request()
         if refs := refs_of(prompt.messages):  # images in the raw window go as they were sent
             request = replace(request, media=media_of(self.store.blobs(refs)))
-        completion = model.complete(request)
+        completion = model.complete(replace(request, messages=alternate_chat(request.messages)))
         if not completion.text.strip():
             # nothing to store; the user's message already is
             self.store.log(self.id, "reply", "empty", detail=completion.finish_reason)

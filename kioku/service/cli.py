@@ -50,6 +50,14 @@ def serve(
             "(env KIOKU_SUMMARY_DELAY; default 30; 0 for replays and tests).",
         ),
     ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            help="A browser origin allowed to call the REST API, e.g. SillyTavern's "
+            "http://127.0.0.1:8000 for the kioku extension (repeatable; env KIOKU_CORS_ORIGINS).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible memory proxy, the REST API and the console.
 
@@ -67,6 +75,7 @@ def serve(
         summarizer_url=summarizer_upstream,
         llm_model=model,
         summary_delay_s=summary_delay,
+        cors_origins=tuple(cors_origin) if cors_origin else None,
     )
     store = terminal.open_store(s.db, write=True)
     app = create_app(s, store=store, worker=worker)

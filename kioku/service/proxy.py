@@ -15,6 +15,10 @@ where they do not break the cache of what precedes them.
 Tool calls, tool results and content parts (images) are stored with their messages and sent
 upstream as the client wrote them (`kioku.protocol`). With `n > 1`, choice 0 is the stored
 reply; the other choices are kept beside it (`Store.choices`).
+
+What a request is — a turn, a swipe, a continue, or a side request that stores nothing (quiet,
+impersonate, SillyTavern's Test Message) — is decided in `kioku.service.generation`; the
+message list sent upstream is made to alternate roles by `kioku.alternation`, last.
 """
 
 from __future__ import annotations
@@ -33,16 +37,19 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kioku import protocol
+from kioku.alternation import alternate
 from kioku.context import Prompt
 from kioku.dates import parse_client_date
 from kioku.engine import Conversation
 from kioku.errors import BadParameter, InputError, ModelError, UpstreamError
 from kioku.messages import LogEntry, Role
 from kioku.models import ChatMessage, Completion
-from kioku.service.conventions import check_headers
+from kioku.service import generation as gen
+from kioku.service.cards import note_card, stored_card
+from kioku.service.conventions import check_headers, header_text
 from kioku.service.metrics import prefix_reuse
 from kioku.service.upstream import StreamState, completions_of
-from kioku.sync import Incoming, Synced, replace_reply, sync
+from kioku.sync import Incoming, Synced, SyncPlan, replace_reply, sync
 
 if TYPE_CHECKING:
     from kioku.service.app import Service, Slot
@@ -154,6 +161,8 @@ class Turn:
     started: float
     character: str = ""
     media: Mapping[str, Any] = field(default_factory=dict)  # blob hash -> content part
+    side: bool = False  # a side request (quiet, impersonate, Test Message): nothing is stored
+    extend: int | None = None  # a continue: the stored reply the new text extends
 
     @property
     def entry(self) -> LogEntry:
@@ -173,20 +182,61 @@ def start_turn(
     stateful: bool | None,
     character: str,
     started: float,
+    generation: gen.Generation | None = None,
+    user: str | None = None,
 ) -> Turn:
     """Store what is new and build the prompt (runs in a thread, under the slot's lock)."""
     kk = svc.kioku(tenant)
     if slot.conv is None or (split.system is not None and split.system != slot.system):
+        old = (
+            slot.system if slot.conv is not None else stored_card(kk.store, conversation_id, tenant)
+        )
         slot.conv = kk.conversation(
             conversation_id, system_prompt=split.system, character=character
         )
+        note_card(kk.store, conversation_id, old, split.system)
         slot.system = split.system
         slot.character = slot.conv.info().character
     conv = slot.conv
-    synced = sync(conv, split.chat, stateful=stateful, character=slot.character, blobs=split.blobs)
+    if gen.is_side(generation, split, stateful, gen.sends_transcripts(conv, slot)):
+        return side_turn(tenant, conv, split, slot.character, started)
+    synced = sync(
+        conv,
+        split.chat,
+        stateful=stateful,
+        character=slot.character,
+        blobs=split.blobs,
+        user=gen.user_name(conv, slot, user),
+        named=generation is not None,
+    )
+    if stateful is False or (stateful is None and len(split.chat) > 1):
+        gen.note_transcript(conv, slot)
+    extend = None
+    if generation == gen.Generation.CONTINUE and synced.entry.role == "assistant":
+        extend = synced.entry.seq
     prompt = conv.prepare_for(synced.entry)
     media = protocol.media_of(conv.store.blobs(protocol.refs_of(prompt.messages)))
-    return Turn(tenant, conv, synced, prompt, started, slot.character, media)
+    return Turn(tenant, conv, synced, prompt, started, slot.character, media, extend=extend)
+
+
+def start_side(
+    svc: Service, tenant: str, conversation_id: str, split: Split, character: str, started: float
+) -> Turn:
+    """A side request: the conversation's memory when it exists, nothing created or stored."""
+    conv = Conversation(svc.kioku(tenant), conversation_id)
+    return side_turn(tenant, conv, split, character, started)
+
+
+def side_turn(
+    tenant: str, conv: Conversation, split: Split, character: str, started: float
+) -> Turn:
+    """A side request's turn: its images come from the request itself (nothing of it is
+    stored) or, for the raw window's, from the store."""
+    prompt, entry = gen.side_prompt(conv, split, character)
+    refs = protocol.refs_of(prompt.messages)
+    blobs = {**conv.store.blobs(refs - split.blobs.keys()), **split.blobs}
+    media = protocol.media_of({r: blobs[r] for r in refs if r in blobs})
+    return Turn(tenant, conv, Synced(entry, SyncPlan()), prompt, started, character, media, True)
 
 
 def finish_turn(
@@ -195,10 +245,14 @@ def finish_turn(
     """Record the reply (a regeneration replaces the old one) and, with n > 1, the other
     choices beside it; a reply with neither text nor tool calls is not stored."""
     conv = turn.conv
+    if turn.side:
+        return None
     if not completion.text.strip() and not completion.tool_calls:
         conv.store.log(conv.id, "reply", "not_stored", detail="no text and no tool calls")
         return None
-    if turn.regenerate is not None:
+    if turn.extend is not None:
+        entry = gen.continued(conv, turn.extend, completion)
+    elif turn.regenerate is not None:
         entry = replace_reply(conv, turn.regenerate, completion, turn.character)
     else:
         entry = conv.record(completion, author=turn.character)
@@ -218,7 +272,7 @@ def upstream_body(body: ChatBody, turn: Turn, split: Split, reserve: int) -> dic
     messages += [m.to_json() for m in split.before_last]
     messages.append(last)
     messages += [m.to_json() for m in split.after_last]
-    data["messages"] = messages
+    data["messages"] = alternate(messages)
     # the prompt was sized so that prompt + reserve fits the window: never ask for more
     for key in ("max_tokens", "max_completion_tokens"):
         if isinstance(data.get(key), int):
@@ -226,17 +280,6 @@ def upstream_body(body: ChatBody, turn: Turn, split: Split, reserve: int) -> dic
     if "max_completion_tokens" not in data:
         data["max_tokens"] = min(data.get("max_tokens", reserve), reserve)
     return data
-
-
-def header_text(value: str | None) -> str | None:
-    """A header as its sender meant it: HTTP carries bytes, clients send UTF-8 (a Japanese
-    conversation id), ASGI hands them over decoded as latin-1."""
-    if value is None:
-        return None
-    try:
-        return value.encode("latin-1").decode("utf-8")
-    except UnicodeError:
-        return value
 
 
 def kioku_headers(turn: Turn, upstream_s: float | None = None) -> dict[str, str]:
@@ -248,6 +291,10 @@ def kioku_headers(turn: Turn, upstream_s: float | None = None) -> dict[str, str]
     }
     if turn.regenerate is not None:
         h["X-Kioku-Regenerated"] = str(turn.regenerate)
+    if turn.side:
+        h["X-Kioku-Stored"] = "false"  # a side request: nothing was stored
+    if turn.extend is not None:
+        h["X-Kioku-Continued"] = str(turn.extend)
     if upstream_s is not None:
         h["X-Kioku-Upstream-Ms"] = f"{upstream_s * 1000:.2f}"
     return h
@@ -255,6 +302,8 @@ def kioku_headers(turn: Turn, upstream_s: float | None = None) -> dict[str, str]
 
 def _note_failure(turn: Turn, error: UpstreamError) -> None:
     conv = turn.conv
+    if turn.side:
+        return  # nothing of a side request is stored, not even its failure
     conv.store.log(
         conv.id,
         "upstream",
@@ -270,7 +319,8 @@ async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str
     started = time.monotonic()
     check_headers(headers)
     cid = header_text(headers.get(CONVERSATION_HEADER)) or body.user
-    if not cid:
+    generation = gen.generation_of(headers.get(gen.GENERATION_HEADER))
+    if not cid and generation not in gen.SIDE:
         raise InputError(
             "name the conversation: send the header X-Kioku-Conversation (or the `user` field)"
         )
@@ -280,15 +330,23 @@ async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str
     character = header_text(headers.get(CHARACTER_HEADER)) or next(
         (m.name for m in split.chat if m.role == "assistant" and m.name), ""
     )
-    slot = svc.slot(tenant, cid)
+    user = header_text(headers.get(gen.USER_HEADER))
+    slot = svc.slot(tenant, cid or "")
     async with slot.lock:
-        turn = await run_in_threadpool(
-            start_turn, svc, slot, tenant, cid, split, stateful, character, started
-        )
-        reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
-        slot.last_prompt = turn.prompt.messages
+        if not cid or generation in gen.SIDE:
+            turn = await run_in_threadpool(
+                start_side, svc, tenant, cid or "", split, character, started
+            )
+        else:
+            turn = await run_in_threadpool(
+                start_turn, svc, slot, tenant, cid, split, stateful, character, started,
+                generation, user,
+            )  # fmt: skip
+        if not turn.side:
+            reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
+            slot.last_prompt = turn.prompt.messages
+            svc.metrics.prefix_reuse.observe(tenant, reuse)
     svc.metrics.prompt_tokens.observe(tenant, turn.prompt.tokens)
-    svc.metrics.prefix_reuse.observe(tenant, reuse)
     data = upstream_body(body, turn, split, svc.profile.response_reserve)
     if body.stream:
         return await _stream(svc, slot, turn, data)
@@ -337,6 +395,9 @@ async def _store_reply(
     held until the reply is stored, so the client's next request (which waits for the lock)
     always finds it in the log, and the client does not wait for the store. Then the tic guard
     reads the new reply, so the next turn finds its alerts computed."""
+    if turn.side:
+        _observe(svc, turn, upstream_s)
+        return
     await slot.lock.acquire()
     _observe(svc, turn, upstream_s)
 
@@ -428,7 +489,7 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
         finally:
             if not task.done():
                 task.cancel()
-            if not recorded and state.finish_reason is None:
+            if not recorded and state.finish_reason is None and not turn.side:
                 # the client hung up (or the upstream broke): the user message stays stored
                 conv = turn.conv
                 asyncio.get_running_loop().run_in_executor(
