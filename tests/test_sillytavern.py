@@ -38,13 +38,14 @@ from tests.test_service_support import SERVICE_PROFILE, words
 pytestmark = pytest.mark.browser
 __all__ = ["browser"]
 
-# small enough that 30 turns fold twice beside Seraphina's ~1,800-token card
+# small enough that 30 turns fold twice beside Seraphina's ~1,800-token card (every size is
+# the rendered prompt's, card included)
 PROFILE = replace(
     SERVICE_PROFILE,
     name="tavern-test",
     window=8192,
-    trigger=600,
-    ceiling=1400,
+    trigger=2200,
+    ceiling=2700,
     min_raw=200,
     headroom=300,
     connect_timeout_s=5.0,

@@ -88,10 +88,14 @@ PROFILE = replace(
     name="strict-test",
     window=2048,
     response_reserve=12,
-    trigger=100,
-    ceiling=300,
+    trigger=300,
+    ceiling=480,
     min_raw=40,
     headroom=50,
+    chapter_tokens=40,
+    synopsis_tokens=60,
+    major_gc=100,
+    notes_tokens=0,
     connect_timeout_s=10.0,
     reply_timeout_s=120.0,
 )
@@ -221,7 +225,7 @@ def test_a_sillytavern_shaped_conversation_through_kioku(
         # a turn whose reply never came: the next request has two user messages in a row
         chat.append({"role": "user", "content": "Are you there?"})
         folded = 0
-        for i in range(12):
+        for i in range(24):
             r = turn({"role": "user", "content": f"Tell me about the river, part {i}."})
             assert r.status_code == 200, r.text
             folded += store.conversation("glade").memory_version > 0
