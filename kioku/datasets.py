@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,6 +56,36 @@ def _parse_locomo_date(s: str) -> datetime | None:
     for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y"):
         try:
             return datetime.strptime(s.strip(), fmt)
+        except ValueError:
+            continue
+    return None
+
+
+# SillyTavern has written `send_date` as epoch milliseconds, as ISO 8601, and as
+# "January 15, 2024 10:20am"
+_SEND_DATE_FORMATS = ("%B %d, %Y %I:%M%p", "%B %d, %Y %I:%M %p", "%b %d, %Y %I:%M%p")
+
+
+def parse_send_date(value: object) -> datetime | None:
+    """A client's `send_date`, whichever of SillyTavern's forms it has; None when unreadable
+    (a message without a date is still a message)."""
+    if isinstance(value, bool) or value is None or value == "":
+        return None
+    if isinstance(value, int | float):
+        seconds = value / 1000 if value > 1e11 else value
+        try:
+            return datetime.fromtimestamp(seconds, tz=UTC).replace(tzinfo=None)
+        except (OverflowError, OSError, ValueError):
+            return None
+    text = str(value).strip()
+    try:
+        parsed = datetime.fromisoformat(text)
+        return parsed.astimezone(UTC).replace(tzinfo=None) if parsed.tzinfo else parsed
+    except ValueError:
+        pass
+    for fmt in _SEND_DATE_FORMATS:
+        try:
+            return datetime.strptime(text, fmt)
         except ValueError:
             continue
     return None
@@ -196,7 +226,8 @@ def load_kioku(path: Path) -> Transcript:
 
 def load_sillytavern(path: Path) -> Transcript:
     """SillyTavern chat JSONL: a header line (user_name, character_name), then one line per
-    message ({name, is_user, mes, send_date, swipes, swipe_id}). The chosen swipe is `mes`."""
+    message ({name, is_user, mes, send_date, swipes, swipe_id}). The chosen swipe is `mes`; the
+    message is dated by its `send_date`."""
     header: dict[str, Any] = {}
     messages: list[Message] = []
     for d in json_lines(path):
@@ -207,7 +238,12 @@ def load_sillytavern(path: Path) -> Transcript:
             "system" if d.get("is_system") else ("user" if d.get("is_user") else "assistant")
         )
         messages.append(
-            Message(role=role, parts=(Part("text", d["mes"]),), author=d.get("name", ""))
+            Message(
+                role=role,
+                parts=(Part("text", d["mes"]),),
+                author=d.get("name", ""),
+                at=parse_send_date(d.get("send_date")),
+            )
         )
     return Transcript(
         messages=tuple(messages),
