@@ -20,6 +20,8 @@ STYLE: Mapping[str, dict[str, Any]] = {
     "rolling": {"color": "#1f77b4", "lw": 1.6, "marker": "s"},
     "rolling-long": {"color": "#17becf", "lw": 1.6, "marker": "D"},
     "generational-norecall": {"color": "#ff9896", "lw": 1.6, "ls": ":", "marker": "o"},
+    "rolling+recall": {"color": "#9467bd", "lw": 1.6, "marker": "P"},
+    "retrieval": {"color": "#2ca02c", "lw": 1.8, "marker": "^"},
     "truncation": {"color": "#7f7f7f", "lw": 1.6, "marker": "v"},
     "sliding_window": {"color": "#7f7f7f", "lw": 1.2, "label": "sliding window"},
     "summary_in_system": {"color": "#1f77b4", "lw": 1.2, "label": "summary in system prompt"},
@@ -29,7 +31,7 @@ STYLE: Mapping[str, dict[str, Any]] = {
         "lw": 1.2,
         "ls": "--",
         "marker": "x",
-        "label": "full (upper bound)",
+        "label": "full (reference)",
     },
 }
 
