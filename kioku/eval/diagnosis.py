@@ -30,6 +30,7 @@ from .answers import Match, mean
 PARTS = ("memory", "raw", "recall")
 RANK_BUCKETS = ("1-3", "4-10", "11+", "not found", "no evidence")
 BASELINE = "retrieval"
+UNBOUNDED = 10**8  # a window this large is no budget
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ def prompt_split(rows: Sequence[Row]) -> dict[str, float | None]:
     def avg(get: Callable[[Account], float]) -> float:
         return round(sum(get(a) for a in accounts) / len(accounts), 1)
 
+    limited = all(a.window < UNBOUNDED for a in accounts)  # the full reference has no budget
     return {
         "system": avg(lambda a: a.system),
         "memory": avg(lambda a: a.memory),
@@ -93,7 +95,7 @@ def prompt_split(rows: Sequence[Row]) -> dict[str, float | None]:
         "instructions": avg(lambda a: a.instructions),
         "question": avg(lambda a: a.new),
         "overhead": avg(lambda a: a.overhead),
-        "unused": avg(lambda a: max(0, a.window - a.reserve - a.total)),
+        "unused": avg(lambda a: max(0, a.window - a.reserve - a.total)) if limited else None,
         "dropped_recollections": avg(lambda a: a.dropped_recollections),
         "recall_dropped_share": mean(float(a.dropped_recollections > 0) for a in accounts),
     }

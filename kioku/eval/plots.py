@@ -129,7 +129,7 @@ def answer_by_age(result: Mapping[str, Any], path: Path | str) -> Path:
         counts = first.get("by_age_questions")
         _age_panel(ax, part, buckets, title, counts)
         ax.set_xlabel("age of the evidence (sessions before the end)")
-    axes[0].set_ylabel("gold answer in the context (%)")
+    axes[0].set_ylabel("gold answer in the context, as a phrase (%)")
     for ax in axes:
         if ax.get_lines():
             ax.legend(
@@ -138,7 +138,8 @@ def answer_by_age(result: Mapping[str, Any], path: Path | str) -> Path:
         else:
             ax.text(0.5, 0.5, "no conversations in this half", ha="center", transform=ax.transAxes)
     fig.suptitle(
-        f"LoCoMo answer-in-context at a {result['budget']}-token budget (categories 1–4)",
+        f"LoCoMo answer-in-context (strict) at a {result['budget']}-token budget "
+        "(categories 1–4)",
         fontsize=11,
     )
     return _save(fig, path)
