@@ -4,8 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from kioku.context import MESSAGE_OVERHEAD
-from kioku.errors import InputError
+from kioku.errors import ContextOverflow, InputError
 from kioku.eval.baselines import RetrievalArm, WindowArm, entry_seqs
 from kioku.eval.strategies import (
     ARMS,
@@ -101,12 +100,14 @@ def test_retrieval_fills_the_budget_with_the_best_turns_and_their_neighbours(arm
     shown = ctx.parts()["raw"]
     for s in (best - 1, best, best + 1):
         assert ret.entries[s].text in shown  # the hit and both neighbours
-    # it fills the budget with what BM25 found: every ranked turn is shown, or the budget
-    # has no room for one more message
-    room = profile.prompt_budget - ctx.tokens
-    assert all(ret.entries[s].text in shown for s in ranking) or room < 47 + 6
-    wide = ret.context("Ren Mina tea shop cat dinner rain harbour lantern")
-    assert profile.prompt_budget - wide.tokens < max(e.tokens for e in ret.entries) + 6
+    # it fills the budget with what BM25 found: every ranked turn is shown, or the allocator
+    # refuses one more message
+    unshown = [e for e in ret.entries if e.text not in shown]
+    smallest = min(unshown, key=lambda e: e.tokens)
+    kept = [e for e in ret.entries if e.text in shown]
+    if not all(ret.entries[s].text in shown for s in ranking):
+        with pytest.raises(ContextOverflow):
+            ret._prompt(sorted([*kept, smallest], key=lambda e: e.seq), ret._entry(q), profile)
     # shown in log order, not rank order
     seqs = [e.seq for e in ret.entries if e.text in shown]
     assert seqs == sorted(seqs)
@@ -130,14 +131,14 @@ def test_full_keeps_everything_and_truncation_the_newest(arms) -> None:
     assert t.messages[0].text not in trunc.text
     assert trunc.tokens <= profile.prompt_budget
     assert isinstance(out["truncation"], WindowArm)
-    # no room left for one more message
+    # no room left for one more message: the allocator refuses it
+    arm = out["truncation"]
+    assert isinstance(arm, WindowArm)
     kept = len(trunc.messages) - 2  # system + question
     assert trunc.account is not None and trunc.account.raw_messages == kept
-    older = t.messages[len(t.messages) - kept - 1]
-    assert (
-        trunc.tokens + ScriptEstimator().count(older.text) + MESSAGE_OVERHEAD
-        > profile.prompt_budget
-    )
+    shown = arm.entries[len(arm.entries) - kept - 1 :]
+    with pytest.raises(ContextOverflow):
+        arm._prompt(shown, arm._entry("anything"), profile)
 
 
 def test_kioku_arms_fold_and_rolling_long_is_length_matched(arms) -> None:
