@@ -138,8 +138,7 @@ def answer_by_age(result: Mapping[str, Any], path: Path | str) -> Path:
         else:
             ax.text(0.5, 0.5, "no conversations in this half", ha="center", transform=ax.transAxes)
     fig.suptitle(
-        f"LoCoMo answer-in-context (strict) at a {result['budget']}-token budget "
-        "(categories 1–4)",
+        f"LoCoMo answer-in-context (strict) at a {result['budget']}-token budget (categories 1–4)",
         fontsize=11,
     )
     return _save(fig, path)
