@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A real Chromium for the console's browser test: Debian `chromium` + `chromium-driver`, installed
-# with apt-get when missing. Prints the versions; the test finds /usr/bin/chromium and
-# /usr/bin/chromedriver (or $KIOKU_CHROMIUM / $KIOKU_CHROMEDRIVER) and drives them with selenium.
+# A real Chromium for the console's browser test: Debian `chromium` + `chromium-driver`, and
+# `fonts-noto-cjk` so the screenshots show 記憶 and 区切り instead of boxes, installed with apt-get
+# when missing. Prints the versions; the test finds /usr/bin/chromium and /usr/bin/chromedriver
+# (or $KIOKU_CHROMIUM / $KIOKU_CHROMEDRIVER) and drives them with selenium.
 #
 #     .ci/chromium.sh
 set -euo pipefail
@@ -11,6 +12,7 @@ say() { echo "chromium.sh: $*" >&2; }
 need=()
 command -v "${KIOKU_CHROMIUM:-chromium}" >/dev/null 2>&1 || need+=(chromium)
 command -v "${KIOKU_CHROMEDRIVER:-chromedriver}" >/dev/null 2>&1 || need+=(chromium-driver)
+fc-list :lang=ja family 2>/dev/null | grep -q CJK || need+=(fonts-noto-cjk)
 if [ ${#need[@]} -gt 0 ]; then
     say "installing ${need[*]} (apt-get)"
     export DEBIAN_FRONTEND=noninteractive
@@ -20,3 +22,4 @@ python -c "import selenium" 2>/dev/null || { say "installing selenium (pip)"; py
 
 "${KIOKU_CHROMIUM:-chromium}" --version >&2
 "${KIOKU_CHROMEDRIVER:-chromedriver}" --version >&2
+fc-list :lang=ja family | grep CJK | head -1 >&2

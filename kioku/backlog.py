@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rich.console import Console
@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kioku.chronicler import DEFAULT_CONFIG, ChroniclerConfig, LLMChronicler
 from kioku.datasets import Transcript
-from kioku.generations import item_from_summary
+from kioku.generations import chunks, item_from_summary
 from kioku.memory import Memory, MemoryItem, render_memory
 from kioku.messages import LogEntry
 from kioku.models import ChatModel
@@ -38,22 +38,6 @@ class TranscriptMemory:
     events: dict[str, int]  # how often each guard fired: refusal, retry, fallback, ...
     duration_s: float
     messages: int
-
-
-def chunk_entries(entries: Sequence[LogEntry], budget: int) -> list[tuple[LogEntry, ...]]:
-    """Contiguous ranges of at most `budget` tokens; a message larger than that is a range alone."""
-    chunks: list[tuple[LogEntry, ...]] = []
-    current: list[LogEntry] = []
-    used = 0
-    for e in entries:
-        if current and used + e.tokens > budget:
-            chunks.append(tuple(current))
-            current, used = [], 0
-        current.append(e)
-        used += e.tokens
-    if current:
-        chunks.append(tuple(current))
-    return chunks
 
 
 def summarize_transcript(
@@ -86,21 +70,23 @@ def summarize_transcript(
     entries = [
         LogEntry(seq=i, message=m, tokens=counter.count(m.text)) for i, m in enumerate(messages)
     ]
-    chunks = chunk_entries(entries, profile.summary_chunk)
+    ranges = chunks(entries, profile.summary_chunk, size=lambda e: e.tokens)
     console = console or Console(stderr=True)
     started = clock()
     memory = Memory()
     written: list[tuple[SummaryTask, Summary]] = []
     events: Counter[str] = Counter()
 
-    def common() -> dict[str, object]:
-        return {
-            "ceiling_tokens": profile.summary_ceiling,
-            "lang": lang,
-            "character": transcript.character,
-            "user_name": transcript.user,
-            "avoid_phrases": avoid_phrases,
-        }
+    # what every task of this transcript shares; each one fills in its kind and input
+    common = SummaryTask(
+        kind="chapter",
+        target_tokens=profile.chapter_tokens,
+        ceiling_tokens=profile.summary_ceiling,
+        lang=lang,
+        character=transcript.character,
+        user_name=transcript.user,
+        avoid_phrases=avoid_phrases,
+    )
 
     columns = (
         TextColumn("{task.description}"),
@@ -109,17 +95,12 @@ def summarize_transcript(
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=console, transient=False) as progress:
-        bar = progress.add_task("chapters", total=len(chunks))
-        for chunk in chunks:
+        bar = progress.add_task("chapters", total=len(ranges))
+        for chunk in ranges:
             first, last = chunk[0].seq, chunk[-1].seq
             progress.update(bar, description=f"chapter #{first}–#{last}")
-            task = SummaryTask(
-                kind="chapter",
-                target_tokens=profile.chapter_tokens,
-                entries=chunk,
-                previous=memory.synopsis,
-                chapters=memory.chapters,
-                **common(),  # type: ignore[arg-type]
+            task = replace(
+                common, entries=tuple(chunk), previous=memory.synopsis, chapters=memory.chapters
             )
             summary = summarizer.summarize(task)
             written.append((task, summary))
@@ -129,7 +110,7 @@ def summarize_transcript(
             if sum(c.tokens for c in memory.chapters) > profile.major_gc:
                 progress.update(bar, description=f"synopsis up to #{last}")
                 memory = _major_gc(
-                    memory, summarizer, profile, common(), written, events, progress.console
+                    memory, summarizer, profile, common, written, events, progress.console
                 )
             progress.advance(bar)
     text, _ack = render_memory(memory, lang)
@@ -159,7 +140,7 @@ def _major_gc(
     memory: Memory,
     summarizer: Summarizer,
     profile: Profile,
-    common: dict[str, object],
+    common: SummaryTask,
     written: list[tuple[SummaryTask, Summary]],
     events: Counter[str],
     console: Console,
@@ -167,12 +148,12 @@ def _major_gc(
     """Fold the older half of the chapters, with the previous synopsis, into a new synopsis."""
     n = max(1, len(memory.chapters) // 2)
     older, rest = memory.chapters[:n], memory.chapters[n:]
-    task = SummaryTask(
+    task = replace(
+        common,
         kind="synopsis",
         target_tokens=profile.synopsis_tokens,
         previous=memory.synopsis,
         chapters=older,
-        **common,  # type: ignore[arg-type]
     )
     summary = summarizer.summarize(task)
     written.append((task, summary))

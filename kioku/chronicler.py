@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
+from kioku.corrections import apply_edits, edits_of
 from kioku.errors import BadSummary
 from kioku.memory import MemoryItem
 from kioku.models import ChatMessage, ChatModel, ChatRequest, Completion
 from kioku.prompts import PromptTemplate, resolve_lang, template
+from kioku.rendering import render_record, render_threads
 from kioku.structure import (
     Record,
     Thread,
@@ -44,8 +46,6 @@ from kioku.structure import (
     record_from_data,
     record_sources,
     remove_phrases,
-    render_record,
-    render_threads,
     verify_key_lines,
 )
 from kioku.summarizer import Summarizer, Summary, SummaryTask
@@ -152,6 +152,8 @@ def _item_text(item: MemoryItem, lang: str) -> str:
     body = (
         render_record(record_from_data(item.data), lang) if is_structured(item.data) else item.text
     )
+    if is_structured(item.data) and item.data.get("operator_edits"):
+        body = apply_edits(body, edits_of(item))  # what an operator retracted stays out
     return f"[#{item.first_seq}–#{item.last_seq}]\n{body.strip()}"
 
 
@@ -260,6 +262,42 @@ def _event_of(error: BadSummary) -> str:
 Flow = Generator[ChatRequest, Completion, "Summary | GaveUp"]
 
 
+@dataclass
+class _Run:
+    """What one chronicle run has spent and seen so far: requests, tokens, guard events."""
+
+    events: list[str] = field(default_factory=list)
+    attempts: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model: str = ""
+
+    def ask(
+        self, request: ChatRequest, span: tuple[int, int], config: ChroniclerConfig
+    ) -> Generator[ChatRequest, Completion, Record | BadSummary]:
+        """One request: the record the reply holds, or why it was rejected (an event)."""
+        self.attempts += 1
+        completion = yield request
+        self.input_tokens += completion.usage.prompt_tokens
+        self.output_tokens += completion.usage.completion_tokens
+        self.model = completion.model or self.model
+        try:
+            return judge(completion, span, config)
+        except BadSummary as e:
+            self.events.append(_event_of(e))
+            return e
+
+
+def _next_try(e: BadSummary, task: SummaryTask, max_tokens: int) -> tuple[int, str | None]:
+    """After a rejected reply: the next request's max_tokens and the reason it names. A cut
+    reply gets the task's whole ceiling; a refusal is a roll of the dice: ask the same again."""
+    if e.reason == "truncated":
+        return task.ceiling_tokens, None
+    if e.reason == "refusal":
+        return max_tokens, None
+    return max_tokens, e.reason.split(": ", 1)[-1]
+
+
 def chronicle(
     task: SummaryTask,
     counter: TokenCounter,
@@ -267,119 +305,124 @@ def chronicle(
 ) -> Flow:
     """The whole chronicler as a generator: yields requests, receives completions, returns the
     `Summary` to store or `GaveUp` (the caller falls back). No I/O happens here."""
+    run = _Run()
+    written = yield from _write(task, config, run)
+    if written is None:
+        last = run.events[-1] if run.events else "no attempt"
+        return GaveUp(last, tuple(run.events), run.attempts, run.input_tokens, run.model)
+    record, version = written
+    polish = _Polish(task, run.events)
+    record = polish(record, merge_threads(context_items(task)) if task.kind == "synopsis" else [])
+    record, version = yield from _compress(task, counter, config, run, record, version, polish)
     lang = resolve_lang(task.lang)
-    span = task.span
-    before = merge_threads(context_items(task))
-    if task.kind == "synopsis":
-        inputs = [record_from_data(i.data) for i in context_items(task) if is_structured(i.data)]
-        sources = record_sources(inputs)
-        for item in context_items(task):  # extractive items keep their lines verbatim
-            for ln in item.data.get("lines", ()) if not is_structured(item.data) else ():
-                sources.setdefault(int(ln["seq"]), []).append(str(ln["text"]))
-    else:
-        sources = entry_sources(task.entries)
+    text = render_record(record, lang)
+    data = record.to_data(lang)
+    data["usage"] = {"prompt_tokens": run.input_tokens, "completion_tokens": run.output_tokens}
+    return Summary(
+        text=text,
+        tokens=counter.count(text),
+        source="llm",
+        model=run.model,
+        prompt_version=version,
+        data=data,
+        input_tokens=run.input_tokens,
+        attempts=run.attempts,
+        events=tuple(run.events),
+    )
 
-    events: list[str] = []
-    attempts = 0
-    refusals = 0
-    input_tokens = output_tokens = 0
-    model = ""
+
+def _write(
+    task: SummaryTask, config: ChroniclerConfig, run: _Run
+) -> Generator[ChatRequest, Completion, tuple[Record, str] | None]:
+    """Ask for the record until one passes the guards: (record, prompt version), or None after
+    `max_attempts` requests or `max_refusals` refusals."""
     max_tokens = first_max_tokens(task, config)
     reason: str | None = None
-    record: Record | None = None
-    version = ""
-
-    def tally(c: Completion) -> None:
-        nonlocal input_tokens, output_tokens, model
-        input_tokens += c.usage.prompt_tokens
-        output_tokens += c.usage.completion_tokens
-        model = c.model or model
-
-    while attempts < config.max_attempts:
-        attempts += 1
+    refusals = 0
+    while run.attempts < config.max_attempts:
         request, version = build_request(task, max_tokens, config, reason)
-        completion = yield request
-        tally(completion)
-        try:
-            record = judge(completion, span, config)
-            break
-        except BadSummary as e:
-            events.append(_event_of(e))
-            if e.reason == "truncated":
-                max_tokens = task.ceiling_tokens
-                reason = None
-            elif e.reason == "refusal":
-                refusals += 1
-                reason = None  # refusals are a roll of the dice: ask the same thing again
-                if refusals >= config.max_refusals:
-                    break
-            else:
-                reason = e.reason.split(": ", 1)[-1]
-            if attempts < config.max_attempts:
-                events.append("retry")
-    if record is None:
-        last = events[-1] if events else "no attempt"
-        return GaveUp(last, tuple(events), attempts, input_tokens, model)
+        got = yield from run.ask(request, task.span, config)
+        if isinstance(got, Record):
+            return got, version
+        max_tokens, reason = _next_try(got, task, max_tokens)
+        if got.reason == "refusal":
+            refusals += 1
+            if refusals >= config.max_refusals:
+                break
+        if run.attempts < config.max_attempts:
+            run.events.append("retry")
+    return None
 
-    def polish(r: Record, threads_before: Sequence[Thread]) -> Record:
+
+def _compress(
+    task: SummaryTask,
+    counter: TokenCounter,
+    config: ChroniclerConfig,
+    run: _Run,
+    record: Record,
+    version: str,
+    polish: _Polish,
+) -> Generator[ChatRequest, Completion, tuple[Record, str]]:
+    """An over-long record is compressed again by the model, never truncated: up to
+    `compress_rounds` requests, each kept only if it came out shorter."""
+    lang = resolve_lang(task.lang)
+    tokens = counter.count(render_record(record, lang))
+    limit = task.target_tokens * config.over_target
+    max_tokens = first_max_tokens(task, config)
+    reason: str | None = None
+    for _ in range(config.compress_rounds):
+        if tokens <= limit:
+            break
+        run.events.append("compress")
+        request, cversion = build_compress_request(task, record, tokens, max_tokens, config, reason)
+        got = yield from run.ask(request, task.span, config)
+        if isinstance(got, BadSummary):
+            max_tokens, reason = _next_try(got, task, max_tokens)
+            continue
+        shorter = polish(got, merge_threads([{**record.to_data(lang)}]))
+        shorter_tokens = counter.count(render_record(shorter, lang))
+        if shorter_tokens < tokens:
+            record, tokens = shorter, shorter_tokens
+            if "+" not in version:
+                version = f"{version}+{cversion}"
+    if tokens > limit:
+        run.events.append("over_target")
+    return record, version
+
+
+class _Polish:
+    """What every accepted record goes through: threads carried over from the memory before
+    it, verbal tics removed, key lines checked against their sources (each fix is an event)."""
+
+    def __init__(self, task: SummaryTask, events: list[str]) -> None:
+        self.task = task
+        self.events = events
+        self.sources = _sources(task)
+
+    def __call__(self, r: Record, threads_before: Sequence[Thread]) -> Record:
+        task = self.task
         if task.kind == "synopsis" or threads_before:
             r = carry_threads(r, threads_before, drop_resolved=task.kind == "synopsis")
         r, tics = remove_phrases(r, task.avoid_phrases)
         if tics:
-            events.append("tics_removed")
-        r, dropped = verify_key_lines(r, sources)
+            self.events.append("tics_removed")
+        r, dropped = verify_key_lines(r, self.sources)
         if dropped:
-            events.append("key_lines_dropped")
+            self.events.append("key_lines_dropped")
         return r
 
-    record = polish(record, before if task.kind == "synopsis" else [])
-    text = render_record(record, lang)
-    tokens = counter.count(text)
 
-    limit = task.target_tokens * config.over_target
-    rounds = 0
-    compress_max = first_max_tokens(task, config)
-    compress_reason: str | None = None
-    while tokens > limit and rounds < config.compress_rounds:
-        rounds += 1
-        attempts += 1
-        events.append("compress")
-        request, cversion = build_compress_request(
-            task, record, tokens, compress_max, config, compress_reason
-        )
-        completion = yield request
-        tally(completion)
-        try:
-            shorter = judge(completion, span, config)
-        except BadSummary as e:
-            events.append(_event_of(e))
-            if e.reason == "truncated":
-                compress_max = task.ceiling_tokens
-            compress_reason = None if e.reason in ("truncated", "refusal") else e.reason
-            continue
-        shorter = polish(shorter, merge_threads([{**record.to_data(lang)}]))
-        new_text = render_record(shorter, lang)
-        new_tokens = counter.count(new_text)
-        if new_tokens < tokens:
-            record, text, tokens = shorter, new_text, new_tokens
-            if "+" not in version:
-                version = f"{version}+{cversion}"
-    if tokens > limit:
-        events.append("over_target")
-
-    data = record.to_data(lang)
-    data["usage"] = {"prompt_tokens": input_tokens, "completion_tokens": output_tokens}
-    return Summary(
-        text=text,
-        tokens=tokens,
-        source="llm",
-        model=model,
-        prompt_version=version,
-        data=data,
-        input_tokens=input_tokens,
-        attempts=attempts,
-        events=tuple(events),
-    )
+def _sources(task: SummaryTask) -> dict[int, list[str]]:
+    """The text behind each seq a key line may quote: the messages, or for a synopsis the key
+    lines its inputs kept (an extractive item's lines verbatim)."""
+    if task.kind != "synopsis":
+        return entry_sources(task.entries)
+    inputs = [record_from_data(i.data) for i in context_items(task) if is_structured(i.data)]
+    sources = record_sources(inputs)
+    for item in context_items(task):
+        for ln in item.data.get("lines", ()) if not is_structured(item.data) else ():
+            sources.setdefault(int(ln["seq"]), []).append(str(ln["text"]))
+    return sources
 
 
 T = TypeVar("T")
@@ -394,7 +437,8 @@ def drive(
         while True:
             request = flow.send(complete(request))
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        result: T = stop.value
+        return result
 
 
 async def adrive(
@@ -407,7 +451,8 @@ async def adrive(
         while True:
             request = flow.send(await complete(request))
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        result: T = stop.value
+        return result
 
 
 def finish(result: Summary | GaveUp, task: SummaryTask, fallback: Summarizer) -> Summary:

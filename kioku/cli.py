@@ -1,43 +1,59 @@
 """The `kioku` command: a thin shell, one library call per command.
 
-Commands of the service (`serve`, `worker`, `keys`) and of the evaluation (`eval …`, `demo`) live
-beside the code they run and register themselves here through `register(app)`.
+Read commands (`memory`, `notes`, `search`, `tics`, `stats`, `export`) open the database
+read-only and refuse a conversation that does not exist; they print a table or plain text for
+people and JSON with `--json`. Failures are mapped to one line in one place
+(`kioku.terminal.KiokuGroup`), never a traceback. Commands of the service (`serve`, `worker`,
+`keys`) and of the evaluation (`eval …`, `demo`) live beside the code they run and register
+themselves here through `register(app)`. Nothing heavy is imported before a command runs.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
-import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import click
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from kioku.config import Settings, build_kioku, from_env
+from kioku import terminal
 from kioku.errors import KiokuError
+from kioku.terminal import emit, plural
+
+if TYPE_CHECKING:
+    from kioku.config import Settings
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(
+    cls=terminal.KiokuGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings=CONTEXT,
     help="kioku: long-term memory for one very long LLM conversation.",
 )
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks; each prints JSON on stdout.")
+bench_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Benchmarks: a summary for people, the full result with --json.",
+)
 app.add_typer(bench_app, name="bench")
 
-# Optional dependencies, by the extra that installs them.
-EXTRAS = {"fastapi": "server", "uvicorn": "server", "psycopg": "server", "starlette": "server"}
-
-# Modules that add their own commands: (module, what it brings).
+# Modules that add their own commands.
 EXTENSIONS = ("kioku.service.cli", "kioku.eval.cli")
+FORMATS = "kioku, sillytavern, locomo or realpersonachat"
 
-out = Console()
-err = Console(stderr=True)
+
+def _data(value: Path | None) -> Path | None:
+    """`--data`: `../shared/…` also resolves under KIOKU_SHARED, from any folder."""
+    if value is None:
+        return None
+    from kioku.datasets import resolve
+
+    return resolve(value)
+
 
 DbOpt = Annotated[
     str | None, typer.Option("--db", help="Database URL or SQLite path (env KIOKU_DB).")
@@ -48,25 +64,50 @@ ProfileOpt = Annotated[
 WindowOpt = Annotated[
     int | None, typer.Option("--window", help="Scale the profile to this window (tokens).")
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+ConvArg = Annotated[str, typer.Argument(help="Conversation id (`kioku memory` lists them).")]
+DataOpt = Annotated[
+    Path | None,
+    typer.Option("--data", help="The conversation file.", callback=_data),
+]
 
 
 def settings(
     db: str | None = None, profile: str | None = None, window: int | None = None, **kw: Any
 ) -> Settings:
+    from kioku.config import from_env
+
     return from_env().with_(db=db, profile=profile, window=window, **kw)
 
 
-def emit(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=1, default=str) + "\n")
+def _version(value: bool) -> None:
+    if value:
+        from kioku import __version__
+
+        typer.echo(f"kioku {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version and exit.", callback=_version),
+    ] = False,
+) -> None:
+    """kioku: long-term memory for one very long LLM conversation.
+
+    Start with `kioku demo`; `kioku COMMAND -h` explains each command.
+    """
 
 
 @app.command("import")
 def import_(
-    data: Annotated[Path, typer.Option("--data", help="The file to read.")],
+    data: Annotated[Path, typer.Option("--data", help="The file to read.", callback=_data)],
     fmt: Annotated[
-        str, typer.Option("--format", help="kioku, sillytavern, locomo or realpersonachat.")
-    ] = "kioku",
+        str | None,
+        typer.Option("--format", help=f"{FORMATS} (default: told from the file)."),
+    ] = None,
     conversation: Annotated[
         str | None, typer.Option("--conversation", help="Conversation id (default: file name).")
     ] = None,
@@ -75,23 +116,47 @@ def import_(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     window: WindowOpt = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", help="The tenant (of your `kioku serve` key) it belongs to."),
+    ] = None,
+    append: Annotated[
+        bool,
+        typer.Option(
+            "--append", help="Add to a conversation that has messages (only what it lacks)."
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Import a conversation into the log and compact it as it would have been live.
+    """Import a conversation into the log and compact it as it would have been live. Into an
+    existing conversation only with --append; importing the same file again changes nothing.
 
-    Example: kioku import --data chat.jsonl --format sillytavern --db kioku.db
+    Example: kioku import --data "Seraphina - 2024-11-12@10h11m12s.jsonl" --format sillytavern
+    --tenant acme --db kioku.db
     """
-    from kioku.importer import import_transcript
+    from kioku.importer import import_into, read
 
-    kk = build_kioku(settings(db, profile, window))
-    result = import_transcript(
-        kk, data, fmt, conversation_id=conversation, speaker=speaker, index=index
+    transcript = read(data, fmt, speaker=speaker, index=index)  # before any database opens
+    kk = terminal.open_kioku(settings(db, profile, window, tenant=tenant), write=True)
+    result = import_into(kk, conversation or data.stem, transcript, append=append)
+    if as_json:
+        emit(result)
+        return
+    kept = result["already_there"]
+    terminal.text(
+        f"imported {plural(result['imported'], 'message')} into {result['conversation']!r}"
+        + (f" (tenant {result['tenant']!r})" if result["tenant"] != "default" else "")
+        + (f", {plural(kept, 'message')} of the file already there" if kept else "")
+        + f": {plural(result['messages'], 'message')} in all, raw window from seq "
+        f"{result['raw_start']}, memory version {result['memory_version']}"
     )
-    emit(result)
 
 
 @app.command()
 def memory(
-    conversation: Annotated[str | None, typer.Argument(help="Conversation id.")] = None,
+    conversation: Annotated[
+        str | None, typer.Argument(help="Conversation id; without one, list them.")
+    ] = None,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -99,28 +164,49 @@ def memory(
 
     Example: kioku memory mika --db kioku.db
     """
-    kk = build_kioku(settings(db))
+    s = settings(db)
+    kk = terminal.open_kioku(s, write=False)
     if conversation is None:
-        rows = [
+        active = kk.store.last_activity(s.tenant)
+        rows: list[dict[str, Any]] = [
             {
                 "id": c.id,
+                "character": c.character,
                 "messages": c.next_seq,
                 "raw_start": c.raw_start,
                 "memory_version": c.memory_version,
+                "last_activity": active.get(c.id),
             }
             for c in kk.conversations()
         ]
+        rows.sort(key=lambda r: -(r["last_activity"] or 0))
         if as_json:
             emit(rows)
             return
-        t = Table("conversation", "messages", "raw window from", "memory version")
-        for r in rows:
-            t.add_row(
-                str(r["id"]), str(r["messages"]), str(r["raw_start"]), str(r["memory_version"])
-            )
-        out.print(t)
+        if not rows:
+            terminal.note("no conversations yet (`kioku import` or `kioku serve` adds them)")
+            return
+        terminal.table(
+            ("conversation", "character", "messages", "raw window from", "memory", "last active"),
+            [
+                (
+                    r["id"],
+                    r["character"],
+                    f"{r['messages']:,}",
+                    r["raw_start"],
+                    f"v{r['memory_version']}",
+                    terminal.when(r["last_activity"]),
+                )
+                for r in rows
+            ],
+            right=("messages", "raw window from"),
+        )
         return
-    conv = kk.conversation(conversation)
+    from kioku.engine import Conversation
+    from kioku.memory import render_memory
+
+    terminal.find_conversation(kk.store, conversation, s.tenant)
+    conv = Conversation(kk, conversation)
     mem = conv.memory()
     if as_json:
         emit(
@@ -131,14 +217,14 @@ def memory(
             }
         )
         return
-    from kioku.memory import render_memory
-
-    out.print(render_memory(mem, conv.lang)[0], markup=False, highlight=False)
+    if mem.is_empty():
+        terminal.note(f"{conversation!r} has no memory yet: every message is still raw")
+    terminal.text(render_memory(mem, conv.lang)[0])
 
 
 @app.command()
 def chat(
-    conversation: Annotated[str, typer.Argument(help="Conversation id.")],
+    conversation: ConvArg,
     model: Annotated[
         str | None, typer.Option("--model", help="OpenAI-compatible base URL (env KIOKU_LLM_URL).")
     ] = None,
@@ -162,7 +248,7 @@ def chat(
     s = settings(db, profile, window, llm_url=model, summarizer_url=summarizer_model)
     if not s.llm_url:
         raise KiokuError("no model: pass --model URL or set KIOKU_LLM_URL")
-    kk = build_kioku(s, background=True)
+    kk = terminal.open_kioku(s, write=True, background=True)
     try:
         conv = kk.conversation(conversation, system_prompt=system, character=character)
         name = conv.info().character or "them"
@@ -174,23 +260,21 @@ def chat(
             if not line.strip():
                 break
             reply = conv.chat(line, strict=False)
-            out.print(f"[bold]{escape(name)}>[/bold] {escape(reply.text)}", highlight=False)
+            terminal.text(f"{name}> {reply.text}")
             if reply.truncated:
-                err.print("[yellow]the reply was cut at max_tokens (finish_reason=length)[/yellow]")
+                terminal.note("the reply was cut at max_tokens (finish_reason=length)")
     finally:
         kk.close()
 
 
 @app.command()
 def summarize(
-    data: Annotated[
-        Path | None, typer.Option("--data", help="Conversation file (default: shared dataset).")
-    ] = None,
-    fmt: Annotated[str, typer.Option("--format")] = "locomo",
+    data: DataOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help=FORMATS + ".")] = "locomo",
     model: Annotated[
         str | None, typer.Option("--model", help="OpenAI-compatible base URL of the chronicler.")
     ] = None,
-    speaker: Annotated[str | None, typer.Option()] = None,
+    speaker: Annotated[str | None, typer.Option(help="realpersonachat: whose timeline.")] = None,
     index: Annotated[int, typer.Option("--conversation", help="locomo: which conversation.")] = 0,
     limit: Annotated[int | None, typer.Option(help="Only the first N messages.")] = None,
     profile: ProfileOpt = None,
@@ -200,6 +284,8 @@ def summarize(
 
     Example: kioku summarize --data ../shared/datasets/locomo/locomo10.json --format locomo --model http://127.0.0.1:8080/v1
     """
+    from rich.console import Console
+
     from kioku.backlog import summarize_transcript
     from kioku.chronicler import ChroniclerConfig
     from kioku.client import OpenAIChatModel
@@ -218,17 +304,20 @@ def summarize(
     counter = counter_from_spec(s.tokenizer)
     model_ = OpenAIChatModel(url, profile=s.profile_obj)
     config = ChroniclerConfig(system_role=s.system_role)
+    err = Console(stderr=True)
     result = summarize_transcript(t, model_, counter, s.profile_obj, config=config, console=err)
-    out.print(result.text, markup=False, highlight=False)
-    err.print(
-        f"{len(result.summaries)} summaries in {result.duration_s:.0f} s; "
+    terminal.text(result.text)
+    terminal.note(
+        f"{plural(len(result.summaries), 'summary', 'summaries')} in {result.duration_s:.0f} s; "
         f"events: {result.events or 'none'}"
     )
 
 
 @app.command()
 def stats(
-    conversation: Annotated[str | None, typer.Argument()] = None,
+    conversation: Annotated[
+        str | None, typer.Argument(help="Conversation id; without one, all of them.")
+    ] = None,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -236,109 +325,250 @@ def stats(
 
     Example: kioku stats --db kioku.db
     """
-    from kioku.stats import compaction_stats, stats_table
+    from kioku.stats import compaction_stats
 
-    kk = build_kioku(settings(db))
-    st = compaction_stats(kk.store, conversation)
+    s = settings(db)
+    store = terminal.open_store(s.db, write=False)
+    if conversation is not None:
+        terminal.find_conversation(store, conversation, s.tenant)
+    st = compaction_stats(store, conversation)
     if as_json:
         emit(st)
-    else:
-        out.print(stats_table(st))
+        return
+    terminal.table(
+        ("event", "count", "outcomes", "median s", "mean in tok", "mean out tok"),
+        [
+            (
+                name,
+                e["count"],
+                ", ".join(f"{k} {v}" for k, v in sorted(e["outcomes"].items())),
+                _num(e["median_duration_s"], 1),
+                _num(e["mean_input_tokens"]),
+                _num(e["mean_output_tokens"]),
+            )
+            for name, e in st["events"].items()
+        ],
+        title=f"compaction: {plural(st['rows'], 'log row')}, "
+        f"{plural(st['conversations'], 'conversation')}",
+        right=("count", "median s", "mean in tok", "mean out tok"),
+    )
+
+
+def _num(v: float | None, digits: int = 0) -> str:
+    return "—" if v is None else f"{v:,.{digits}f}"
 
 
 @app.command()
 def notes(
-    conversation: Annotated[str, typer.Argument()],
+    conversation: ConvArg,
     edit: Annotated[
         bool, typer.Option("--edit", help="Edit in $EDITOR; your edit wins over extracted notes.")
     ] = False,
     db: DbOpt = None,
 ) -> None:
-    """Print a conversation's notes, or edit them.
+    """Print a conversation's notes (one editable line each), or edit them.
 
     Example: kioku notes mika --edit
     """
     from kioku import notes as notes_layer
+    from kioku.engine import Conversation
 
-    kk = build_kioku(settings(db))
-    conv = kk.conversation(conversation)
-    base = notes_layer.render_editable(notes_layer.notes(kk.store, conv.id))
+    s = settings(db)
+    kk = terminal.open_kioku(s, write=edit)
+    terminal.find_conversation(kk.store, conversation, s.tenant)
+    base = notes_layer.render_editable(notes_layer.notes(kk.store, conversation))
     if not edit:
-        out.print(base or "(no notes yet)", markup=False, highlight=False)
+        if base:
+            terminal.text(base)
+        else:
+            terminal.note("no notes yet")
         return
+    import click
+
     edited = click.edit(base, extension=".txt")
     if edited is None:
-        err.print("no change")
+        terminal.note("no change")
         return
-    result = kk.layers.edit_notes(conv, edited, base=base)
-    emit(result.__dict__)
+    result = kk.layers.edit_notes(Conversation(kk, conversation), edited, base=base)
+    terminal.text(
+        f"notes saved: {len(result.added)} added, {len(result.changed)} changed, "
+        f"{len(result.retracted)} retracted"
+    )
 
 
 @app.command()
 def search(
-    conversation: Annotated[str, typer.Argument()],
-    query: Annotated[str, typer.Argument()],
+    conversation: ConvArg,
+    query: Annotated[str, typer.Argument(help="What to look for.")],
     k: Annotated[int, typer.Option("-k", help="How many hits.")] = 5,
     db: DbOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Search the whole archive of a conversation.
 
     Example: kioku search mika "birthday present"
     """
-    kk = build_kioku(settings(db))
-    conv = kk.conversation(conversation)
-    idx = kk.layers.recall.sync(conv.id)
-    hits = idx.search(query, k=k)
-    rows = []
+    s = settings(db)
+    kk = terminal.open_kioku(s, write=False)
+    terminal.find_conversation(kk.store, conversation, s.tenant)
+    hits = kk.layers.search(conversation, query, k)
+    entries = {e.seq: e for e in kk.store.entries_at(conversation, [h.seq for h in hits])}
+    rows: list[dict[str, Any]] = []
     for h in hits:
-        (e,) = kk.store.entries(conv.id, h.seq, h.seq)
-        rows.append(
-            {"seq": h.seq, "score": round(h.score, 3), "author": e.message.author, "text": e.text}
-        )
-    emit(rows)
+        if h.seq in entries:
+            m = entries[h.seq].message
+            at = m.at.isoformat() if m.at else None
+            rows.append(
+                {
+                    "seq": h.seq,
+                    "score": round(h.score, 3),
+                    "at": at,
+                    "author": m.author,
+                    "text": m.text,
+                }
+            )
+    if as_json:
+        emit(rows)
+        return
+    if not rows:
+        terminal.note(f"nothing in {conversation!r} matches {query!r}")
+        return
+    terminal.table(
+        ("seq", "score", "when", "who", "text"),
+        [
+            (r["seq"], f"{r['score']:.2f}", terminal.when(r["at"]), r["author"], _line(r["text"]))
+            for r in rows
+        ],
+        right=("seq", "score"),
+    )
+
+
+def _line(s: str) -> str:
+    return terminal.one_line(s, 10_000 if terminal.piped() else 100)
 
 
 @app.command()
-def tics(conversation: Annotated[str, typer.Argument()], db: DbOpt = None) -> None:
+def tics(conversation: ConvArg, db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Verbal tics across the last 20 replies.
 
     Example: kioku tics mika
     """
-    kk = build_kioku(settings(db))
-    conv = kk.conversation(conversation)
-    emit([a.__dict__ for a in kk.layers.tic_alerts(conv.id)])
+    s = settings(db)
+    kk = terminal.open_kioku(s, write=False)
+    terminal.find_conversation(kk.store, conversation, s.tenant)
+    alerts = kk.layers.tic_alerts(conversation)
+    if as_json:
+        emit([a.__dict__ for a in alerts])
+        return
+    if not alerts:
+        terminal.note("no phrase repeats across the latest replies")
+        return
+    terminal.table(
+        ("phrase", "replies", "kind"),
+        [(a.phrase, f"{a.count} of {a.window}", a.kind) for a in alerts],
+    )
 
 
 @app.command()
-def cut(conversation: Annotated[str, typer.Argument()], db: DbOpt = None) -> None:
+def cut(conversation: ConvArg, db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """区切り: fold everything not yet summarized and start the raw window now.
 
     Example: kioku cut mika
     """
-    kk = build_kioku(settings(db))
-    report = kk.conversation(conversation).cut()
-    emit({"reasons": report.reasons, "raw_start": kk.store.conversation(conversation).raw_start})
+    from kioku.engine import Conversation
+
+    s = settings(db)
+    kk = terminal.open_kioku(s, write=True)
+    before = terminal.find_conversation(kk.store, conversation, s.tenant)
+    report = Conversation(kk, conversation).cut()
+    after = kk.store.conversation(conversation)
+    if as_json:
+        emit({"reasons": list(report.reasons), "raw_start": after.raw_start})
+        return
+    terminal.text(
+        f"cut {conversation!r}: the raw window starts at seq {after.raw_start} "
+        f"(was {before.raw_start}); {'; '.join(report.reasons)}"
+    )
+
+
+@app.command()
+def export(
+    conversation: ConvArg,
+    fmt: Annotated[
+        str, typer.Option("--format", help="kioku (JSONL, re-importable) or sillytavern.")
+    ] = "kioku",
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write to this file (default: stdout).")
+    ] = None,
+    db: DbOpt = None,
+) -> None:
+    """Export a conversation's whole transcript: your chats are yours.
+
+    The kioku format is described in docs/formats.md; `kioku import` reads it back.
+
+    Example: kioku export mika --format sillytavern --out mika.jsonl
+    """
+    from kioku.export import export_lines
+
+    s = settings(db)
+    store = terminal.open_store(s.db, write=False)
+    terminal.find_conversation(store, conversation, s.tenant)
+    lines = export_lines(store, conversation, fmt)
+    if out is None:
+        for line in lines:
+            terminal.text(line)
+        return
+    n = -1  # the header line is not a message
+    with open(out, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(line + "\n")
+            n += 1
+    terminal.note(f"wrote {plural(n, 'message')} to {out}")
 
 
 @bench_app.command("prefix")
 def bench_prefix(
-    data: Annotated[Path | None, typer.Option("--data")] = None,
-    fmt: Annotated[str, typer.Option("--format")] = "realpersonachat",
-    speaker: Annotated[str | None, typer.Option("--speaker")] = None,
-    conversation: Annotated[int, typer.Option("--conversation")] = 0,
-    profile: Annotated[str, typer.Option("--profile")] = "local-64k",
+    data: DataOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help=FORMATS + ".")] = "realpersonachat",
+    speaker: Annotated[
+        str | None, typer.Option("--speaker", help="realpersonachat: whose timeline.")
+    ] = None,
+    conversation: Annotated[
+        int, typer.Option("--conversation", help="locomo: which conversation.")
+    ] = 0,
+    profile: Annotated[str, typer.Option("--profile", help="The model profile.")] = "local-64k",
     window: WindowOpt = None,
-    max_turns: Annotated[int | None, typer.Option("--max-turns")] = None,
-    as_json: JsonOpt = True,
+    max_turns: Annotated[
+        int | None, typer.Option("--max-turns", help="Only the first N turns.")
+    ] = None,
+    max_messages: Annotated[
+        int | None, typer.Option("--max-messages", help="Replay only the first N messages.")
+    ] = None,
+    via: Annotated[
+        str,
+        typer.Option(
+            "--via",
+            help="process: the engine in this process; serve: a real `kioku serve` over HTTP "
+            "(stateless and stateful clients) beside it.",
+        ),
+    ] = "process",
+    layers: Annotated[
+        bool,
+        typer.Option(
+            "--layers/--no-layers",
+            help="Recall, notes and the tic guard on (as shipped) or off (the ablation).",
+        ),
+    ] = True,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Prefix-cache reuse of kioku's prompts against sliding window, summary-in-system and
-    immediate fold, replayed on a real tokenizer.
+    """Prefix-cache reuse and window use of kioku's prompts against sliding window,
+    summary-in-system and immediate fold, replayed on a real tokenizer.
 
-    Example: kioku bench prefix --format locomo --conversation 0 --window 16384 --json
+    Example: kioku bench prefix --format locomo --conversation 0 --profile local-8k --via serve
     """
     from kioku.bench.prefix import run
 
-    emit(
+    _result(
         run(
             data,
             fmt,
@@ -347,28 +577,41 @@ def bench_prefix(
             profile=profile,
             window=window,
             max_turns=max_turns,
-        )
+            max_messages=max_messages,
+            via=via,
+            layers=layers,
+        ),
+        as_json,
     )
 
 
 @bench_app.command("turn")
 def bench_turn(
-    sizes: Annotated[str, typer.Option("--sizes")] = "500,5000,50000",
-    as_json: JsonOpt = True,
+    sizes: Annotated[
+        str, typer.Option("--sizes", help="History lengths to time, comma-separated.")
+    ] = "500,5000,50000",
+    as_json: JsonOpt = False,
 ) -> None:
     """prepare() time against history length (and the naive load-all baseline).
 
     Example: kioku bench turn --sizes 500,5000,50000 --json
     """
     from kioku.bench.turn import run
+    from kioku.errors import InputError
 
-    emit(run([int(s) for s in sizes.split(",")]))
+    try:
+        picked = [int(s) for s in sizes.split(",") if s.strip()]
+    except ValueError:
+        raise InputError(f"--sizes takes numbers like 500,5000, not {sizes!r}") from None
+    _result(run(picked), as_json)
 
 
 @bench_app.command("tokens")
 def bench_tokens(
-    turns: Annotated[int, typer.Option("--calibration-turns")] = 20,
-    as_json: JsonOpt = True,
+    turns: Annotated[
+        int, typer.Option("--calibration-turns", help="Turns the estimate calibrates on.")
+    ] = 20,
+    as_json: JsonOpt = False,
 ) -> None:
     """Calibrated token estimator against a real tokenizer, per language.
 
@@ -376,14 +619,16 @@ def bench_tokens(
     """
     from kioku.bench.tokens import run
 
-    emit(run(calibration_turns=turns))
+    _result(run(calibration_turns=turns), as_json)
 
 
 @bench_app.command("recall")
 def bench_recall(
-    data: Annotated[Path | None, typer.Option("--data")] = None,
-    scale: Annotated[int | None, typer.Option("--scale")] = None,
-    as_json: JsonOpt = True,
+    data: DataOpt = None,
+    scale: Annotated[
+        int | None, typer.Option("--scale", help="Time search at N archived messages instead.")
+    ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Archive recall on LoCoMo (evidence recall@k), or speed at --scale N messages.
 
@@ -391,7 +636,19 @@ def bench_recall(
     """
     from kioku.bench.recall import run
 
-    emit(run(data, scale))
+    if data is not None:
+        from kioku.datasets import check_file
+
+        check_file(data)
+    _result(run(data, scale), as_json)
+
+
+def _result(data: Any, as_json: bool) -> None:
+    """A benchmark's result: JSON for scripts, an indented outline for people."""
+    if as_json:
+        emit(data)
+    else:
+        terminal.text("\n".join(terminal.outline(data)))
 
 
 def register_extensions() -> None:
@@ -407,15 +664,8 @@ def register_extensions() -> None:
 
 def main() -> None:
     register_extensions()
-    try:
-        app()
-    except KiokuError as e:
-        err.print(f"[red]error:[/red] {e}")
-        raise SystemExit(2) from e
-    except ModuleNotFoundError as e:
-        extra = EXTRAS.get((e.name or "").split(".")[0])
-        if extra is None:
-            raise
-        hint = escape(f"pip install -e '.[{extra}]' (or pip install 'kioku[{extra}]')")
-        err.print(f"[red]error:[/red] this command needs {e.name!r}: {hint}")
-        raise SystemExit(2) from e
+    app(prog_name="kioku")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,13 @@
 """A chat model over the OpenAI-compatible HTTP API (llama.cpp, llama-cpp-python, vLLM, clouds).
 
-Policy is kept apart from I/O, as in httpx: `_Api` builds requests and reads responses without
-touching the network, `_RetryPolicy` decides what a failure means, and the sync and async clients
-only send. The seed's failures shape the rules:
+Policy is kept apart from I/O, as in httpx (whose `Client` and `AsyncClient` share a
+`BaseClient`): `_BaseChatModel` builds the requests, decides what a failure means (`_RetryPolicy`)
+and reads the answers (`kioku.wire`, the parser the proxy's upstream uses too). Each call is
+written once, as a generator that yields what to do next (send this request, sleep, read this
+body) and returns the result; `OpenAIChatModel` and `AsyncOpenAIChatModel` only carry those steps
+out, one with `httpx.Client`, the other with `httpx.AsyncClient`. So the two cannot drift: the
+same retries, the same errors, the same completions (`tests/test_client.py` runs one scripted
+server conversation through both). The seed's failures shape the rules:
 
 - a reply cut at max_tokens comes back with `finish_reason == "length"`, never dressed as done;
 - connection errors and 5xx are retried with backoff, then raise `ModelUnavailable`; a read
@@ -20,15 +25,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from kioku.errors import ConfigError, ModelError, ModelTimeout, ModelUnavailable
 from kioku.models import ChatRequest, Completion, Usage
 from kioku.profiles import Profile
+from kioku.wire import StreamState, read_completion, read_json
 
 DEFAULT_RETRIES = 2
 DEFAULT_BACKOFF_S = 0.5
@@ -64,27 +70,28 @@ def api_root(base_url: str) -> str:
     return str(url)
 
 
-def server_message(response: httpx.Response) -> str:
-    """The error text a server sent, whatever its dialect (OpenAI, llama.cpp, vLLM, FastAPI)."""
+def server_message(response: httpx.Response, limit: int = 500) -> str:
+    """The error text a server sent, whatever its dialect (OpenAI, llama.cpp, vLLM, FastAPI),
+    cut at `limit` characters."""
     try:
         body = response.json()
     except ValueError:
-        return response.text.strip()[:500] or response.reason_phrase
+        return response.text.strip()[:limit] or response.reason_phrase
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict):
             msg = err.get("message") or err.get("detail") or body.get("detail")
             if msg:
-                return str(msg)[:500]
+                return str(msg)[:limit]
         elif isinstance(err, str):
-            return err[:500]
+            return err[:limit]
         if body.get("message"):
-            return str(body["message"])[:500]
-    return json.dumps(body)[:500]
+            return str(body["message"])[:limit]
+    return json.dumps(body)[:limit]
 
 
 class _Api:
-    """Requests and responses of the OpenAI chat API, without I/O."""
+    """Requests and errors of the OpenAI chat API, without I/O."""
 
     def __init__(self, base_url: str, model: str | None, api_key: str | None, timeouts: Timeouts):
         self.root = api_root(base_url)
@@ -101,23 +108,7 @@ class _Api:
         return body
 
     def completion(self, payload: Any) -> Completion:
-        try:
-            choice = payload["choices"][0]
-            message = choice.get("message") or {}
-            text = message.get("content") or ""
-            usage = payload.get("usage") or {}
-        except (KeyError, IndexError, TypeError, AttributeError) as e:
-            raise ModelError(
-                f"the server at {self.root} answered without choices[0]: {str(payload)[:300]}"
-            ) from e
-        return Completion(
-            text=text,
-            finish_reason=choice.get("finish_reason") or "unknown",
-            usage=Usage(
-                int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-            ),
-            model=str(payload.get("model") or self.model or ""),
-        )
+        return read_completion(payload, f"the server at {self.root}", self.model or "")
 
     def error(self, response: httpx.Response) -> ModelError:
         msg = server_message(response)
@@ -162,52 +153,158 @@ class _RetryPolicy:
         return ModelError(f"request to {url} failed: {exc!r}")
 
 
-def _sse_payloads(lines: Iterator[str]) -> Iterator[Any]:
-    for line in lines:
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return
-        try:
-            yield json.loads(data)
-        except ValueError as e:
-            raise ModelError(f"the stream sent a line that is not JSON: {data[:200]!r}") from e
+# The steps a flow yields; a driver carries them out and sends back the response (or throws
+# the transport's exception into the flow).
+@dataclass(frozen=True)
+class _Send:
+    request: httpx.Request
+    stream: bool = False
 
 
-class CompletionStream:
-    """Deltas of a streamed completion. Iterate for text; afterwards `finish_reason`, `usage`
-    and `completion()` say how it ended. A stream that breaks off raises, it does not end."""
+@dataclass(frozen=True)
+class _Read:
+    response: httpx.Response  # a streamed response whose body the flow needs (an error)
 
-    def __init__(self, chunks: Iterator[Any], url: str) -> None:
-        self._chunks = chunks
-        self.url = url
-        self.parts: list[str] = []
-        self.finish_reason: str | None = None
-        self.usage: Usage | None = None
-        self.model = ""
 
-    def _take(self, payload: Any) -> str:
-        self.model = str(payload.get("model") or self.model)
-        if payload.get("usage"):
-            u = payload["usage"]
-            self.usage = Usage(
-                int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+@dataclass(frozen=True)
+class _Sleep:
+    seconds: float
+
+
+_Step = _Send | _Read | _Sleep
+T = TypeVar("T")
+Flow = Generator[_Step, Any, T]
+
+
+class _BaseChatModel:
+    """Everything the two clients share: requests, retries, errors and parsing, as flows."""
+
+    http: httpx.Client | httpx.AsyncClient
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None,
+        api_key: str | None,
+        profile: Profile | None,
+        timeouts: Timeouts | None,
+        retries: int,
+        backoff_s: float,
+    ) -> None:
+        t = timeouts or (Timeouts.from_profile(profile) if profile else Timeouts())
+        self.api = _Api(base_url, model, api_key, t)
+        self.policy = _RetryPolicy(retries, backoff_s)
+        self._tokenize: Callable[[str], dict[str, Any]] | None = None
+        self._tokenize_url = ""
+        self._tokenize_checked = False
+
+    @property
+    def name(self) -> str:
+        return self.api.model or self.api.root
+
+    def _request(
+        self, method: str, url: str, purpose: str = "reply", body: Any = None
+    ) -> httpx.Request:
+        timeout = self.api.timeouts.for_purpose(purpose)
+        return self.http.build_request(method, url, json=body, timeout=timeout)
+
+    def _chat(self, request: ChatRequest, stream: bool = False) -> httpx.Request:
+        body = self.api.chat_body(request, stream=stream)
+        return self._request("POST", f"{self.api.root}/chat/completions", request.purpose, body)
+
+    def _retrying(self, request: httpx.Request, stream: bool = False) -> Flow[httpx.Response]:
+        """Send until an answer can be used: connection errors and 5xx are retried with
+        backoff (a stream only before its first byte), a read timeout raises at once."""
+        url = str(request.url)
+        attempt = 0
+        while True:
+            try:
+                r: httpx.Response = yield _Send(request, stream)
+                if stream and r.is_error:
+                    yield _Read(r)
+            except httpx.HTTPError as e:
+                error = self.policy.on_exception(e, attempt, url)
+                if error is not None:
+                    raise error from e
+                yield _Sleep(self.policy.delay(attempt))
+                attempt += 1
+                continue
+            if self.policy.retry_response(r, attempt):
+                yield _Sleep(self.policy.delay(attempt, r))
+                attempt += 1
+                continue
+            if r.is_error:
+                raise self.api.error(r)
+            return r
+
+    def _complete(self, request: ChatRequest) -> Flow[Completion]:
+        r = yield from self._retrying(self._chat(request))
+        return self.api.completion(read_json(r.text, str(r.request.url)))
+
+    def _models(self) -> Flow[list[str]]:
+        r = yield from self._retrying(self._request("GET", f"{self.api.root}/models"))
+        data = read_json(r.text, str(r.request.url))
+        return [str(m.get("id")) for m in (data.get("data") or []) if isinstance(m, dict)]
+
+    def _tokenize_flow(self, text: str) -> Flow[list[int] | None]:
+        """Token ids from the server's own tokenizer, or None when it offers none.
+
+        llama.cpp: `POST /tokenize {"content"}`; vLLM: `POST /tokenize {"model", "prompt"}`;
+        llama-cpp-python: `POST /extras/tokenize {"input"}` (its ids include BOS). The first
+        endpoint that answers is remembered; a server that is down raises `ModelUnavailable`."""
+        if self._tokenize is not None:
+            r = yield from self._retrying(
+                self._request("POST", self._tokenize_url, body=self._tokenize(text))
             )
-        delta = ""
-        for choice in payload.get("choices") or ():
-            delta += (choice.get("delta") or {}).get("content") or ""
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-        self.parts.append(delta)
+            return _token_ids(r)
+        if self._tokenize_checked:
+            return None
+        model = self.api.model or ""
+        variants: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
+            (f"{self.api.server}/tokenize", lambda t: {"content": t}),
+            (f"{self.api.server}/tokenize", lambda t: {"model": model, "prompt": t}),
+            (f"{self.api.server}/extras/tokenize", lambda t: {"input": t}),
+        ]
+        for url, make in variants:
+            try:
+                r = yield from self._retrying(self._request("POST", url, body=make(text)))
+                ids = _token_ids(r)
+            except ModelUnavailable:
+                raise
+            except (ModelError, KeyError, TypeError, ValueError):
+                continue
+            self._tokenize, self._tokenize_url = make, url
+            return ids
+        self._tokenize_checked = True
+        return None
+
+
+def _token_ids(r: httpx.Response) -> list[int]:
+    return [int(x["id"]) if isinstance(x, dict) else int(x) for x in r.json()["tokens"]]
+
+
+class _StreamBase:
+    """What both streams share: the parsing of each line and how a stream may end."""
+
+    def __init__(self, request: httpx.Request, model: str) -> None:
+        self.request = request
+        self.url = str(request.url)
+        self.state = StreamState(self.url, model)
+
+    def _delta(self, line: str) -> str:
+        delta = self.state.take(line)
+        if self.state.error is not None:
+            raise ModelError(f"the stream from {self.url} reported an error: {self.state.error}")
         return delta
 
-    def __iter__(self) -> Iterator[str]:
-        for payload in self._chunks:
-            delta = self._take(payload)
-            if delta:
-                yield delta
-        if self.finish_reason is None:
+    def _broken(self, e: httpx.HTTPError) -> ModelUnavailable:
+        return ModelUnavailable(
+            f"the connection to {self.url} broke during the stream: {e!r}; the reply is "
+            "incomplete and was not used"
+        )
+
+    def _ended(self) -> None:
+        if self.state.finish_reason is None:
             raise ModelUnavailable(
                 f"the stream from {self.url} ended without a finish_reason after "
                 f"{len(self.text)} chars; the reply is incomplete and was not used"
@@ -215,13 +312,55 @@ class CompletionStream:
 
     @property
     def text(self) -> str:
-        return "".join(self.parts)
+        return self.state.text
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.state.finish_reason
+
+    @property
+    def usage(self) -> Usage | None:
+        return self.state.usage
+
+    @property
+    def model(self) -> str:
+        return self.state.model
+
+    def completion(self) -> Completion:
+        done = self.state.completion()
+        if done is None:
+            raise ModelError("the stream has not finished; iterate it first")
+        return done
+
+
+class CompletionStream(_StreamBase):
+    """Deltas of a streamed completion. Iterate for text; afterwards `finish_reason`, `usage`
+    and `completion()` say how it ended. A stream that breaks off raises, it does not end.
+    Retries happen before the first byte only."""
+
+    def __init__(self, client: OpenAIChatModel, request: httpx.Request) -> None:
+        super().__init__(request, client.api.model or "")
+        self._gen = self._deltas(client)
+
+    def _deltas(self, client: OpenAIChatModel) -> Generator[str, None, None]:
+        r = client._run(client._retrying(self.request, stream=True))
+        try:
+            for line in r.iter_lines():
+                delta = self._delta(line)
+                if delta:
+                    yield delta
+        except httpx.HTTPError as e:
+            raise self._broken(e) from e
+        finally:
+            r.close()
+        self._ended()
+
+    def __iter__(self) -> Iterator[str]:
+        return self._gen
 
     def close(self) -> None:
         """Stop early and release the connection (the reply is then incomplete)."""
-        close = getattr(self._chunks, "close", None)
-        if close:
-            close()
+        self._gen.close()
 
     def __enter__(self) -> CompletionStream:
         return self
@@ -229,13 +368,41 @@ class CompletionStream:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def completion(self) -> Completion:
-        if self.finish_reason is None:
-            raise ModelError("the stream has not finished; iterate it first")
-        return Completion(self.text, self.finish_reason, self.usage or Usage(), self.model)
+
+class AsyncCompletionStream(_StreamBase):
+    """The async twin of `CompletionStream` (`async for delta in stream`)."""
+
+    def __init__(self, client: AsyncOpenAIChatModel, request: httpx.Request) -> None:
+        super().__init__(request, client.api.model or "")
+        self._gen = self._deltas(client)
+
+    async def _deltas(self, client: AsyncOpenAIChatModel) -> AsyncGenerator[str, None]:
+        r = await client._run(client._retrying(self.request, stream=True))
+        try:
+            async for line in r.aiter_lines():
+                delta = self._delta(line)
+                if delta:
+                    yield delta
+        except httpx.HTTPError as e:
+            raise self._broken(e) from e
+        finally:
+            await r.aclose()
+        self._ended()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._gen
+
+    async def aclose(self) -> None:
+        await self._gen.aclose()
+
+    async def __aenter__(self) -> AsyncCompletionStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(_BaseChatModel):
     """`ChatModel` over HTTP. `transport` is for tests (`httpx.MockTransport`)."""
 
     def __init__(
@@ -251,17 +418,29 @@ class OpenAIChatModel:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        t = timeouts or (Timeouts.from_profile(profile) if profile else Timeouts())
-        self.api = _Api(base_url, model, api_key, t)
-        self.policy = _RetryPolicy(retries, backoff_s)
+        super().__init__(base_url, model, api_key, profile, timeouts, retries, backoff_s)
         self.sleep = sleep
-        self.http = httpx.Client(transport=transport, headers=self.api.headers)
-        self._tokenize: Callable[[str], list[int]] | None = None
-        self._tokenize_checked = False
+        self.http: httpx.Client = httpx.Client(transport=transport, headers=self.api.headers)
 
-    @property
-    def name(self) -> str:
-        return self.api.model or self.api.root
+    def _run(self, flow: Flow[T]) -> T:
+        """Carry out a flow's steps with the sync client."""
+        value: Any = None
+        error: httpx.HTTPError | None = None
+        while True:
+            try:
+                step = flow.throw(error) if error is not None else flow.send(value)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            value, error = None, None
+            try:
+                if isinstance(step, _Send):
+                    value = self.http.send(step.request, stream=step.stream)
+                elif isinstance(step, _Read):
+                    step.response.read()
+                else:
+                    self.sleep(step.seconds)
+            except httpx.HTTPError as e:
+                error = e
 
     def close(self) -> None:
         self.http.close()
@@ -272,122 +451,22 @@ class OpenAIChatModel:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _send(self, method: str, url: str, timeout: httpx.Timeout, **kw: Any) -> httpx.Response:
-        attempt = 0
-        while True:
-            try:
-                r = self.http.request(method, url, timeout=timeout, **kw)
-            except httpx.HTTPError as e:
-                error = self.policy.on_exception(e, attempt, url)
-                if error is not None:
-                    raise error from e
-                self.sleep(self.policy.delay(attempt))
-                attempt += 1
-                continue
-            if self.policy.retry_response(r, attempt):
-                self.sleep(self.policy.delay(attempt, r))
-                attempt += 1
-                continue
-            if r.is_error:
-                raise self.api.error(r)
-            return r
-
     def complete(self, request: ChatRequest) -> Completion:
-        url = f"{self.api.root}/chat/completions"
-        r = self._send(
-            "POST",
-            url,
-            self.api.timeouts.for_purpose(request.purpose),
-            json=self.api.chat_body(request),
-        )
-        try:
-            payload = r.json()
-        except ValueError as e:
-            raise ModelError(
-                f"{url} answered with something other than JSON: {r.text[:200]!r}"
-            ) from e
-        return self.api.completion(payload)
+        return self._run(self._complete(request))
 
     def stream(self, request: ChatRequest) -> CompletionStream:
-        """Stream a completion. Retries happen before the first byte only; once deltas flow,
-        a broken connection raises `ModelUnavailable`."""
-        url = f"{self.api.root}/chat/completions"
-        timeout = self.api.timeouts.for_purpose(request.purpose)
-        body = self.api.chat_body(request, stream=True)
-
-        def chunks() -> Iterator[Any]:
-            attempt = 0
-            while True:
-                try:
-                    with self.http.stream("POST", url, json=body, timeout=timeout) as r:
-                        if self.policy.retry_response(r, attempt):
-                            r.read()
-                        elif r.is_error:
-                            r.read()
-                            raise self.api.error(r)
-                        else:
-                            attempt = -1  # streaming has begun: no more retries
-                            yield from _sse_payloads(r.iter_lines())
-                            return
-                    self.sleep(self.policy.delay(attempt))
-                    attempt += 1
-                except httpx.HTTPError as e:
-                    if attempt < 0:
-                        raise ModelUnavailable(
-                            f"the connection to {url} broke during the stream: {e!r}; the reply "
-                            "is incomplete and was not used"
-                        ) from e
-                    error = self.policy.on_exception(e, attempt, url)
-                    if error is not None:
-                        raise error from e
-                    self.sleep(self.policy.delay(attempt))
-                    attempt += 1
-
-        return CompletionStream(chunks(), url)
+        """Stream a completion (sent when iteration starts)."""
+        return CompletionStream(self, self._chat(request, stream=True))
 
     def models(self) -> list[str]:
-        r = self._send("GET", f"{self.api.root}/models", self.api.timeouts.for_purpose("reply"))
-        return [str(m.get("id")) for m in (r.json().get("data") or [])]
+        return self._run(self._models())
 
     def tokenize(self, text: str) -> list[int] | None:
-        """Token ids from the server's own tokenizer, or None when it offers none.
-
-        llama.cpp: `POST /tokenize {"content"}`; vLLM: `POST /tokenize {"model", "prompt"}`;
-        llama-cpp-python: `POST /extras/tokenize {"input"}` (its ids include BOS). The first
-        endpoint that answers is remembered; a server that is down raises `ModelUnavailable`."""
-        if self._tokenize is not None:
-            return self._tokenize(text)
-        if self._tokenize_checked:
-            return None
-        timeout = self.api.timeouts.for_purpose("reply")
-        model = self.api.model or ""
-        variants: list[tuple[str, Callable[[str], dict[str, Any]]]] = [
-            (f"{self.api.server}/tokenize", lambda t: {"content": t}),
-            (f"{self.api.server}/tokenize", lambda t: {"model": model, "prompt": t}),
-            (f"{self.api.server}/extras/tokenize", lambda t: {"input": t}),
-        ]
-        for url, make in variants:
-
-            def call(
-                t: str, url: str = url, make: Callable[[str], dict[str, Any]] = make
-            ) -> list[int]:
-                r = self._send("POST", url, timeout, json=make(t))
-                return [int(x["id"]) if isinstance(x, dict) else int(x) for x in r.json()["tokens"]]
-
-            try:
-                ids = call(text)
-            except ModelUnavailable:
-                raise
-            except (ModelError, KeyError, TypeError, ValueError):
-                continue
-            self._tokenize = call
-            return ids
-        self._tokenize_checked = True
-        return None
+        return self._run(self._tokenize_flow(text))
 
 
-class AsyncOpenAIChatModel:
-    """The async twin of `OpenAIChatModel` (same requests, parsing and retry policy)."""
+class AsyncOpenAIChatModel(_BaseChatModel):
+    """The async twin of `OpenAIChatModel`: the same flows, carried out with `await`."""
 
     def __init__(
         self,
@@ -400,77 +479,52 @@ class AsyncOpenAIChatModel:
         retries: int = DEFAULT_RETRIES,
         backoff_s: float = DEFAULT_BACKOFF_S,
         transport: httpx.AsyncBaseTransport | None = None,
-        sleep: Callable[[float], Any] = asyncio.sleep,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
-        t = timeouts or (Timeouts.from_profile(profile) if profile else Timeouts())
-        self.api = _Api(base_url, model, api_key, t)
-        self.policy = _RetryPolicy(retries, backoff_s)
+        super().__init__(base_url, model, api_key, profile, timeouts, retries, backoff_s)
         self.sleep = sleep
-        self.http = httpx.AsyncClient(transport=transport, headers=self.api.headers)
+        self.http: httpx.AsyncClient = httpx.AsyncClient(
+            transport=transport, headers=self.api.headers
+        )
+
+    async def _run(self, flow: Flow[T]) -> T:
+        """Carry out a flow's steps with the async client."""
+        value: Any = None
+        error: httpx.HTTPError | None = None
+        while True:
+            try:
+                step = flow.throw(error) if error is not None else flow.send(value)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            value, error = None, None
+            try:
+                if isinstance(step, _Send):
+                    value = await self.http.send(step.request, stream=step.stream)
+                elif isinstance(step, _Read):
+                    await step.response.aread()
+                else:
+                    await self.sleep(step.seconds)
+            except httpx.HTTPError as e:
+                error = e
 
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    async def _send(
-        self, method: str, url: str, timeout: httpx.Timeout, **kw: Any
-    ) -> httpx.Response:
-        attempt = 0
-        while True:
-            try:
-                r = await self.http.request(method, url, timeout=timeout, **kw)
-            except httpx.HTTPError as e:
-                error = self.policy.on_exception(e, attempt, url)
-                if error is not None:
-                    raise error from e
-                await self.sleep(self.policy.delay(attempt))
-                attempt += 1
-                continue
-            if self.policy.retry_response(r, attempt):
-                await self.sleep(self.policy.delay(attempt, r))
-                attempt += 1
-                continue
-            if r.is_error:
-                raise self.api.error(r)
-            return r
+    async def __aenter__(self) -> AsyncOpenAIChatModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     async def complete(self, request: ChatRequest) -> Completion:
-        url = f"{self.api.root}/chat/completions"
-        r = await self._send(
-            "POST",
-            url,
-            self.api.timeouts.for_purpose(request.purpose),
-            json=self.api.chat_body(request),
-        )
-        try:
-            payload = r.json()
-        except ValueError as e:
-            raise ModelError(
-                f"{url} answered with something other than JSON: {r.text[:200]!r}"
-            ) from e
-        return self.api.completion(payload)
+        return await self._run(self._complete(request))
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[str]:
-        """Deltas only; use the sync client's `CompletionStream` when the ending matters."""
-        url = f"{self.api.root}/chat/completions"
-        timeout = self.api.timeouts.for_purpose(request.purpose)
-        finished = False
-        try:
-            async with self.http.stream(
-                "POST", url, json=self.api.chat_body(request, stream=True), timeout=timeout
-            ) as r:
-                if r.is_error:
-                    await r.aread()
-                    raise self.api.error(r)
-                async for line in r.aiter_lines():
-                    if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                        continue
-                    payload = json.loads(line[5:])
-                    for choice in payload.get("choices") or ():
-                        finished = finished or bool(choice.get("finish_reason"))
-                        delta = (choice.get("delta") or {}).get("content")
-                        if delta:
-                            yield delta
-        except httpx.HTTPError as e:
-            raise ModelUnavailable(f"the stream from {url} broke: {e!r}") from e
-        if not finished:
-            raise ModelUnavailable(f"the stream from {url} ended without a finish_reason")
+    def stream(self, request: ChatRequest) -> AsyncCompletionStream:
+        """Stream a completion (sent when iteration starts)."""
+        return AsyncCompletionStream(self, self._chat(request, stream=True))
+
+    async def models(self) -> list[str]:
+        return await self._run(self._models())
+
+    async def tokenize(self, text: str) -> list[int] | None:
+        return await self._run(self._tokenize_flow(text))

@@ -7,12 +7,18 @@ database" is decided in one place. Nothing happens at import.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-from kioku.engine import Kioku
+from kioku.errors import ConfigError
 from kioku.profiles import Profile, get_profile
-from kioku.store import Store
+
+if TYPE_CHECKING:  # imported when an engine is built, not with the settings
+    from kioku.engine import Kioku
+    from kioku.hooks import MemoryLayers
+    from kioku.store import Store
 
 DEFAULT_DB = "sqlite:///kioku.db"
 DEFAULT_PROFILE = "local-64k"
@@ -34,18 +40,27 @@ class Settings:
     # Some chat templates (llama-cpp-python's "gemma") silently drop system messages: with False
     # the chronicler's instructions open the user turn instead.
     system_role: bool = True
+    # seconds a summary job waits before it runs (None: the profile's, 30 s): replays, tests
+    # and benchmarks set 0 so they need not wait for the GPU-sharing delay
+    summary_delay_s: float | None = None
+    # browser origins allowed to call the REST API (the SillyTavern extension's page)
+    cors_origins: tuple[str, ...] = ()
 
-    def with_(self, **changes: object) -> Settings:
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
+    def with_(self, **changes: Any) -> Settings:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     @property
     def profile_obj(self) -> Profile:
-        return get_profile(self.profile, self.window)
+        p = get_profile(self.profile, self.window)
+        if self.summary_delay_s is not None:
+            p = replace(p, summary_delay_s=self.summary_delay_s)
+        return p
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     window = env.get("KIOKU_WINDOW")
+    delay = env.get("KIOKU_SUMMARY_DELAY")
     return Settings(
         db=env.get("KIOKU_DB", DEFAULT_DB),
         profile=env.get("KIOKU_PROFILE", DEFAULT_PROFILE),
@@ -58,14 +73,37 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         tokenizer=env.get("KIOKU_TOKENIZER", "estimate"),
         tenant=env.get("KIOKU_TENANT", "default"),
         system_role=env.get("KIOKU_SYSTEM_ROLE", "1") not in ("0", "false", "no"),
+        summary_delay_s=_seconds("KIOKU_SUMMARY_DELAY", delay) if delay else None,
+        cors_origins=tuple(
+            o.strip() for o in env.get("KIOKU_CORS_ORIGINS", "").split(",") if o.strip()
+        ),
     )
 
 
+def _seconds(name: str, value: str) -> float:
+    try:
+        s = float(value)
+    except ValueError:
+        s = -1.0
+    if not s >= 0:
+        raise ConfigError(f"{name}={value!r}: give a number of seconds, 0 or more")
+    return s
+
+
 def build_kioku(
-    settings: Settings, *, store: Store | None = None, background: bool = False
+    settings: Settings,
+    *,
+    store: Store | None = None,
+    background: bool = False,
+    clock: Callable[[], float] | None = None,
+    simulated_duration_s: float = 0.0,
 ) -> Kioku:
-    """A `Kioku` with the models, tokenizer and layers the settings name."""
+    """A `Kioku` with the models, tokenizer and layers the settings name. `clock` and
+    `simulated_duration_s` are for replays on simulated time (benchmarks)."""
     from kioku.counters import counter_from_spec
+    from kioku.engine import Kioku
+    from kioku.hooks import NO_LAYERS
+    from kioku.store import Store
 
     profile = settings.profile_obj
     counter = counter_from_spec(settings.tokenizer)
@@ -94,17 +132,21 @@ def build_kioku(
             ExtractiveSummarizer(counter),
             ChroniclerConfig(system_role=settings.system_role),
         )
-    kk = Kioku(
-        store or Store.open(settings.db),
+    store = store or Store.open(settings.db)
+    layers: MemoryLayers = NO_LAYERS
+    if settings.layers:
+        from kioku.layers import Layers
+
+        layers = Layers(store, notes_model=notes_model)
+    return Kioku(
+        store,
         profile=profile,
         counter=counter,
         reply_model=reply_model,
         summarizer=summarizer,
         tenant=settings.tenant,
         background=background,
+        clock=clock or time.time,
+        simulated_duration_s=simulated_duration_s,
+        layers=layers,
     )
-    if settings.layers:
-        from kioku.layers import attach
-
-        attach(kk, notes_model=notes_model)
-    return kk

@@ -3,6 +3,12 @@
 SQLite gets WAL, a busy timeout and write transactions that take the write lock at BEGIN; an
 in-memory URL becomes a throwaway file so threads can share it. PostgreSQL refuses NUL in text
 as bad input rather than failing deep in the driver.
+
+A database opened `readonly` (what every read command uses) cannot write: SQLite opens the file
+with `mode=ro` and never creates one, PostgreSQL runs every transaction READ ONLY, and no
+migration runs. Opening never fails with a driver's traceback: a missing file, a folder, a file
+that is not a database, a server that refuses the connection or a URL kioku does not speak is a
+`StoreError` / `ConfigError` saying what to do.
 """
 
 from __future__ import annotations
@@ -10,27 +16,36 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Self
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, make_url, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from kioku import schema as s
-from kioku.errors import InputError, StoreError
+from kioku.dburl import check_sqlite_path, database_url, sqlite_path
+from kioku.errors import InputError, KiokuError, StoreError
 
 DEFAULT_URL = "sqlite:///kioku.db"
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, readonly: bool = False) -> Engine:
     """An engine with the settings kioku relies on (WAL and immediate write locks on SQLite)."""
+    url = database_url(url)
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
     if not url.startswith("sqlite"):
+        if readonly:  # every transaction READ ONLY, beside any options the URL carries
+            u = make_url(url)
+            given = u.query.get("options")
+            given = " ".join(given) if isinstance(given, tuple) else (given or "")
+            options = f"{given} -c default_transaction_read_only=on".strip()
+            url = u.update_query_dict({"options": options}).render_as_string(hide_password=False)
         engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
         if engine.dialect.name == "postgresql":
             event.listen(engine, "before_cursor_execute", _refuse_nul)
@@ -41,6 +56,11 @@ def make_engine(url: str) -> Engine:
         # cannot share safely; a throwaway file behaves the same and is removed with the engine.
         scratch = tempfile.mkdtemp(prefix="kioku-")
         url = f"sqlite:///{os.path.join(scratch, 'scratch.db')}"
+    path = sqlite_path(url)
+    if path is not None:
+        check_sqlite_path(path, readonly)
+        if readonly:
+            url = f"sqlite:///file:{path.resolve()}?mode=ro&uri=true"
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
     if scratch is not None:
         weakref.finalize(engine, shutil.rmtree, scratch, True)
@@ -51,8 +71,9 @@ def make_engine(url: str) -> Engine:
         # writes can deadlock against another writer instead of waiting for it.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=NORMAL")
+        if not readonly:  # a read-only connection reads whatever journal mode the file has
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA busy_timeout=30000")
         cur.close()
 
@@ -86,6 +107,45 @@ def _refuse_nul(
                 )
 
 
+def _check_schema(engine: Engine) -> None:
+    """A read-only open runs no migration: the database must already be kioku's, and current."""
+    where = _where(engine)
+    with engine.connect() as conn:
+        if not inspect(conn).has_table(s.migrations_table.name):
+            raise StoreError(f"{where} is not a kioku database (no kioku tables in it)")
+        done = {r.name for r in conn.execute(select(s.migrations_table.c.name))}
+    missing = [name for name, _ in s.MIGRATIONS if name not in done]
+    if missing:
+        raise StoreError(
+            f"{where} was written by an older kioku (missing {', '.join(missing)}); "
+            "upgrade it with any writing command, e.g. `kioku worker --once --db …`"
+        )
+
+
+def _where(engine: Engine) -> str:
+    """The database as people name it: a path, or the URL without its password."""
+    if engine.dialect.name == "sqlite":
+        name = engine.url.database or ""
+        return name[len("file:") :].split("?", 1)[0] if name.startswith("file:") else name
+    url = engine.url.set(drivername=engine.dialect.name)
+    return url.render_as_string(hide_password=True)
+
+
+def _explain(e: SQLAlchemyError, engine: Engine) -> str:
+    """One line for a database that cannot be opened."""
+    where = _where(engine)
+    detail = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+    if "file is not a database" in detail:
+        return f"{where} is not a SQLite database (a misspelled --db?)"
+    if "unable to open database file" in detail:
+        return f"cannot open {where}: {detail}"
+    if engine.dialect.name == "postgresql":
+        return (
+            f"cannot use PostgreSQL at {where}: {detail}; is the server running and the URL right?"
+        )
+    return f"database error at {where}: {detail}"
+
+
 def new_id(result: Any) -> int:
     """The primary key an INSERT just made."""
     return int(result.inserted_primary_key[0])
@@ -94,15 +154,27 @@ def new_id(result: Any) -> int:
 class Database:
     """An engine with its schema migrated, and the transaction helpers every table uses."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, readonly: bool = False) -> None:
         self.engine = engine
-        s.migrate(engine)
+        self.readonly = readonly
+        # the connection of the transaction this thread has open, if any (see `atomic`)
+        self._open = threading.local()
+        try:
+            if readonly:
+                _check_schema(engine)
+            else:
+                s.migrate(engine)
+        except SQLAlchemyError as e:
+            engine.dispose()
+            raise StoreError(_explain(e, engine)) from e
+        except KiokuError:
+            engine.dispose()
+            raise
 
     @classmethod
-    def open(cls, url: str = DEFAULT_URL) -> Self:
-        if "://" not in url:
-            url = f"sqlite:///{url}"
-        return cls(make_engine(url))
+    def open(cls, url: str = DEFAULT_URL, *, readonly: bool = False) -> Self:
+        """Open (with `readonly`: never create, never write) the database at a path or URL."""
+        return cls(make_engine(url, readonly=readonly), readonly=readonly)
 
     @property
     def is_postgres(self) -> bool:
@@ -120,8 +192,30 @@ class Database:
 
     @contextmanager
     def atomic(self) -> Iterator[Connection]:
+        """One write transaction. Inside another one on the same thread it joins that one, so a
+        caller makes several store methods one transaction (a fold with its retirements, notes,
+        counters and log line) by calling them inside `with store.atomic():`."""
+        outer: Connection | None = getattr(self._open, "conn", None)
+        if outer is not None:
+            yield outer
+            return
         try:
             with s.writing(self.engine) as conn:
-                yield conn
+                self._open.conn = conn
+                try:
+                    yield conn
+                finally:
+                    self._open.conn = None
         except SQLAlchemyError as e:
             raise StoreError(f"database error, transaction rolled back: {e}") from e
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection to read on: the open transaction's when there is one (a read inside
+        `atomic()` sees what that transaction wrote), else a fresh one."""
+        outer: Connection | None = getattr(self._open, "conn", None)
+        if outer is not None:
+            yield outer
+            return
+        with self.engine.connect() as conn:
+            yield conn

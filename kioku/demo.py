@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,24 +35,37 @@ from kioku.models import ChatMessage
 from kioku.profiles import Profile, get_profile
 from kioku.story import LANGS, story
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
+from kioku.terminal import piped, plural
 from kioku.tokens import TokenCounter
 
 DEFAULT_MESSAGES = 3200  # in total, split between the languages
 DEFAULT_PROFILE = "local-8k"
 DEFAULT_PNG = "kioku-demo.png"
-AGE_BUCKETS: tuple[tuple[float, float, str], ...] = (
-    (0.0, 0.1, "0-10%"),
-    (0.1, 0.25, "10-25%"),
+# Where in the conversation a planted fact was last mentioned, as a share of it, oldest first:
+# the table's columns and the figure's x axis read left to right from the start to the end.
+PLACES: tuple[tuple[float, float, str], ...] = (
+    (0.0, 0.25, "first 25%"),
     (0.25, 0.5, "25-50%"),
     (0.5, 0.75, "50-75%"),
-    (0.75, 1.01, "75-100%"),
+    (0.75, 0.9, "75-90%"),
+    (0.9, 1.01, "last 10%"),
 )
-BUCKETS = tuple(b[2] for b in AGE_BUCKETS)
+BUCKETS = tuple(b[2] for b in PLACES)
+# What each strategy is, in a line (the table's caption and the figure's legend say it).
+EXPLAINED: Mapping[str, str] = {
+    "generational": "kioku: chapters never rewritten, a synopsis at each major GC, notes, "
+    "archive recall",
+    "rolling": "one summary, rewritten at every fold (the seed's first design)",
+    "rolling-long": "the same, given as many tokens as kioku's memory holds at the end",
+    "truncation": "a sliding window: only the newest messages that fit",
+    "full": "every message, no limit: the upper bound (it does not fit a real window)",
+}
 
 
-def age_bucket(share: float) -> str:
-    for lo, hi, label in AGE_BUCKETS:
-        if lo <= share < hi:
+def place_bucket(position: float) -> str:
+    """The bucket of a fact last mentioned at `position` (0 = the first message, 1 = the end)."""
+    for lo, hi, label in PLACES:
+        if lo <= position < hi:
             return label
     return BUCKETS[-1]
 
@@ -93,24 +106,29 @@ def summarizer_from_env(
 
 
 def fact_rates(
-    t: Transcript, arms: Mapping[str, Arm]
+    t: Transcript, arms: Mapping[str, Arm], on_question: Callable[[], None] | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Which planted facts each arm's final context still holds, by where they were planted."""
     n = len(t.messages)
     questions = []
     for q in t.info["questions"]:
-        share = (n - 1 - max(q["evidence"])) / n
-        questions.append({**q, "age": round(share, 3), "bucket": age_bucket(share), "hits": {}})
+        place = max(q["evidence"]) / n
+        questions.append({**q, "place": round(place, 3), "bucket": place_bucket(place), "hits": {}})
     out: dict[str, Any] = {}
     for name, arm in arms.items():
         for q in questions:
             q["hits"][name] = answer_in_context(q["answer"], arm.context(q["question"]).text)
+            if on_question is not None:
+                on_question()
         out[name] = {
             "answer_in_context": mean(float(q["hits"][name]) for q in questions),
-            "by_age": {
+            "by_place": {
                 b: mean(float(q["hits"][name]) for q in questions if q["bucket"] == b)
                 for b in BUCKETS
             },
-            "by_age_questions": {b: sum(1 for q in questions if q["bucket"] == b) for b in BUCKETS},
+            "by_place_questions": {
+                b: sum(1 for q in questions if q["bucket"] == b) for b in BUCKETS
+            },
         }
     return out, questions
 
@@ -130,32 +148,51 @@ def run_lang(
     t = story(lang, messages)
     turns = turns_of(t)
     res = LangResult(lang, len(t.messages), len(turns), 0.0)
-    tallies = {"kioku": Tally(), "sliding_window": Tally()}
+    tallies = {
+        "kioku": Tally(profile.prompt_budget),
+        "sliding_window": Tally(profile.prompt_budget),
+    }
     last = {"folds": 0, "major_gcs": 0, "forced_cuts": 0}
 
     with Progress(
-        TextColumn(f"[bold]{lang}[/bold] replaying"),
+        TextColumn("{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total} turns"),
+        TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
         console=console,
         transient=True,
         disable=quiet,
     ) as bar:
-        task = bar.add_task("replay", total=len(turns))
+        task = bar.add_task(
+            f"[bold]{lang}[/bold] replaying turns: kioku, rolling, truncation, full",
+            total=len(turns),
+        )
+        matched: list[Any] = []  # the rolling-long replay's task, once it starts
 
         def on_turn(name: str, i: int, prompt: list[ChatMessage] | None, arm: Arm) -> None:
+            if name == "rolling-long":
+                # the second replay: rolling, given as many tokens as kioku's memory ended with
+                if not matched:
+                    bar.update(task, visible=False)
+                    size = arm.profile.synopsis_tokens if isinstance(arm, KiokuArm) else 0
+                    matched.append(
+                        bar.add_task(
+                            f"[bold]{lang}[/bold] replaying turns: rolling-long "
+                            f"({size:,} tokens, as many as kioku's memory)",
+                            total=len(turns),
+                        )
+                    )
+                bar.advance(matched[0])
+                return
             replies = turns[i][1]
             reply_ids = tok.tok.encode(replies[0].text) if replies else []
             if name == "truncation" and prompt is not None:
                 tallies["sliding_window"].add(
-                    tok.prompt(prompt), reply_ids, profile.window, profile.response_reserve
+                    tok.prompt(prompt), reply_ids, profile.response_reserve
                 )
             if name != "generational" or prompt is None:
                 return
-            tallies["kioku"].add(
-                tok.prompt(prompt), reply_ids, profile.window, profile.response_reserve
-            )
+            tallies["kioku"].add(tok.prompt(prompt), reply_ids, profile.response_reserve)
             bar.advance(task)
             c = arm.counters()
             if all(c[k] == last[k] for k in last):
@@ -176,7 +213,10 @@ def run_lang(
                 what = f"chapter  #{ch.first_seq}–{ch.last_seq} ({ch.tokens} tok)" if ch else ""
                 kind = "cut!" if c["forced_cuts"] > last["forced_cuts"] else "fold"
                 line = f"turn {i + 1:>4}  [cyan]{kind:<8}[/cyan]  {what}"
-            line += f" · memory {mem.tokens} tok, {len(mem.items)} items · raw from #{raw_start}"
+            line += (
+                f" · memory {mem.tokens} tok, {plural(len(mem.items), 'item')} · raw from "
+                f"#{raw_start}"
+            )
             res.events.append(line)
             if not quiet:
                 bar.console.print(line, highlight=False)
@@ -192,16 +232,22 @@ def run_lang(
             want_prompts=("generational", "truncation"),
             per_turn_recall=True,
         )
-    gen = arms["generational"]
-    assert isinstance(gen, KiokuArm)
+        gen = arms["generational"]
+        assert isinstance(gen, KiokuArm)
+        asked = bar.add_task(
+            f"[bold]{lang}[/bold] asking for {plural(len(t.info['questions']), 'planted fact')} "
+            f"in each strategy's final context",
+            total=len(t.info["questions"]) * len(arms),
+        )
+        res.facts, res.questions = fact_rates(t, arms, lambda: bar.advance(asked))
+        bar.add_task(f"[bold]{lang}[/bold] auditing kioku's memory", total=None)
+        res.audit = audit_store(gen.kk.store, CONVERSATION_ID)["totals"]
     res.reuse = {k: v.summary() for k, v in tallies.items()}
     res.reuse_series = {k: list(v.reuse) for k, v in tallies.items()}
-    res.facts, res.questions = fact_rates(t, arms)
     mem = gen.conv.memory()
     res.memory = render_memory(mem, gen.conv.lang)[0]
     res.memory_tokens = mem.tokens
     res.counters = gen.counters()
-    res.audit = audit_store(gen.kk.store, CONVERSATION_ID)["totals"]
     close_all(arms)
     res.seconds = time.monotonic() - started
     return res
@@ -226,26 +272,35 @@ def _print_lang(console: Console, r: LangResult, quiet: bool) -> None:
             f"{s['reprocessed_tokens']:,}",
         )
     console.print(t)
+    counts = next(iter(r.facts.values()))["by_place_questions"]
     f = Table(
-        title=f"{r.lang}: planted facts still in the final context, by how far back",
+        title=f"{r.lang}: planted facts still in the final context, by where in the "
+        "conversation they were planted (oldest first)",
         title_justify="left",
+        caption="\n".join(f"{n}: {EXPLAINED[n]}" for n in r.facts if n in EXPLAINED),
+        caption_justify="left",
     )
     f.add_column("strategy", no_wrap=True)
-    f.add_column("all", justify="right")
+    f.add_column(f"all\n{plural(len(r.questions), 'fact')}", justify="right")
     for b in BUCKETS:
-        f.add_column(b, justify="right", no_wrap=True)
+        f.add_column(f"{b}\n{plural(counts[b], 'fact')}", justify="right", no_wrap=True)
     for name, s in r.facts.items():
         f.add_row(
             name,
             f"{100 * (s['answer_in_context'] or 0):.0f}%",
-            *["–" if s["by_age"][b] is None else f"{100 * s['by_age'][b]:.0f}%" for b in BUCKETS],
+            *[
+                "–" if s["by_place"][b] is None else f"{100 * s['by_place'][b]:.0f}%"
+                for b in BUCKETS
+            ],
         )
     console.print(f)
     a = r.audit
     console.print(
-        f"{r.lang}: {r.counters.get('folds', 0)} folds, {r.counters.get('major_gcs', 0)} major GCs, "
-        f"{r.counters.get('forced_cuts', 0)} forced cuts · audit: {a['claims_as_fact']} claims "
-        f"written as facts, {a['tic_phrases_in_memory']} tic phrase(s) in memory "
+        f"{r.lang}: {plural(r.counters.get('folds', 0), 'fold')}, "
+        f"{plural(r.counters.get('major_gcs', 0), 'major GC')}, "
+        f"{plural(r.counters.get('forced_cuts', 0), 'forced cut')} · audit: "
+        f"{plural(a['claims_as_fact'], 'claim')} written as facts, "
+        f"{plural(a['tic_phrases_in_memory'], 'tic phrase')} in memory "
         f"(of {a['tic_phrases_found']} found) · {r.seconds:.0f} s",
         highlight=False,
     )
@@ -267,7 +322,8 @@ def run(
         raise InputError(f"--lang is ja, en or both, not {lang!r}")
     total = messages or DEFAULT_MESSAGES
     per_lang = max(1, total // len(langs))
-    console = console or Console()
+    # piped (`kioku demo | tee demo.log`), a line is never broken in the middle of a phrase
+    console = console or Console(soft_wrap=piped())
     profile = get_profile(DEFAULT_PROFILE)
     counter = counter_from_spec("qwen2.5")
     tok = ChatMLTokens()
@@ -299,6 +355,7 @@ def run(
     png = demo_figure(
         {r.lang: r.facts for r in results},
         BUCKETS,
+        EXPLAINED,
         {
             r.lang: {
                 "kioku": r.reuse_series["kioku"],

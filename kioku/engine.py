@@ -14,28 +14,44 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from datetime import datetime
+from typing import Literal
 
-from kioku import policy
-from kioku.context import Prompt, Recollection, build
-from kioku.errors import ConfigError, InputError, ModelError, StoreError, TruncatedReply
-from kioku.generations import chapter_task, item_from_summary
+from kioku import context, dates, policy, rolling
+from kioku.alternation import alternate_chat
+from kioku.budget import Margin, is_exact, template_of, usable
+from kioku.context import EXTRAS_KEY, Prompt, extras_of
+from kioku.errors import (
+    ConfigError,
+    ContextOverflow,
+    InputError,
+    ModelError,
+    StoreError,
+    TruncatedReply,
+)
+from kioku.generations import chapter_task, chunks, item_from_summary
+from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.lang import detect_lang
 from kioku.memory import Memory, MemoryItem
-from kioku.messages import LogEntry, Message
+from kioku.messages import LogEntry, Message, Role
 from kioku.models import ChatModel, Completion
 from kioku.profiles import LOCAL_64K, Profile
-from kioku.revisions import stand_ins
+from kioku.protocol import media_of, message_tokens, refs_of, reply_message
+from kioku.revisions import Change, Revised, revise, stand_ins
 from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
 from kioku.tokens import ScriptEstimator, TokenCounter
 from kioku.worker import BackgroundWorker, Worker
 
-# Hooks the other memory layers plug into (archive recall, notes, verbal-tic guard).
-RecallHook = Callable[["Conversation", LogEntry, int], Sequence[Recollection]]
-InstructionsHook = Callable[["Conversation"], Sequence[str]]
-NotesHook = Callable[["Conversation"], str]
-AppendHook = Callable[["Conversation", LogEntry], None]
+# Tokens the policy plans below the usable budget: its per-message sums and the prompt's
+# template total round differently by a token or two.
+ROUNDING_SLACK = 4
+# Beyond what was missing, how much more a squeeze cuts (so the retry surely fits).
+SQUEEZE_SLACK = 16
+
+# usage.prompt_tokens ÷ kioku's own count outside this band is not believed: tokenizers differ
+# by 1.6× at most on the same text (cl100k vs Qwen on Japanese), never by 2×
+CALIBRATION_BAND = (0.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -50,6 +66,21 @@ class Reply:
         return self.finish_reason == "length"
 
 
+# generational: chapters and major GCs (kioku) · rolling: one summary rewritten at each fold
+# (the baseline of seeds 002/004, kept for comparison)
+Strategy = Literal["generational", "rolling"]
+POLICIES: dict[str, policy.Policy] = {"generational": policy.decide, "rolling": rolling.decide}
+
+
+@dataclass(frozen=True)
+class View:
+    """What a turn reads before it decides: the conversation, its raw window and its memory."""
+
+    info: ConversationInfo
+    window: list[LogEntry]
+    memory: Memory
+
+
 @dataclass(frozen=True)
 class TurnReport:
     """What `prepare()` did besides building the prompt: for logs, the demo and benchmarks."""
@@ -61,12 +92,15 @@ class TurnReport:
     reasons: tuple[str, ...] = ()
 
 
-def as_message(value: str | Message, role: str, author: str = "") -> Message:
+def as_message(
+    value: str | Message, role: Role, author: str = "", at: datetime | None = None
+) -> Message:
+    """A Message as given, or text as a message dated `at` (when kioku received it)."""
     if isinstance(value, Message):
         return value
     if not isinstance(value, str):
         raise InputError(f"expected text or a Message, got {type(value).__name__}")
-    return Message.of(role, value, author=author)  # type: ignore[arg-type]
+    return Message.of(role, value, author=author, at=at)
 
 
 class Kioku:
@@ -82,20 +116,25 @@ class Kioku:
         tenant: str = "default",
         background: bool = False,
         simulated_duration_s: float = 0.0,
-        strategy: str = "generational",
+        strategy: Strategy = "generational",
         fold_immediately: bool = False,
         memory_in_system: bool = False,
+        layers: MemoryLayers = NO_LAYERS,
     ) -> None:
-        """`strategy`, `fold_immediately` and `memory_in_system` exist for the baselines kioku
+        """`layers` are the memory layers beside the log (`kioku.layers.Layers`: archive recall,
+        notes, the verbal-tic guard); by default the engine runs alone.
+
+        `strategy`, `fold_immediately` and `memory_in_system` exist for the baselines kioku
         is measured against (rolling rewrite, folding in the trigger turn, memory in the system
         prompt); the defaults are kioku's design."""
-        if strategy not in ("generational", "rolling"):
+        if strategy not in POLICIES:
             raise ConfigError(f"unknown strategy {strategy!r}; use generational or rolling")
         self.store = store if isinstance(store, Store) else Store.open(store)
         if fold_immediately:
             profile = replace(profile, summary_delay_s=0.0)
             simulated_duration_s = 0.0
         self.strategy = strategy
+        self.policy: policy.Policy = POLICIES[strategy]
         self.fold_immediately = fold_immediately
         self.memory_in_system = memory_in_system
         self.profile = profile
@@ -105,19 +144,17 @@ class Kioku:
         self.extractive = ExtractiveSummarizer(self.counter)
         self.clock = clock
         self.tenant = tenant
-        self.recall: RecallHook | None = None
-        self.instructions: InstructionsHook | None = None
-        self.notes: NotesHook | None = None
-        self.on_append: list[AppendHook] = []
-        self.avoid_phrases: Callable[[str], Sequence[str]] | None = None
-        self.layers: Any = None  # set by kioku.layers.attach
+        self.layers = layers
+        # how far the prompts' accounts fall short of what the server reads (its usage)
+        self.margin = Margin(exact=is_exact(self.counter))
+        self._cards: dict[tuple[int, int], Profile] = {}
         self._worker = Worker(
             self.store,
             self.summarizer,
-            self.profile,
+            self.profile_for,
             clock=clock,
             simulated_duration_s=simulated_duration_s,
-            avoid_phrases=lambda cid: self.avoid_phrases(cid) if self.avoid_phrases else (),
+            layers=layers,
         )
         self._background: BackgroundWorker | None = None
         if background:
@@ -126,6 +163,24 @@ class Kioku:
     @property
     def worker(self) -> Worker:
         return self._worker
+
+    def card_profile(self, system_prompt: str) -> Profile:
+        """The profile fitted to a card (`Profile.for_card`): a large card costs memory, not
+        failed turns. Raises `CardTooLarge` for a card that cannot fit beside the minimum raw
+        window."""
+        key = (len(system_prompt), hash(system_prompt))
+        p = self._cards.get(key)
+        if p is None:
+            tokens = self.counter.count(system_prompt) if system_prompt else 0
+            p = self.profile.for_card(tokens + round(template_of(self.counter).per_message))
+            if len(self._cards) > 256:
+                self._cards.clear()
+            self._cards[key] = p
+        return p
+
+    def profile_for(self, conversation_id: str) -> Profile:
+        """The profile a conversation runs on (its card fitted in)."""
+        return self.card_profile(self.store.conversation(conversation_id).system_prompt)
 
     def start_background(self, poll_s: float = 1.0) -> BackgroundWorker:
         if self._background is None:
@@ -142,6 +197,8 @@ class Kioku:
     ) -> Conversation:
         if not conversation_id or len(conversation_id) > 200:
             raise InputError("a conversation id is 1 to 200 characters")
+        if system_prompt:
+            self.card_profile(system_prompt)  # a card that can never be served: refuse it now
         info = self.store.ensure_conversation(
             conversation_id,
             tenant=self.tenant,
@@ -164,8 +221,7 @@ class Conversation:
         self._raw: list[LogEntry] = []  # cache of the raw window; the log is append-only
         self._lang: str | None = None
         self._character: str | None = None
-        # what `_compact` read, when it changed nothing: `prepare_for` builds from it
-        self._seen: tuple[ConversationInfo, list[LogEntry], Memory] | None = None
+        self._head: tuple[object, tuple[int, int]] | None = None
 
     # reading ---------------------------------------------------------------------------------
 
@@ -175,6 +231,11 @@ class Conversation:
 
     def info(self) -> ConversationInfo:
         return self.store.conversation(self.id, tenant=self.kioku.tenant)
+
+    @property
+    def profile(self) -> Profile:
+        """The numbers this conversation runs on: the engine's profile fitted to its card."""
+        return self.kioku.card_profile(self.info().system_prompt)
 
     @property
     def lang(self) -> str:
@@ -191,12 +252,13 @@ class Conversation:
             self._character = self.info().character
         return self._character
 
-    def memory(self) -> Memory:
+    def memory(self, info: ConversationInfo | None = None) -> Memory:
         active = self.store.items(self.id, "active")
         if any(i.stale for i in active):
             # an edited message under memory: show the corrected messages until the re-summary
             k = self.kioku
-            active = stand_ins(self.store, self.id, active, k.profile, k.counter, self.lang)
+            profile = k.card_profile((info or self.info()).system_prompt)
+            active = stand_ins(self.store, self.id, active, profile, k.counter, self.lang)
         synopsis = next((i for i in active if i.kind == "synopsis"), None)
         chapters = tuple(i for i in active if i.kind == "chapter")
         return Memory(
@@ -205,10 +267,9 @@ class Conversation:
 
     def refresh_notes(self) -> None:
         """Render the notes into the memory exchange now (at a fold, or after an operator edit)."""
-        if self.kioku.notes is not None:
-            self.store.set_notes_snapshot(
-                self.id, self.kioku.notes(self), self.info().memory_version
-            )
+        text = self.kioku.layers.notes(self)
+        if text is not None:
+            self.store.set_notes_snapshot(self.id, text, self.info().memory_version)
 
     def raw_window(self, info: ConversationInfo | None = None) -> list[LogEntry]:
         info = info or self.info()
@@ -218,46 +279,61 @@ class Conversation:
             self._raw.extend(self.store.entries(self.id, after))
         return list(self._raw)
 
-    def invalidate(self) -> None:
-        """Forget cached raw messages (after an edit of stored messages)."""
-        self._raw = []
-
     # writing ---------------------------------------------------------------------------------
 
     def append(self, message: Message, meta: dict | None = None) -> LogEntry:
         if message.is_empty():
             raise InputError("empty message: nothing to store (send some text)")
-        entry = self.store.append(self.id, message, self.kioku.counter.count(message.text), meta)
-        for hook in self.kioku.on_append:
-            hook(self, entry)
-        return entry
+        k = self.kioku
+        tokens = message_tokens(message, k.counter, k.profile.image_tokens)
+        return self.store.append(self.id, message, tokens, meta)
+
+    def revise(self, changes: Sequence[Change]) -> Revised:
+        """Edit, delete or regenerate stored messages (versions kept, memory over them marked
+        stale and re-summarized; `kioku.revisions`). The raw window cached here is read again."""
+        k = self.kioku
+        done = revise(
+            self.store,
+            self.id,
+            changes,
+            k.counter,
+            delay_s=k.profile.summary_delay_s,
+            now=k.clock(),
+            image_tokens=k.profile.image_tokens,
+        )
+        self._raw = []
+        return done
 
     def prepare(self, user_message: str | Message) -> Prompt:
         """Store the user message, apply what is ready, and build the prompt for the reply."""
-        return self.prepare_for(self.append(as_message(user_message, "user", "user")))
+        now = dates.received(self.kioku.clock())
+        return self.prepare_for(self.append(as_message(user_message, "user", "user", now)))
 
     def prepare_for(self, entry: LogEntry) -> Prompt:
         """Apply what is ready and build the prompt answering a stored message (`prepare` after
         its append; the service also calls it to retry or regenerate a turn)."""
-        self.last_turn = self._compact()
-        if self.kioku.fold_immediately and self.last_turn.scheduled:
+        report, view = self._compact(self._view())
+        if self.kioku.fold_immediately and report.scheduled:
             # the baseline that blocks the turn on the summary and folds in the trigger turn
             self.kioku.worker.run_until_idle(self.id)
-            again = self._compact()
-            self.last_turn = TurnReport(
+            again, view = self._compact(view)
+            report = TurnReport(
                 folded=again.folded,
-                forced_cut=self.last_turn.forced_cut or again.forced_cut,
+                forced_cut=report.forced_cut or again.forced_cut,
                 major_gc=again.major_gc,
-                scheduled=self.last_turn.scheduled + again.scheduled,
-                reasons=self.last_turn.reasons + again.reasons,
+                scheduled=report.scheduled + again.scheduled,
+                reasons=report.reasons + again.reasons,
             )
-        if self._seen is not None:
-            info, window, memory = self._seen
-        else:
-            info = self.info()
-            window, memory = self.raw_window(info), self.memory()
-        self._seen = None
-        prompt = self.prompt_for(entry, info=info, window=window, memory=memory)
+        try:
+            prompt = self.prompt_for(entry, info=view.info, window=view.window, memory=view.memory)
+        except ContextOverflow as e:
+            # The counts moved under the policy (a calibrating estimate, a longer card): cut as
+            # at the ceiling, by what is missing, rather than fail a normal turn.
+            again, view = self._compact(view, squeeze=e.excess + SQUEEZE_SLACK)
+            report = replace(again, reasons=(*report.reasons, *again.reasons))
+            prompt = self.prompt_for(entry, info=view.info, window=view.window, memory=view.memory)
+        self.last_turn = report
+        self._keep_extras(entry, prompt)
         self._last_prompt = prompt
         return prompt
 
@@ -275,24 +351,39 @@ class Conversation:
         # a message a client deleted keeps its seq with no content: nothing to show
         raw = [e for e in window if e.seq < entry.seq and not e.message.is_empty()]
         k = self.kioku
-        return build(
+        plan = context.plan(
             system_prompt=info.system_prompt,
             memory=memory,
             raw=raw,
             new=entry,
-            profile=k.profile,
+            profile=k.card_profile(info.system_prompt),
             counter=k.counter,
-            recollections=k.recall(self, entry, info.raw_start) if k.recall else (),
-            instructions=k.instructions(self) if k.instructions else (),
             lang=self.lang,
             memory_version=info.memory_version,
             memory_in_system=k.memory_in_system,
+            margin=k.margin.share,
         )
+        # recollections and instructions go with the user's message only: never into a tool's
+        # result (the model reads it as returned) nor a reply it is asked to continue
+        if plan.kept is not None or entry.role != "user":  # answered before: shown as it was
+            return context.finish(plan, k.counter)
+        recollections = k.layers.recollections(self, entry, info.raw_start, plan.recall_room)
+        return context.finish(plan, k.counter, recollections, k.layers.instructions(self))
+
+    def _keep_extras(self, entry: LogEntry, prompt: Prompt) -> None:
+        """Keep what this turn was shown with its message, so later turns show it unchanged."""
+        if prompt.extras is None:
+            return
+        meta = {**(entry.meta or {}), EXTRAS_KEY: prompt.extras.to_json()}
+        self.store.set_meta(self.id, entry.seq, meta)
+        kept = LogEntry(entry.seq, entry.message, entry.tokens, meta)
+        self._raw = [kept if e.seq == entry.seq else e for e in self._raw]
 
     def record(self, reply: str | Message | Completion, author: str = "") -> LogEntry:
         """Store the model's reply. A cut reply (finish_reason "length") is stored, marked and
         counted; `chat()` raises on it so it is never passed off as complete."""
         meta: dict | None = None
+        now = dates.received(self.kioku.clock())  # a reply given as text is dated on receipt
         if isinstance(reply, Completion):
             if reply.truncated:
                 meta = {"finish_reason": "length"}
@@ -304,9 +395,9 @@ class Conversation:
                     output_tokens=reply.usage.completion_tokens,
                 )
             self._calibrate(reply)
-            message = Message.assistant(reply.text, author=author or self.character)
+            message = replace(reply_message(reply, author=author or self.character), at=now)
         else:
-            message = as_message(reply, "assistant", author or self.character)
+            message = as_message(reply, "assistant", author or self.character, now)
         return self.append(message, meta)
 
     def chat(self, user_message: str | Message, *, strict: bool = True) -> Reply:
@@ -316,7 +407,10 @@ class Conversation:
                 "no reply model configured: pass reply_model= to Kioku (or use prepare/record)"
             )
         prompt = self.prepare(user_message)
-        completion = model.complete(prompt.request())
+        request = prompt.request()
+        if refs := refs_of(prompt.messages):  # images in the raw window go as they were sent
+            request = replace(request, media=media_of(self.store.blobs(refs)))
+        completion = model.complete(replace(request, messages=alternate_chat(request.messages)))
         if not completion.text.strip():
             # nothing to store; the user's message already is
             self.store.log(self.id, "reply", "empty", detail=completion.finish_reason)
@@ -332,127 +426,187 @@ class Conversation:
         return Reply(completion.text, completion.finish_reason, entry, prompt)
 
     def _calibrate(self, completion: Completion) -> None:
-        calibrate = getattr(self.kioku.counter, "calibrate", None)
-        if calibrate is None or self._last_prompt is None or not completion.usage.prompt_tokens:
+        """Learn the server's token counts from its `usage`, within reason: a figure far from
+        what kioku counted (a proxy in between that reports something else, a buggy server) is
+        ignored and logged, so one bad report cannot make every later message count as 1."""
+        prompt, observed = self._last_prompt, completion.usage.prompt_tokens
+        if prompt is None or not observed:
             return
-        # per message, so the template's per-message tokens are not read as text
-        calibrate([m.content for m in self._last_prompt.messages], completion.usage.prompt_tokens)
+        expected = max(1, prompt.tokens)
+        if not CALIBRATION_BAND[0] <= observed / expected <= CALIBRATION_BAND[1]:
+            self.store.log(
+                self.id,
+                "calibration",
+                "ignored",
+                detail=f"usage.prompt_tokens {observed} for a prompt counted as {expected}",
+            )
+            self.store.incr(self.id, "calibration_ignored")
+            return
+        self.kioku.margin.observe(prompt.tokens, observed)
+        calibrate = getattr(self.kioku.counter, "calibrate", None)
+        if calibrate is not None:
+            # per message, so the template's per-message tokens are not read as text
+            calibrate([m.content for m in prompt.messages], observed)
 
     # compaction --------------------------------------------------------------------------------
+
+    def _view(self) -> View:
+        """The state a turn is decided and built from, read in this one place."""
+        info = self.info()
+        return View(info, self.raw_window(info), self.memory(info))
 
     def settle(self) -> TurnReport:
         """Apply whatever became ready (folds, major GCs) without a new message: what the next
         turn would do first. Evaluations call it to read the memory a conversation ends with."""
-        return self._compact()
+        return self._compact(self._view())[0]
 
-    def _compact(self) -> TurnReport:
+    def _head_tokens(self, info: ConversationInfo, memory: Memory) -> tuple[int, int]:
+        """(rendered tokens of everything but the raw window, what an empty memory exchange's
+        frame would cost): counted once per memory state, not every turn."""
+        key = (
+            info.system_prompt,
+            info.memory_version,
+            memory.notes,
+            tuple((i.id, i.stale, i.tokens) for i in memory.items),
+            getattr(self.kioku.counter, "observations", 0),  # a calibrating count moves
+        )
+        if self._head is None or self._head[0] != key:
+            k = self.kioku
+            head = context.head_tokens(
+                info.system_prompt, memory, k.counter, self.lang, k.memory_in_system
+            )
+            self._head = (key, head)
+        return self._head[1]
+
+    def _compact(self, view: View, squeeze: int = 0) -> tuple[TurnReport, View]:
+        """Decide on `view` and apply the decision; return what happened and the view to build
+        the prompt from (`view` itself unless a fold changed it). `squeeze`: plan for that many
+        tokens less (the prompt was found that much too long)."""
         k = self.kioku
-        self._seen = None
-        info = self.info()
-        raw = self.raw_window(info)
-        mem = self.memory()
-        items = self.store.items(self.id, "ready")
+        info, raw = view.info, view.window
         jobs = [
             policy.PendingJob(j.kind, j.first_seq, j.last_seq)
             for j in self.store.jobs(self.id, "queued", "running")
         ]
         now = k.clock()
-        decision = policy.decide(
+        prof = k.card_profile(info.system_prompt)
+        per_message = template_of(k.counter).per_message
+        sizes = []
+        total = counted = 0.0
+        previous: Message | None = None
+        for e in raw:
+            if e.message.is_empty():
+                continue  # a message a client deleted: not in the prompt
+            x = extras_of(e)
+            line = dates.line_for(e.message, previous, self.lang, e.seq > 0)
+            previous = e.message
+            # rounded as a running total, so that any run of messages adds up as the prompt's
+            # template tokens do (`Template.messages`), a fractional overhead included
+            total += e.tokens + per_message + (x.tokens if x else 0)
+            total += dates.line_tokens(line, e.message, k.counter)
+            sizes.append((e.seq, round(total) - round(counted)))
+            counted = total
+        fixed, frame = self._head_tokens(info, view.memory)
+        decision = self.kioku.policy(
             policy.State(
-                profile=k.profile,
+                profile=prof,
                 now=now,
                 raw_start=info.raw_start,
-                raw=[(e.seq, e.tokens) for e in raw],
-                memory=mem,
-                ready=items,
+                raw=sizes,
+                memory=view.memory,
+                ready=self.store.items(self.id, "ready"),
                 jobs=jobs,
-                strategy=k.strategy,
+                fixed=fixed,
+                frame=frame,
+                usable=usable(prof.prompt_budget, k.margin.share) - ROUNDING_SLACK - squeeze,
             )
         )
-        if decision.discard:
-            self.store.retire_items(self.id, decision.discard)
-        add: list[MemoryItem] = []
-        if decision.forced_cut:
-            lo, hi = decision.forced_cut
-            entries = [e for e in raw if lo <= e.seq <= hi]
-            task = chapter_task(entries, k.profile, lang=self.lang, character=info.character)
-            add.append(item_from_summary(task, k.extractive.summarize(task), ready_at=now))
-        if decision.folds:
-            try:
-                self.store.fold(
-                    self.id,
-                    activate=decision.activate,
-                    retire=(*decision.retire, *decision.revised),
-                    raw_start=decision.raw_start
-                    if decision.raw_start is not None
-                    else info.raw_start,
-                    expect_raw_start=info.raw_start,
-                    add=add,
-                )
-            except StoreError as e:
-                # Another process folded first; its state is as good as ours.
-                self.store.log(self.id, "fold", "skipped", detail=str(e))
-                return TurnReport(reasons=(*decision.reasons, f"fold skipped: {e}"))
-            self.store.incr(self.id, "folds")
-            self.refresh_notes()
-            if decision.retire and k.strategy == "generational":
-                self.store.incr(self.id, "major_gcs")
-            self.store.log(self.id, "fold", "ok", detail="; ".join(decision.reasons))
-            if decision.forced_cut:
-                self.store.incr(self.id, "forced_cuts")
-                self.store.log(
-                    self.id,
-                    "forced_cut",
-                    "extractive",
-                    first_seq=decision.forced_cut[0],
-                    last_seq=decision.forced_cut[1],
-                )
-        if decision.cancel_through is not None:
-            self.store.cancel_jobs(self.id, decision.cancel_through)
-        for plan in decision.schedule:
-            self.store.enqueue_job(
-                self.id, plan.kind, plan.first_seq, plan.last_seq, plan.run_after, plan.payload
-            )
-        if decision.schedule and k._background is not None:
-            k._background.poke()
-        if not decision.folds:
-            self._seen = (info, raw, mem)  # nothing the prompt shows has changed
-        return TurnReport(
+        report = TurnReport(
             folded=decision.folds,
             forced_cut=decision.forced_cut,
             major_gc=bool(decision.retire),
             scheduled=tuple(p.kind for p in decision.schedule),
             reasons=decision.reasons,
         )
+        writes = decision.discard or decision.schedule or decision.cancel_through is not None
+        if not (decision.folds or writes):
+            return report, view  # the common turn: nothing to store
+        add: list[MemoryItem] = []
+        if decision.forced_cut:
+            lo, hi = decision.forced_cut
+            entries = [e for e in raw if lo <= e.seq <= hi]
+            task = chapter_task(entries, prof, lang=self.lang, character=info.character)
+            add.append(item_from_summary(task, k.extractive.summarize(task), ready_at=now))
+        try:
+            with self.store.atomic():
+                if decision.forced_cut:
+                    # the stand-in chapter had no summary job: the notes of its range now
+                    k.layers.cut_written(self.id, entries)
+                self._apply(decision, info, add)
+        except StoreError as e:
+            if not decision.folds:
+                raise
+            # Another process folded first; its state is as good as ours.
+            self.store.log(self.id, "fold", "skipped", detail=str(e))
+            return TurnReport(reasons=(*decision.reasons, f"fold skipped: {e}")), self._view()
+        if decision.schedule and k._background is not None:
+            k._background.poke()
+        return report, self._view() if decision.folds else view
+
+    def _apply(
+        self, decision: policy.Decision, info: ConversationInfo, add: list[MemoryItem]
+    ) -> None:
+        """Store a decision: a fold with its retirements, notes snapshot, counters and log line,
+        and the jobs it cancels and schedules. The caller holds one transaction around it."""
+        store, k = self.store, self.kioku
+        store.retire_items(self.id, decision.discard)
+        if decision.folds:
+            raw_start = decision.raw_start if decision.raw_start is not None else info.raw_start
+            store.fold(
+                self.id,
+                activate=decision.activate,
+                retire=(*decision.retire, *decision.revised),
+                raw_start=raw_start,
+                expect_raw_start=info.raw_start,
+                add=add,
+            )
+            store.incr(self.id, "folds")
+            self.refresh_notes()
+            if decision.retire and k.strategy == "generational":
+                store.incr(self.id, "major_gcs")
+            store.log(self.id, "fold", "ok", detail="; ".join(decision.reasons))
+            if decision.forced_cut:
+                store.incr(self.id, "forced_cuts")
+                first, last = decision.forced_cut
+                store.log(self.id, "forced_cut", "extractive", first_seq=first, last_seq=last)
+        if decision.cancel_through is not None:
+            store.cancel_jobs(self.id, decision.cancel_through)
+        for plan in decision.schedule:
+            store.enqueue_job(
+                self.id, plan.kind, plan.first_seq, plan.last_seq, plan.run_after, plan.payload
+            )
 
     def cut(self) -> TurnReport:
         """区切り: fold everything not yet summarized now and start the raw window afresh.
 
         The summarizer runs synchronously (it is an operator action); the archive and search
-        still hold every message."""
+        still hold every message. The fold, its retirements, counter and log line are one
+        transaction."""
         k = self.kioku
         info = self.info()
-        raw = self.raw_window()
+        prof = k.card_profile(info.system_prompt)
+        raw = self.raw_window(info)
         if not raw:
             return TurnReport(reasons=("cut: nothing to fold",))
         ready = self.store.items(self.id, "ready")
         add: list[MemoryItem] = []
-        chunk: list[LogEntry] = []
-        acc = 0
-        groups: list[list[LogEntry]] = []
-        for e in raw:
-            if chunk and acc + e.tokens > k.profile.summary_chunk:
-                groups.append(chunk)
-                chunk, acc = [], 0
-            chunk.append(e)
-            acc += e.tokens
-        groups.append(chunk)
-        avoid = tuple(k.avoid_phrases(self.id)) if k.avoid_phrases else ()
+        groups = chunks(raw, prof.summary_chunk, size=lambda e: e.tokens)
+        avoid = tuple(k.layers.avoid_phrases(self.id))
         started = time.monotonic()
         for g in groups:
             task = chapter_task(
                 g,
-                k.profile,
+                prof,
                 lang=self.lang,
                 character=info.character,
                 avoid_phrases=avoid,
@@ -466,28 +620,36 @@ class Conversation:
                 self.store.log(self.id, "fallback", "extractive", detail=f"cut: {e}")
                 self.store.incr(self.id, "fallbacks")
             add.append(item_from_summary(task, summary, ready_at=k.clock()))
-        self.store.retire_items(
-            self.id, [r.id for r in ready if r.kind == "chapter" and r.id is not None]
-        )
-        self.store.fold(
-            self.id,
-            activate=(),
-            retire=(),
-            raw_start=raw[-1].seq + 1,
-            expect_raw_start=info.raw_start,
-            add=add,
-        )
-        self.store.cancel_jobs(self.id, raw[-1].seq)
-        self.store.incr(self.id, "cuts")
-        self.store.log(
-            self.id,
-            "cut",
-            "ok",
-            duration_s=time.monotonic() - started,
-            input_tokens=sum(e.tokens for e in raw),
-            output_tokens=sum(i.tokens for i in add),
-            first_seq=raw[0].seq,
-            last_seq=raw[-1].seq,
-        )
+        with self.store.atomic():
+            self.store.retire_items(  # ready chapters of the raw window; revisions stay ready
+                self.id,
+                [
+                    r.id
+                    for r in ready
+                    if r.kind == "chapter" and r.id is not None and r.first_seq >= info.raw_start
+                ],
+            )
+            self.store.fold(
+                self.id,
+                activate=(),
+                retire=(),
+                raw_start=raw[-1].seq + 1,
+                expect_raw_start=info.raw_start,
+                add=add,
+            )
+            self.store.cancel_jobs(self.id, raw[-1].seq)
+            k.layers.cut_written(self.id, raw)
+            self.refresh_notes()
+            self.store.incr(self.id, "cuts")
+            self.store.log(
+                self.id,
+                "cut",
+                "ok",
+                duration_s=time.monotonic() - started,
+                input_tokens=sum(e.tokens for e in raw),
+                output_tokens=sum(i.tokens for i in add),
+                first_seq=raw[0].seq,
+                last_seq=raw[-1].seq,
+            )
         self._raw = []
         return TurnReport(folded=True, reasons=(f"cut: folded {raw[0].seq}..{raw[-1].seq}",))

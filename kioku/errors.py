@@ -4,15 +4,23 @@
     ├── ConfigError            a profile, URL or option that cannot work; fix the configuration
     ├── InputError             bad input from a caller (empty message, unknown role); nothing was lost
     │   ├── MessageTooLarge    one message cannot fit the window even alone; it is stored anyway
+    │   ├── CardTooLarge       a system prompt that leaves no room for the minimum raw window
+    │   ├── BadParameter       one named header or field is wrong (`param` names it)
     │   └── SyncConflict       a client's transcript shares nothing with the log it names
+    ├── Unauthorized           no API key, or an unknown or revoked one (HTTP 401)
     ├── NotFound               no such conversation / item (or it belongs to another tenant)
     ├── StoreError             the database refused; the transaction was rolled back
+    │   ├── FoldRefused        a fold would break the coverage invariant; nothing was changed
+    │   └── LeaseLost          a worker finished a job another worker took over; not stored
     ├── ContextOverflow        the prompt cannot be made to fit; raised instead of sending it
     └── ModelError             the chat model failed
         ├── ModelTimeout       no answer within the profile's timeout
         ├── ModelUnavailable   connection refused / 5xx after retries
         ├── TruncatedReply     finish_reason == "length"; carries the partial completion
+        ├── UpstreamError      the proxy's upstream failed; carries the HTTP status to answer
+        ├── BadEvalReply       an evaluation prompt's reply stayed unusable after retries
         └── BadSummary         the summarizer's output failed a guard (refusal, unparseable, cut)
+            └── BadNotes       the notes extractor's reply could not be parsed strictly
 
 Every message says what to do next.
 """
@@ -46,9 +54,40 @@ class MessageTooLarge(InputError):
         )
 
 
+class CardTooLarge(InputError):
+    """A system prompt (the character card) so large that the minimum raw window and a minimal
+    memory no longer fit beside it: refused when the card is first seen, nothing stored."""
+
+    def __init__(self, tokens: int, limit: int, profile: Any) -> None:
+        self.tokens = tokens
+        self.limit = limit
+        super().__init__(
+            f"the system prompt is {tokens} tokens but at most {limit} fit in profile "
+            f"{profile.name} (window {profile.window}, response reserve "
+            f"{profile.response_reserve}, minimum raw window {profile.min_raw}); shorten the "
+            "card or use a profile with a larger window (--profile / --window)"
+        )
+
+
+class BadParameter(InputError):
+    """One named part of a request is wrong: `param` names it (a header, a field), as in
+    OpenAI's error object, and `code` says how."""
+
+    def __init__(self, message: str, param: str, code: str = "invalid_value") -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
 class SyncConflict(InputError):
     """A stateless client sent a transcript that matches nothing in the conversation's log
     (another chat under the same conversation id?); nothing was stored."""
+
+
+class Unauthorized(KiokuError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class NotFound(KiokuError):
@@ -59,8 +98,21 @@ class StoreError(KiokuError):
     pass
 
 
+class FoldRefused(StoreError):
+    """A fold would have broken the coverage invariant; nothing was changed."""
+
+
+class LeaseLost(StoreError):
+    """A worker finished a job after its lease expired and another worker took it over."""
+
+
 class ContextOverflow(KiokuError):
-    pass
+    """A prompt that cannot be made to fit: raised instead of sending it. `excess` says by how
+    many tokens (0 when unknown)."""
+
+    def __init__(self, message: str, excess: int = 0) -> None:
+        super().__init__(message)
+        self.excess = excess
 
 
 class ModelError(KiokuError):
@@ -86,8 +138,68 @@ class TruncatedReply(ModelError):
         )
 
 
+class UpstreamError(ModelError):
+    """The upstream failed; `status` is what kioku answers (502, 504, or the upstream's own
+    4xx when the request itself was refused, with the upstream's `code` and `param`)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "upstream_error",
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.code = code if code is not None else UPSTREAM_CODES.get(kind)
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.kind, self.code, self.param)
+
+
+# the error object's `code` for each kind of upstream failure kioku names itself
+UPSTREAM_CODES = {
+    "upstream_error": "upstream_error",
+    "upstream_unavailable": "upstream_unavailable",
+    "upstream_timeout": "upstream_timeout",
+    "rate_limit_error": "rate_limit_exceeded",
+}
+
+
+def error_body(
+    message: str, kind: str, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's error object, as kioku's service answers every error: `type` is the category,
+    `code` a string (or null), `param` the field or header at fault."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+class BadEvalReply(ModelError):
+    """A model's reply to an evaluation prompt stayed unusable after every retry."""
+
+    def __init__(self, task: str, reason: str, text: str = "") -> None:
+        self.task = task
+        self.reason = reason
+        self.text = text
+        super().__init__(
+            f"{task}: the model's reply was unusable after retries ({reason}); check that the "
+            "model follows JSON instructions, or use a stronger one"
+        )
+
+
 class BadSummary(ModelError):
     def __init__(self, reason: str, text: str = "") -> None:
         self.reason = reason
         self.text = text
         super().__init__(f"summary rejected ({reason}); it was not stored and will be retried")
+
+
+class BadNotes(BadSummary):
+    """The extractor's reply could not be parsed strictly; nothing was stored."""
+
+    def __init__(self, reason: str, text: str = "") -> None:
+        super().__init__(f"notes: {reason}", text)

@@ -7,12 +7,34 @@ Which job to run when is `policy`'s business; running it is the worker's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Literal, TypeVar
 
-from kioku.memory import MemoryItem
+from kioku.memory import ItemStatus, MemoryItem
 from kioku.messages import LogEntry
 from kioku.profiles import Profile
 from kioku.summarizer import Summary, SummaryTask
+
+T = TypeVar("T")
+
+
+def chunks(items: Iterable[T], budget: int, size: Callable[[T], int]) -> list[list[T]]:
+    """A backlog cut into contiguous chapter-sized runs, oldest first: a run closes before the
+    item that would take it past `budget`; an item larger than that is a run alone, and items
+    of size 0 (deleted messages) join the run that follows them rather than stand alone."""
+    runs: list[list[T]] = []
+    run: list[T] = []
+    used = 0
+    for item in items:
+        n = size(item)
+        if used and used + n > budget:
+            runs.append(run)
+            run, used = [], 0
+        run.append(item)
+        used += n
+    if run:
+        runs.append(run)
+    return runs
 
 
 def chapter_target(profile: Profile, input_tokens: int) -> int:
@@ -27,11 +49,11 @@ def chapter_task(
     lang: str = "en",
     character: str = "",
     avoid_phrases: Sequence[str] = (),
-    kind: str = "chapter",
+    kind: Literal["chapter", "cut"] = "chapter",
 ) -> SummaryTask:
     tokens = sum(e.tokens for e in entries)
     return SummaryTask(
-        kind="cut" if kind == "cut" else "chapter",
+        kind=kind,
         target_tokens=chapter_target(profile, tokens),
         entries=tuple(entries),
         ceiling_tokens=profile.summary_ceiling,
@@ -62,8 +84,21 @@ def synopsis_task(
     )
 
 
+def period(task: SummaryTask) -> tuple[str, str] | None:
+    """The first and last day (ISO) of what a task records: its messages' dates, or the
+    periods of the items a synopsis folds."""
+    days = [e.message.at.date().isoformat() for e in task.entries if e.message.at]
+    # a chapter task may carry the memory so far for its threads: only a synopsis records it
+    folded = ([task.previous] if task.previous else []) + list(task.chapters)
+    for item in folded if task.kind == "synopsis" else ():
+        span = item.data.get("period") if isinstance(item.data, Mapping) else None
+        if isinstance(span, list | tuple) and len(span) == 2:
+            days.extend(str(d) for d in span)
+    return (min(days), max(days)) if days else None
+
+
 def item_from_summary(
-    task: SummaryTask, summary: Summary, *, ready_at: float, status: str = "ready"
+    task: SummaryTask, summary: Summary, *, ready_at: float, status: ItemStatus = "ready"
 ) -> MemoryItem:
     first, last = task.span
     replaces: tuple[int, ...] = ()
@@ -73,6 +108,10 @@ def item_from_summary(
             for i in ([task.previous] if task.previous else []) + list(task.chapters)
             if i.id is not None
         )
+    data = dict(summary.data)
+    span_dates = period(task)
+    if span_dates:
+        data["period"] = list(span_dates)
     return MemoryItem(
         kind="synopsis" if task.kind == "synopsis" else "chapter",
         first_seq=first,
@@ -82,8 +121,8 @@ def item_from_summary(
         source=summary.source,
         model=summary.model,
         prompt_version=summary.prompt_version,
-        data=summary.data,
-        status=status,  # type: ignore[arg-type]
+        data=data,
+        status=status,
         ready_at=ready_at,
         replaces=replaces,
     )

@@ -1,10 +1,12 @@
-"""Plugging the other memory layers into the engine: archive recall, notes, the verbal-tic guard.
+"""The other memory layers, as one object the engine takes: archive recall, notes, the tic guard.
 
-Each layer is its own module; this one wires them into a `Kioku` through its hooks, so the
-engine's core stays ignorant of BM25, ledgers and n-grams:
+Each layer is its own module; `Layers` puts them behind the `kioku.hooks.MemoryLayers` protocol
+(`Kioku(store, layers=Layers(store))`), so the engine's core stays ignorant of BM25, ledgers
+and n-grams:
 - recall: for each user message, the closest past exchange outside the raw window becomes a
   recollection at the end of the prompt (never in front of the raw window: the cache survives);
-- notes: extracted in the background after each chapter, rendered into the memory exchange at
+- notes: extracted in the background after each chapter (and at once, without a model, from what
+  a forced or operator cut folds), rendered into the memory exchange at
   the next fold (an operator edit shows at once);
 - tics: a phrase repeated across the last 20 replies raises an alert, adds an anti-repetition line
   at the end of the request, and is kept out of every summary.
@@ -14,16 +16,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from kioku import notes as notes_layer
 from kioku import tics as tics_layer
-from kioku.context import Recollection
-from kioku.engine import Conversation, Kioku
+from kioku.archive import Hit
+from kioku.engine import Conversation
+from kioku.errors import ConfigError
+from kioku.lang import detect_lang
 from kioku.messages import LogEntry
 from kioku.models import ChatModel
 from kioku.recall import RecallIndexes
+from kioku.recollection import Recollection
+from kioku.store import Store
 
 TIC_WINDOW = 20
 _ASIDE = re.compile(r"\[[^\]]*\]")
@@ -42,37 +47,53 @@ def _speakers(entry: LogEntry) -> list[str]:
     return [p.speaker for p in entry.message.parts if p.speaker]
 
 
-@dataclass
 class Layers:
-    kioku: Kioku
-    recall: RecallIndexes | None
-    notes_extractor: notes_layer.NotesExtractor | None
-    tic_threshold: int
-    _alerted: dict[str, set[str]] = field(default_factory=dict)
-    # the last detection per conversation, keyed by the replies it read: every turn asks, but
-    # the answer changes only when a reply is added or edited
-    _tics: dict[str, tuple[Any, list[tics_layer.TicAlert]]] = field(default_factory=dict)
+    """Archive recall, notes and the verbal-tic guard, as `Kioku(layers=...)` takes them (the
+    `kioku.hooks.MemoryLayers` protocol). A layer turned off answers as `NoLayers` does."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        recall: bool = True,
+        notes: bool = True,
+        tics: bool = True,
+        notes_model: ChatModel | None = None,
+        tic_threshold: int = tics_layer.DEFAULT_THRESHOLD,
+    ) -> None:
+        self.store = store
+        self.recall = RecallIndexes(store) if recall else None
+        self.notes_on = notes
+        self.tics_on = tics
+        self.notes_extractor = notes_layer.NotesExtractor(notes_model) if notes_model else None
+        self.tic_threshold = tic_threshold
+        self._alerted: dict[str, set[str]] = {}
+        # the last detection per conversation, keyed by the replies it read: every turn asks,
+        # but the answer changes only when a reply is added or edited
+        self._tics: dict[str, tuple[Any, list[tics_layer.TicAlert]]] = {}
 
     def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int
+        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
     ) -> list[Recollection]:
-        if self.recall is None or raw_start == 0:
+        if self.recall is None or raw_start == 0 or budget <= 0:
             return []
-        found = self.recall.recall(
+        p = conv.kioku.profile
+        return self.recall.recall(
             conv.id,
             entry.message.text,
             before_seq=raw_start,
-            budget_tokens=self.kioku.profile.recollection_tokens,
-            counter=self.kioku.counter,
+            budget_tokens=budget,
+            counter=conv.kioku.counter,
+            limit=p.recall_limit,
+            min_relevance=p.recall_relevance,
         )
-        return [Recollection(r.first_seq, r.last_seq, r.render(), r.tokens, r.score) for r in found]
 
     def tic_alerts(self, conversation_id: str) -> list[tics_layer.TicAlert]:
-        key = tuple(self.kioku.store.tail_hashes(conversation_id, TIC_WINDOW, role="assistant"))
+        key = tuple(self.store.tail_hashes(conversation_id, TIC_WINDOW, role="assistant"))
         hit = self._tics.get(conversation_id)
         if hit is not None and hit[0] == key:
             return list(hit[1])
-        replies = self.kioku.store.tail(conversation_id, TIC_WINDOW, role="assistant")
+        replies = self.store.tail(conversation_id, TIC_WINDOW, role="assistant")
         # bracketed asides ([shares a photo: …]) are markup, not the character's voice
         texts = [_ASIDE.sub("", e.text) for e in replies]
         alerts = tics_layer.detect_tics(texts, threshold=self.tic_threshold, window=TIC_WINDOW)
@@ -83,6 +104,8 @@ class Layers:
         return list(alerts)
 
     def instructions(self, conv: Conversation) -> list[str]:
+        if not self.tics_on:
+            return []
         alerts = self.tic_alerts(conv.id)
         if not alerts:
             return []
@@ -98,6 +121,8 @@ class Layers:
         """Every phrase ever alerted, not only the live ones: a tic whose count dipped below the
         threshold this turn must still stay out of memory. Matched without the quotes around
         speech, since summaries quote differently."""
+        if not self.tics_on:
+            return []
         live = {a.phrase for a in self.tic_alerts(conversation_id)}
         known = self._known(conversation_id)
         return sorted({_unquote(p) for p in live | known} - {""})
@@ -105,18 +130,31 @@ class Layers:
     def _known(self, conversation_id: str) -> set[str]:
         known = self._alerted.get(conversation_id)
         if known is None:
-            log = self.kioku.store.log_entries(conversation_id)
+            log = self.store.log_entries(conversation_id)
             known = {e["detail"] for e in log if e["event"] == "tic_alert" and e["detail"]}
             self._alerted[conversation_id] = known
         return known
 
-    def render_notes(self, conv: Conversation) -> str:
+    def notes(self, conv: Conversation) -> str | None:
+        if not self.notes_on:
+            return None
         current = notes_layer.notes(conv.store, conv.id)
-        budget = self.kioku.profile.notes_tokens
-        return notes_layer.render_notes(current, budget, self.kioku.counter).text
+        budget = conv.profile.notes_tokens
+        return notes_layer.render_notes(current, budget, conv.kioku.counter, conv.lang).text
 
-    def extract_notes(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
-        notes_layer.update_notes(self.kioku.store, conversation_id, entries, self.notes_extractor)
+    def chapter_written(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
+        if self.notes_on:
+            lang = detect_lang([e.text for e in entries[:20]])
+            notes_layer.update_notes(
+                self.store, conversation_id, entries, self.notes_extractor, lang
+            )
+
+    def cut_written(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
+        """A cut folded these messages without a chapter job: their facts go to the ledger now,
+        by the model-free extractor (no model call inside a turn)."""
+        if self.notes_on:
+            lang = detect_lang([e.text for e in entries[:20]])
+            notes_layer.update_notes(self.store, conversation_id, entries, None, lang)
 
     def edit_notes(
         self, conv: Conversation, edited: str, base: str | None = None
@@ -127,29 +165,7 @@ class Layers:
         conv.refresh_notes()  # an operator's edit is worth one cache break
         return result
 
-
-def attach(
-    kk: Kioku,
-    *,
-    recall: bool = True,
-    notes: bool = True,
-    tics: bool = True,
-    notes_model: ChatModel | None = None,
-    tic_threshold: int = tics_layer.DEFAULT_THRESHOLD,
-) -> Layers:
-    layers = Layers(
-        kioku=kk,
-        recall=RecallIndexes(kk.store) if recall else None,
-        notes_extractor=notes_layer.NotesExtractor(notes_model) if notes_model else None,
-        tic_threshold=tic_threshold,
-    )
-    if recall:
-        kk.recall = layers.recollections
-    if tics:
-        kk.instructions = layers.instructions
-        kk.avoid_phrases = layers.avoid_phrases
-    if notes:
-        kk.notes = layers.render_notes
-        kk.worker.on_chapter.append(layers.extract_notes)
-    kk.layers = layers
-    return layers
+    def search(self, conversation_id: str, query: str, k: int) -> list[Hit]:
+        if self.recall is None:
+            raise ConfigError("archive recall is off in these layers: nothing to search")
+        return self.recall.sync(conversation_id).search(query, k=k)

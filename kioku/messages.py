@@ -4,6 +4,11 @@ A character's reply is not one string. It holds narration (地の文), speech wi
 and unspoken thought (本音). The summarizer needs that structure to tell what happened from what
 someone claimed, so it is kept from the API all the way to the chronicler.
 Sequence numbers are the store's business: a `LogEntry` pairs a stored message with its seq.
+
+The chat-completions protocol adds parts of its own (see `kioku.protocol`): an image or other
+media part (`ref`: its blob's sha256; the data lives in the store's blobs table), an assistant's
+tool call (`ref`: the call id, `name`: the function, `text`: the arguments) and a tool's result
+(`ref`: the call it answers, `name`: the function, `text`: what it returned).
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ from typing import Any, Literal, get_args
 from kioku.errors import InputError
 
 Role = Literal["user", "assistant", "system", "tool"]
-PartKind = Literal["narration", "speech", "thought", "text"]
+PartKind = Literal[
+    "narration", "speech", "thought", "text", "image", "attachment", "tool_call", "tool_result"
+]
 ROLES: tuple[str, ...] = get_args(Role)
 PART_KINDS: tuple[str, ...] = get_args(PartKind)
+MEDIA_KINDS = ("image", "attachment")  # parts with no text of their own: data in a blob
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,8 @@ class Part:
     kind: PartKind
     text: str
     speaker: str | None = None
+    ref: str | None = None  # media: the blob's sha256; tool call / result: the call id
+    name: str | None = None  # tool call / result: the function; attachment: its part type
 
     def __post_init__(self) -> None:
         if self.kind not in PART_KINDS:
@@ -37,6 +47,10 @@ class Part:
         out: dict[str, Any] = {"kind": self.kind, "text": self.text}
         if self.speaker:
             out["speaker"] = self.speaker
+        if self.ref is not None:
+            out["ref"] = self.ref
+        if self.name is not None:
+            out["name"] = self.name
         return out
 
     @classmethod
@@ -45,6 +59,8 @@ class Part:
             kind=data.get("kind", "text"),
             text=str(data.get("text", "")),
             speaker=data.get("speaker"),
+            ref=data.get("ref"),
+            name=data.get("name"),
         )
 
 
@@ -79,7 +95,7 @@ class Message:
         return render_parts(self.parts, self.author)
 
     def is_empty(self) -> bool:
-        return not any(p.text.strip() for p in self.parts)
+        return not any(p.text.strip() or p.kind in MEDIA_KINDS or p.ref for p in self.parts)
 
     def parts_json(self) -> str:
         return json.dumps([p.to_json() for p in self.parts], ensure_ascii=False)
@@ -107,9 +123,30 @@ def render_parts(parts: Iterable[Part], author: str = "") -> str:
             out.append(f"{who}: 「{p.text}」" if who and who != author else f"「{p.text}」")
         elif p.kind == "thought":
             out.append(f"({p.text})")
+        elif p.kind in MEDIA_KINDS or p.kind == "tool_call":
+            out.append(protocol_text(p))
         else:
             out.append(p.text)
     return "\n".join(s for s in out if s)
+
+
+def protocol_text(p: Part) -> str:
+    """A media part or a tool call as one line of text: what the log's `text` column holds, what
+    syncing compares (so the hash and the call id tell two of them apart) and what is counted
+    (an image's cost is added apart, see `kioku.protocol.message_tokens`)."""
+    if p.kind == "tool_call":
+        return f"[tool call {p.name}({canonical_json(p.text)}) {p.ref or ''}]".replace(" ]", "]")
+    what = "image" if p.kind == "image" else p.name or p.kind
+    return f"[{what} {(p.ref or '')[:12]}]"
+
+
+def canonical_json(text: str) -> str:
+    """JSON text in one spelling (clients re-serialize tool arguments: `{"a":1}` and
+    `{"a": 1}` are the same call); text that is not JSON stays as it is."""
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False, sort_keys=True)
+    except ValueError:
+        return text
 
 
 @dataclass(frozen=True)

@@ -9,20 +9,92 @@ background compaction), so the engine holds two `ChatModel`s. A completion alway
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
 
-ChatRole = Literal["system", "user", "assistant", "tool"]
+from kioku.errors import StoreError
+from kioku.messages import Role
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function call an assistant message asks for: the protocol's `tool_calls` entry."""
+
+    id: str
+    name: str
+    arguments: str  # JSON text exactly as the model wrote it
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True)
+class ContentPart:
+    """One entry of a content array: text, or a media part (an image) that the store keeps as a
+    blob named by its sha256, so a prompt holds the name and the data is read only to send it."""
+
+    text: str = ""
+    ref: str | None = None
+
+    def to_json(self, media: Mapping[str, Any]) -> dict[str, Any]:
+        if self.ref is None:
+            return {"type": "text", "text": self.text}
+        try:
+            return dict(media[self.ref])
+        except KeyError:
+            raise StoreError(
+                f"media part {self.ref[:12]} of a stored message is missing from the blobs "
+                "table; the message cannot be sent as it was written"
+            ) from None
 
 
 @dataclass(frozen=True)
 class ChatMessage:
-    role: ChatRole
-    content: str
+    role: Role
+    content: str  # the text (of every text part): what is counted, compared and summarized
+    # The protocol beyond text; all empty for a plain message, which is sent as role + content.
+    parts: tuple[ContentPart, ...] = ()  # content as an array, in order (images)
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None  # a tool result's function (a legacy `function` message without id)
+    no_content: bool = False  # `content: null`: an assistant turn that only calls tools
 
-    def to_json(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+    @property
+    def refs(self) -> tuple[str, ...]:
+        """The blobs this message needs to be sent."""
+        return tuple(p.ref for p in self.parts if p.ref is not None)
+
+    def to_json(self, media: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The message as the protocol writes it; `media` maps blob hashes to their parts."""
+        if not (self.parts or self.tool_calls or self.tool_call_id or self.name or self.no_content):
+            return {"role": self.role, "content": self.content}
+        out: dict[str, Any] = {"role": self.role}
+        if self.name:
+            out["name"] = self.name
+            if not self.tool_call_id:
+                out["role"] = "function"
+        if self.parts:
+            out["content"] = [p.to_json(media or {}) for p in self.parts]
+        else:
+            out["content"] = None if self.no_content else self.content
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_json() for c in self.tool_calls]
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+    def prefixed(self, text: str) -> ChatMessage:
+        """The same message with `text` in front of its content (recollections next to the
+        new user message)."""
+        parts = self.parts
+        if parts:
+            parts = (ContentPart(text), *parts)
+        return replace(self, content=text + self.content, parts=parts)
 
 
 @dataclass(frozen=True)
@@ -33,10 +105,11 @@ class ChatRequest:
     stop: tuple[str, ...] = ()
     purpose: str = "reply"  # "reply" | "chapter" | "synopsis" | "cut" | "notes" | "eval": for logs
     extra: dict[str, Any] = field(default_factory=dict)
+    media: Mapping[str, Any] = field(default_factory=dict)  # blob hash -> content part
 
     def to_json(self, model: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "messages": [m.to_json() for m in self.messages],
+            "messages": [m.to_json(self.media) for m in self.messages],
             "max_tokens": self.max_tokens,
         }
         if model:
@@ -65,6 +138,7 @@ class Completion:
     finish_reason: str = "stop"
     usage: Usage = Usage()
     model: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant turn may call tools instead of answering
 
     @property
     def truncated(self) -> bool:

@@ -3,30 +3,43 @@
 The rules come from a production system that rebuilt its memory five times (seed 000 §2):
 - past the trigger, schedule a summary job in the background, delayed, and do NOT fold in that
   turn — folding drops the prompt's prefix and the turn that triggers would re-read everything;
-- apply a ready summary at the start of the next turn: one cache break per fold;
-- past the ceiling (summaries keep failing), cut anyway — but with an extractive stand-in
-  chapter first, so nothing leaves the prompt unrecorded;
-- size the raw window after a fold to keep a fixed headroom before the next trigger, shrinking
-  as memory grows, never below the minimum;
+- apply a ready summary at the start of a later turn: one cache break per fold. kioku applies
+  it just in time, on the first turn whose prompt could not take another message, so the
+  window stays full between folds;
+- past the ceiling (summaries late or failing), cut anyway — but with an extractive stand-in
+  chapter first, so nothing leaves the prompt unrecorded and the turn always fits;
+- a fold leaves a fixed headroom below the ceiling (the raw window shrinking as memory grows,
+  never below the minimum), so no fold follows another on the next turn;
 - a backlog larger than the summarizer can read at once is split into chunk-sized jobs, oldest
   first;
 - when chapters pass the major-GC threshold, the older half plus the old synopsis are folded
-  into a new synopsis (the only lossy rewrite).
+  into a new synopsis (the only lossy rewrite); a ready synopsis waits for the next chapter
+  fold, so the two share one cache break.
+
+Every size is the rendered prompt's (`kioku.budget`): `State.fixed` is what the prompt holds
+besides the raw window (system prompt, memory exchange, the template's tokens for them), and
+each raw message counts with its template tokens and the extras its turn was shown.
+
+`decide` runs these rules as steps over a `Plan` (the memory state the turn leads to), so a
+baseline policy reuses the steps it shares (`kioku.rolling`: the rolling rewrite kioku is
+measured against) and the engine takes whichever `Policy` it was given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kioku.memory import Memory, MemoryItem
+from kioku.generations import chunks
+from kioku.memory import ItemKind, Memory, MemoryItem
 from kioku.profiles import Profile
+from kioku.queue import JobKind
 
 
 @dataclass(frozen=True)
 class PendingJob:
-    kind: str  # chapter | synopsis
+    kind: JobKind
     first_seq: int
     last_seq: int
 
@@ -36,18 +49,52 @@ class State:
     profile: Profile
     now: float
     raw_start: int
-    raw: Sequence[tuple[int, int]]  # (seq, tokens) of the raw window, oldest first
+    # (seq, rendered tokens) of the raw window, oldest first, the new message last: each
+    # message with its template tokens and the extras its turn was shown
+    raw: Sequence[tuple[int, int]]
     memory: Memory
     ready: Sequence[MemoryItem] = ()
     jobs: Sequence[PendingJob] = ()
-    # generational: chapters + major GC (kioku) · rolling: one summary rewritten at each fold
-    # (the baseline of seeds 002/004, kept for comparison)
-    strategy: str = "generational"
+    fixed: int = 0  # rendered tokens besides the raw window: system, memory exchange, template
+    item_overhead: int = 16  # what one memory item adds beyond its text (its heading)
+    frame: int = 0  # what the memory exchange costs around its items, paid once memory exists
+    usable: int | None = None  # prompt tokens the counter lets kioku plan for (estimate margin)
+
+    @property
+    def ceiling(self) -> int:
+        p = self.profile
+        return p.ceiling if self.usable is None else min(p.ceiling, self.usable)
+
+    @property
+    def trigger(self) -> int:
+        """The profile's trigger, earlier when recent turns are long: a summary scheduled now
+        must be ready before the prompt meets the ceiling."""
+        lead = _turns(self.raw, SUMMARY_LEAD_TURNS)
+        return max(self.profile.min_raw, min(self.profile.trigger, self.ceiling - lead))
+
+    @property
+    def prompt(self) -> int:
+        """The rendered prompt as it stands, with the new message."""
+        return self.fixed + _tail_tokens(self.raw, self.raw_start)
+
+    @property
+    def needs_room(self) -> bool:
+        """The prompt could not take another message of the recent size: fold what is ready."""
+        return self.prompt + _turns(self.raw, FOLD_AHEAD_TURNS) > self.ceiling
+
+
+# A summary is scheduled at least this many turns before the ceiling, so its delay (30 s) and
+# duration (~30 s) pass while the conversation goes on.
+SUMMARY_LEAD_TURNS = 6
+# A ready chapter is folded in when the prompt could not take another message of the recent
+# size: the window stays as full as it can be, and the turn that folds still fits (the ceiling's
+# forced cut is for summaries that are late).
+FOLD_AHEAD_TURNS = 0.5
 
 
 @dataclass(frozen=True)
 class JobPlan:
-    kind: str
+    kind: JobKind
     first_seq: int
     last_seq: int
     run_after: float
@@ -71,10 +118,217 @@ class Decision:
         return bool(self.activate or self.retire or self.forced_cut)
 
 
+Policy = Callable[[State], Decision]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The memory state a turn leads to, built step by step, and how it gets there."""
+
+    start: int  # the raw window's start after this turn
+    chapters: tuple[MemoryItem, ...]
+    synopsis: MemoryItem | None
+    activate: tuple[int, ...] = ()
+    retire: tuple[int, ...] = ()
+    discard: tuple[int, ...] = ()
+    revised: tuple[int, ...] = ()
+    forced: tuple[int, int] | None = None
+    stand_in_tokens: int = 0  # the forced cut's extractive chapter, not written yet
+    schedule: tuple[JobPlan, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def memory_tokens(self) -> int:
+        synopsis = self.synopsis.tokens if self.synopsis else 0
+        return sum(c.tokens for c in self.chapters) + synopsis + self.stand_in_tokens
+
+    def fixed(self, state: State) -> int:
+        """What the prompt holds besides the raw window once this plan's memory is in it."""
+        oh = state.item_overhead
+        after = [*self.chapters, *([self.synopsis] if self.synopsis else [])]
+        before = state.memory.items
+        fixed = state.fixed + sum(i.tokens + oh for i in after) - sum(i.tokens + oh for i in before)
+        if self.stand_in_tokens:
+            fixed += self.stand_in_tokens + oh
+        if (after or self.stand_in_tokens) and not before:
+            fixed += state.frame
+        return fixed
+
+    def prompt(self, state: State) -> int:
+        """The rendered prompt this plan leads to: what the trigger and ceiling measure."""
+        return self.fixed(state) + _tail_tokens(state.raw, self.start)
+
+    def decision(self, state: State) -> Decision:
+        return Decision(
+            activate=self.activate,
+            retire=self.retire,
+            discard=self.discard,
+            raw_start=self.start if self.start != state.raw_start else None,
+            forced_cut=self.forced,
+            schedule=self.schedule,
+            cancel_through=self.forced[1] if self.forced else None,
+            reasons=self.reasons,
+            revised=self.revised,
+        )
+
+
+def decide(state: State) -> Decision:
+    """kioku's policy: fold what is ready, cut at the ceiling, schedule chapters past the
+    trigger, and a major GC when the chapters grow past their threshold."""
+    plan = fold_ready(state)
+    plan = cut_at_ceiling(state, plan)
+    plan = schedule_chapters(state, plan)
+    plan = schedule_major_gc(state, plan)
+    return plan.decision(state)
+
+
+# the steps -------------------------------------------------------------------------------------
+
+
+def fold_ready(state: State, *, just_in_time: bool = True) -> Plan:
+    """Apply what is ready: chapters chained from the raw start, a synopsis whose inputs are
+    active, revisions in place of the stale items they rewrite. `just_in_time` (kioku): ready
+    chapters and a ready synopsis wait for the turn whose prompt needs the room."""
+    hold = just_in_time and not state.needs_room
+    activate, retire, discard, start, chapters, synopsis = _fold_ready(state, hold=hold)
+    swapped, revised, dropped, chapters, synopsis = _swap_revisions(state, chapters, synopsis)
+    activate += swapped
+    discard += dropped
+    reasons: list[str] = []
+    if revised:
+        reasons.append(f"revision: {len(revised)} stale item(s) re-summarized after an edit")
+    if activate:
+        reasons.append(f"fold: {len(activate)} ready item(s) applied")
+    return Plan(
+        start=start,
+        chapters=tuple(chapters),
+        synopsis=synopsis,
+        activate=tuple(activate),
+        retire=tuple(retire),
+        discard=tuple(discard),
+        revised=tuple(revised),
+        reasons=tuple(reasons),
+    )
+
+
+def cut_at_ceiling(state: State, plan: Plan) -> Plan:
+    """Summaries did not arrive in time: cut the oldest raw messages now, recorded by an
+    extractive stand-in chapter, so the turn fits and the coverage invariant holds. The prompt
+    lands where a fold would have left it: `headroom` below the ceiling."""
+    p = state.profile
+    prompt = plan.prompt(state)
+    if prompt <= state.ceiling:
+        return plan
+    after = replace(plan, stand_in_tokens=plan.stand_in_tokens + p.chapter_tokens).prompt(state)
+    # `headroom` below the ceiling, keeping the minimum raw window; but the turn must fit even
+    # where that minimum cannot stay (one huge message)
+    wanted = _cut_after(state.raw, plan.start, after - (state.ceiling - p.headroom), p.min_raw)
+    cut = max(wanted, _cut_after(state.raw, plan.start, after - state.ceiling, 0))
+    if cut <= plan.start:
+        return plan
+    return replace(
+        plan,
+        start=cut,
+        forced=(plan.start, cut - 1),
+        stand_in_tokens=plan.stand_in_tokens + p.chapter_tokens,
+        reasons=(
+            *plan.reasons,
+            f"ceiling: prompt {prompt} > {state.ceiling}, forced cut {plan.start}..{cut - 1}",
+        ),
+    )
+
+
+def pending_jobs(state: State, plan: Plan) -> list[PendingJob]:
+    """Jobs still worth waiting for: a forced cut overtakes the raw-range jobs it covers, never
+    a major GC (its range is memory)."""
+    forced = plan.forced
+    return [
+        j for j in state.jobs if not (forced and j.kind != "synopsis" and j.first_seq <= forced[1])
+    ]
+
+
+def waiting(state: State, plan: Plan, kind: ItemKind) -> bool:
+    """A ready item of `kind` this turn does not apply (a chapter after the raw start, or a
+    synopsis neither applied nor discarded): it will be, so nothing new is scheduled for it."""
+    if kind == "chapter":
+        return any(
+            r.kind == "chapter" and r.first_seq >= plan.start and r.id not in plan.activate
+            for r in state.ready
+        )
+    return any(
+        r.kind == kind and r.id not in plan.activate and r.id not in plan.discard
+        for r in state.ready
+    )
+
+
+def trigger_cut(state: State, plan: Plan) -> int | None:
+    """Past the trigger: the first seq to keep raw (None: not past the trigger, or nothing to
+    summarize). The chapter takes the oldest `headroom` tokens (and its own size), less the
+    message that comes before the fold is needed: however late the fold, the prompt then has
+    `headroom` of room again. At least `min_raw` stays raw."""
+    p = state.profile
+    if plan.prompt(state) <= state.trigger:
+        return None
+    drop = p.headroom + p.chapter_tokens + state.item_overhead
+    drop -= _turns(state.raw, FOLD_AHEAD_TURNS)
+    cut = _cut_after(state.raw, plan.start, drop, p.min_raw)
+    return cut if cut > plan.start else None
+
+
+def schedule_chapters(state: State, plan: Plan) -> Plan:
+    """Past the trigger, with no chapter on its way: chapter jobs for the raw messages to fold,
+    split into summary-sized chunks, delayed (the fold waits for the next turn)."""
+    pending = pending_jobs(state, plan)
+    if any(j.kind in ("chapter", "rolling") for j in pending) or waiting(state, plan, "chapter"):
+        return plan
+    cut = trigger_cut(state, plan)
+    if cut is None:
+        return plan
+    p = state.profile
+    run_after = state.now + p.summary_delay_s
+    jobs = tuple(
+        JobPlan("chapter", lo, hi, run_after)
+        for lo, hi in _chunks(state.raw, plan.start, cut - 1, p.summary_chunk)
+    )
+    reason = (
+        f"trigger: prompt {plan.prompt(state)} > {state.trigger}, {len(jobs)} chapter job(s) "
+        f"for {plan.start}..{cut - 1}"
+    )
+    return replace(plan, schedule=(*plan.schedule, *jobs), reasons=(*plan.reasons, reason))
+
+
+def schedule_major_gc(state: State, plan: Plan) -> Plan:
+    """Chapters past the major-GC threshold: fold the older half, with the synopsis, into a new
+    synopsis (never over a stale item: its revision comes first)."""
+    p = state.profile
+    chapters, synopsis = plan.chapters, plan.synopsis
+    chapter_tokens = sum(c.tokens for c in chapters)
+    pending = pending_jobs(state, plan)
+    if (
+        chapter_tokens <= p.major_gc
+        or len(chapters) < 2
+        or any(j.kind == "synopsis" for j in pending)
+        or waiting(state, plan, "synopsis")
+        or any(i.stale for i in (*chapters, *([synopsis] if synopsis else [])))
+    ):
+        return plan
+    older = chapters[: max(1, len(chapters) // 2)]
+    ids = [c.id for c in older if c.id is not None]
+    payload = {"chapter_ids": ids, "synopsis_id": synopsis.id if synopsis else None}
+    first = synopsis.first_seq if synopsis else older[0].first_seq
+    job = JobPlan("synopsis", first, older[-1].last_seq, state.now + p.summary_delay_s, payload)
+    reason = f"major GC: chapters {chapter_tokens} > {p.major_gc}, folding {len(ids)}"
+    return replace(plan, schedule=(*plan.schedule, job), reasons=(*plan.reasons, reason))
+
+
+# helpers ---------------------------------------------------------------------------------------
+
+
 def _fold_ready(
-    state: State,
+    state: State, *, hold: bool = False
 ) -> tuple[list[int], list[int], list[int], int, list[MemoryItem], MemoryItem | None]:
-    """Chain ready chapters from the raw start; apply a ready synopsis whose inputs are active."""
+    """Chain ready chapters from the raw start; apply a ready synopsis whose inputs are active.
+    `hold`: apply neither now (they wait for the turn that needs the room)."""
     activate: list[int] = []
     retire: list[int] = []
     discard: list[int] = []
@@ -93,14 +347,17 @@ def _fold_ready(
         assert r.id is not None
         if r.first_seq < start:
             discard.append(r.id)  # a forced cut or a duplicate already covers it
-        elif r.first_seq == start:
+        elif r.first_seq == start and not hold:
             activate.append(r.id)
             chapters.append(r)
             start = r.last_seq + 1
     active = {c.id: c for c in chapters if c.id is not None}
     if synopsis and synopsis.id is not None:
         active[synopsis.id] = synopsis
-    for r in sorted((r for r in due if r.kind == "synopsis"), key=lambda r: r.last_seq):
+    synopses = (
+        [] if hold else sorted((r for r in due if r.kind == "synopsis"), key=lambda r: r.last_seq)
+    )
+    for r in synopses:
         assert r.id is not None
         replaced = [active[i] for i in r.replaces if i in active]
         if len(replaced) != len(r.replaces):
@@ -163,138 +420,32 @@ def _tail_tokens(raw: Sequence[tuple[int, int]], start: int) -> int:
     return sum(t for s, t in raw if s >= start)
 
 
-def _cut_point(raw: Sequence[tuple[int, int]], start: int, keep: int) -> int:
-    """The first seq to keep so that at most `keep` raw tokens remain (at least one message
-    stays raw: the newest turn is never summarized before anyone saw a reply to it)."""
-    kept = 0
-    cut = None
-    for s, t in reversed([(s, t) for s, t in raw if s >= start]):
-        if cut is not None and kept + t > keep:
-            break
-        kept += t
-        cut = s
-    return start if cut is None else cut
+def _cut_after(raw: Sequence[tuple[int, int]], start: int, drop: int, keep: int) -> int:
+    """The first seq to keep when about `drop` tokens are folded from the raw start, keeping
+    at least `keep` tokens raw (and always the newest message: a turn is never summarized
+    before anyone saw a reply to it)."""
+    rest = _tail_tokens(raw, start)
+    dropped = 0
+    for s, t in raw:
+        if s < start:
+            continue
+        if dropped >= drop or rest - t < keep or s == raw[-1][0]:
+            return s
+        dropped += t
+        rest -= t
+    return start
+
+
+def _turns(raw: Sequence[tuple[int, int]], n: float) -> int:
+    """Tokens `n` turns (a message and its reply each) of the recent size take (the median
+    message: a turn that was shown a recollection is not what the next turns look like)."""
+    recent = sorted(t for _, t in raw[-20:])
+    return round(2 * n * recent[len(recent) // 2]) if recent else 0
 
 
 def _chunks(
     raw: Sequence[tuple[int, int]], first: int, last: int, chunk: int
 ) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    lo, acc = first, 0
-    for s, t in raw:
-        if s < first or s > last:
-            continue
-        if acc and acc + t > chunk:
-            out.append((lo, s - 1))
-            lo, acc = s, 0
-        acc += t
-    if lo <= last:
-        out.append((lo, last))
-    return out
-
-
-def decide(state: State) -> Decision:
-    p = state.profile
-    reasons: list[str] = []
-    activate, retire, discard, start, chapters, synopsis = _fold_ready(state)
-    swapped, revised, dropped, chapters, synopsis = _swap_revisions(state, chapters, synopsis)
-    activate += swapped
-    discard += dropped
-    if revised:
-        reasons.append(f"revision: {len(revised)} stale item(s) re-summarized after an edit")
-    if activate:
-        reasons.append(f"fold: {len(activate)} ready item(s) applied")
-    memory_tokens = sum(c.tokens for c in chapters) + (synopsis.tokens if synopsis else 0)
-    raw_tokens = _tail_tokens(state.raw, start)
-    history = memory_tokens + raw_tokens
-
-    forced: tuple[int, int] | None = None
-    cancel_through: int | None = None
-    if history > p.ceiling:
-        # Summaries did not arrive in time: cut the oldest raw messages now, recorded by an
-        # extractive stand-in chapter so the coverage invariant holds.
-        keep = p.raw_target(memory_tokens + p.chapter_tokens)
-        cut = _cut_point(state.raw, start, keep)
-        if cut > start:
-            forced = (start, cut - 1)
-            cancel_through = cut - 1
-            reasons.append(
-                f"ceiling: history {history} > {p.ceiling}, forced cut {start}..{cut - 1}"
-            )
-            memory_tokens += p.chapter_tokens
-            raw_tokens = _tail_tokens(state.raw, cut)
-            history = memory_tokens + raw_tokens
-            start = cut
-
-    schedule: list[JobPlan] = []
-    # a forced cut overtakes the raw-range jobs it covers, never a major GC (its range is memory)
-    pending = [
-        j for j in state.jobs if not (forced and j.kind != "synopsis" and j.first_seq <= forced[1])
-    ]
-    waiting_chapters = [
-        r
-        for r in state.ready
-        if r.kind == "chapter" and r.first_seq >= start and r.id not in activate
-    ]
-    chapter_pending = any(j.kind in ("chapter", "rolling") for j in pending) or bool(
-        waiting_chapters
-    )
-    if state.strategy == "rolling":
-        chapter_pending = chapter_pending or any(
-            r.kind == "synopsis" and r.id not in activate and r.id not in discard
-            for r in state.ready
-        )
-    if history > p.trigger and not chapter_pending:
-        keep = p.raw_target(memory_tokens + p.chapter_tokens)
-        cut = _cut_point(state.raw, start, keep)
-        if cut > start and state.strategy == "rolling":
-            payload: dict[str, Any] = {"synopsis_id": synopsis.id if synopsis else None}
-            schedule.append(
-                JobPlan("rolling", start, cut - 1, state.now + p.summary_delay_s, payload)
-            )
-            reasons.append(
-                f"trigger: history {history} > {p.trigger}, rolling rewrite to {cut - 1}"
-            )
-        elif cut > start:
-            run_after = state.now + p.summary_delay_s
-            for lo, hi in _chunks(state.raw, start, cut - 1, p.summary_chunk):
-                schedule.append(JobPlan("chapter", lo, hi, run_after))
-            reasons.append(
-                f"trigger: history {history} > {p.trigger}, {len(schedule)} chapter job(s) "
-                f"for {start}..{cut - 1}"
-            )
-
-    synopsis_pending = any(j.kind == "synopsis" for j in pending) or any(
-        r.kind == "synopsis" and r.id not in activate and r.id not in discard for r in state.ready
-    )
-    chapter_tokens = sum(c.tokens for c in chapters)
-    if (
-        state.strategy == "generational"
-        and chapter_tokens > p.major_gc
-        and len(chapters) >= 2
-        and not synopsis_pending
-        and not any(i.stale for i in (*chapters, *([synopsis] if synopsis else [])))
-    ):
-        older = chapters[: max(1, len(chapters) // 2)]
-        ids = [c.id for c in older if c.id is not None]
-        payload = {
-            "chapter_ids": ids,
-            "synopsis_id": synopsis.id if synopsis else None,
-        }
-        first = synopsis.first_seq if synopsis else older[0].first_seq
-        schedule.append(
-            JobPlan("synopsis", first, older[-1].last_seq, state.now + p.summary_delay_s, payload)
-        )
-        reasons.append(f"major GC: chapters {chapter_tokens} > {p.major_gc}, folding {len(ids)}")
-
-    return Decision(
-        activate=tuple(activate),
-        retire=tuple(retire),
-        discard=tuple(discard),
-        raw_start=start if start != state.raw_start else None,
-        forced_cut=forced,
-        schedule=tuple(schedule),
-        cancel_through=cancel_through,
-        reasons=tuple(reasons),
-        revised=tuple(revised),
-    )
+    """Chapter-sized seq ranges covering first..last (the raw window has no gaps)."""
+    within = [(s, t) for s, t in raw if first <= s <= last]
+    return [(run[0][0], run[-1][0]) for run in chunks(within, chunk, size=lambda st: st[1])]

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, and_, insert, or_, select, text, update
 
 from kioku import schema as s
 from kioku.db import Database, new_id
-from kioku.errors import StoreError
+from kioku.errors import LeaseLost
 from kioku.memory import MemoryItem
+
+# chapter: a raw range; synopsis: a major GC; rolling: the rolling baseline's rewrite;
+# revision: the re-summary of an item a client's edit made stale
+JobKind = Literal["chapter", "synopsis", "rolling", "revision"]
+JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 
 DEFAULT_LEASE_S = 600.0
 # namespace of the per-conversation advisory locks taken while claiming a job (PostgreSQL)
@@ -28,10 +33,10 @@ CLAIM_LOCK_NS = 0x6B696F
 class Job:
     id: int
     conversation_id: str
-    kind: str
+    kind: JobKind
     first_seq: int
     last_seq: int
-    status: str
+    status: JobStatus
     attempts: int
     run_after: float
     payload: dict[str, Any]
@@ -59,22 +64,16 @@ def _held(job_id: int, worker: str | None) -> list[Any]:
     return [j.id == job_id, j.status == "running", j.leased_by == worker]
 
 
-class LeaseLost(StoreError):
-    """A worker finished a job after its lease expired and another worker took it over."""
-
-
 class JobQueue(Database):
     """Jobs live beside the memory items they produce: completing one stores its item."""
 
-    def add_item(
-        self, conversation_id: str, item: MemoryItem, conn: Connection | None = None
-    ) -> int:
+    def add_item(self, conversation_id: str, item: MemoryItem) -> int:
         raise NotImplementedError  # the Store writes memory items
 
     def enqueue_job(
         self,
         conversation_id: str,
-        kind: str,
+        kind: JobKind,
         first_seq: int,
         last_seq: int,
         run_after: float,
@@ -96,12 +95,12 @@ class JobQueue(Database):
             )
             return new_id(r)
 
-    def jobs(self, conversation_id: str, *statuses: str) -> list[Job]:
+    def jobs(self, conversation_id: str, *statuses: JobStatus) -> list[Job]:
         j = s.jobs.c
         q = select(s.jobs).where(j.conversation_id == conversation_id)
         if statuses:
             q = q.where(j.status.in_(statuses))
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return [_job_row(r) for r in conn.execute(q.order_by(j.id))]
 
     def claim_job(
@@ -185,7 +184,7 @@ class JobQueue(Database):
     def finish_job(
         self,
         job_id: int,
-        status: str = "done",
+        status: JobStatus = "done",
         error: str | None = None,
         worker: str | None = None,
     ) -> bool:
@@ -215,7 +214,7 @@ class JobQueue(Database):
             )
             if worker is not None and not r.rowcount:
                 raise LeaseLost(f"job {job_id} is no longer leased by {worker}; not stored")
-            return self.add_item(conversation_id, item, conn) if item is not None else None
+            return self.add_item(conversation_id, item) if item is not None else None
 
     def retry_job(
         self, job_id: int, run_after: float, error: str, worker: str | None = None

@@ -13,12 +13,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 import numpy as np
-from sqlalchemy import delete, insert, select
 
-from kioku import schema as s
 from kioku.archive import (
     ArchiveIndex,
     BM25Params,
@@ -29,7 +26,9 @@ from kioku.archive import (
     index_text,
 )
 from kioku.messages import LogEntry
+from kioku.recollection import RecalledLine, Recollection
 from kioku.store import Store
+from kioku.store_recall import StoredSegment
 from kioku.tokens import TokenCounter
 
 DEFAULT_SEGMENT_SIZE = 512  # messages per persisted segment
@@ -39,34 +38,6 @@ MIN_CUT_TOKENS = 24  # below this, a cut-down recollection says too little to be
 
 
 # recollections -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RecalledLine:
-    seq: int
-    speaker: str
-    text: str
-    at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class Recollection:
-    """A past exchange found relevant to the new user message."""
-
-    first_seq: int
-    last_seq: int
-    score: float
-    lines: tuple[RecalledLine, ...]
-    tokens: int = 0  # of `render()`, by the counter the caller passed
-
-    @property
-    def at(self) -> datetime | None:
-        return next((ln.at for ln in self.lines if ln.at), None)
-
-    def render(self) -> str:
-        when = f", {self.at:%Y-%m-%d}" if self.at else ""
-        head = f"(#{self.first_seq}–{self.last_seq}{when})"
-        return "\n".join([head, *(f"{ln.speaker}: {ln.text}" for ln in self.lines)])
 
 
 Lookup = Callable[[int, int], Sequence[LogEntry]]  # (first, last) inclusive → entries
@@ -117,6 +88,7 @@ def recall(
     limit: int = DEFAULT_LIMIT,
     neighbours: int = 1,
     min_score: float = 0.0,
+    min_relevance: float = 0.0,
 ) -> list[Recollection]:
     """The best past exchanges for `query` among seqs < before_seq, best first, together within
     `budget_tokens` (measured on `Recollection.render()`). Each is the matching turn with its
@@ -130,6 +102,8 @@ def recall(
     for hit in hits:
         if hit.score <= min_score or hit.seq in taken or hit.seq >= before_seq:
             continue
+        if hit.relevance < min_relevance:
+            break  # hits come best first
         lo, hi = max(0, hit.seq - neighbours), min(before_seq - 1, hit.seq + neighbours)
         seqs = [q for q in range(lo, hi + 1) if q not in taken]
         entries = [e for e in lookup(seqs[0], seqs[-1]) if e.seq in seqs and e.seq < before_seq]
@@ -231,6 +205,7 @@ class RecallIndexes:
         budget_tokens: int,
         counter: TokenCounter,
         limit: int = DEFAULT_LIMIT,
+        min_relevance: float = 0.0,
     ) -> list[Recollection]:
         idx = self.sync(conversation_id)
         found: list[Hit] = []
@@ -259,9 +234,12 @@ class RecallIndexes:
             budget_tokens=budget_tokens,
             counter=counter,
             limit=limit,
+            min_relevance=min_relevance,
         )
 
     def _save(self, conversation_id: str, idx: ArchiveIndex) -> None:
+        if self.store.readonly:
+            return  # a read-only command searches in memory and persists nothing
         seg = idx.take_segment()
         if seg is not None:
             _write_segments(self.store, conversation_id, [seg])
@@ -278,13 +256,14 @@ class RecallIndexes:
         usable = usable and segs[0].first_seq == 0
         if segs and not usable:
             # written by another tokenizer version, or broken: the log rebuilds it
-            _drop_segments(self.store, conversation_id)
+            if not self.store.readonly:
+                _drop_segments(self.store, conversation_id)
             stats.rebuilt = True
             segs = []
         for seg in segs:
             idx.load_segment(seg)
         stats.segments = len(segs)
-        if len(segs) > self.max_segments:
+        if len(segs) > self.max_segments and not self.store.readonly:
             _write_segments(self.store, conversation_id, [idx.whole_segment()], replace=True)
         tail = self.store.entries(conversation_id, idx.size)
         idx.add(tail)
@@ -297,45 +276,21 @@ class RecallIndexes:
 
 
 def _read_segments(store: Store, conversation_id: str) -> list[Segment]:
-    t = s.recall_segments.c
-    q = select(s.recall_segments).where(t.conversation_id == conversation_id).order_by(t.first_seq)
-    with store.engine.connect() as conn:
-        rows = list(conn.execute(q))
-    return [Segment.from_bytes(r.first_seq, r.last_seq, r.tokenizer, r.data) for r in rows]
+    return [
+        Segment.from_bytes(g.first_seq, g.last_seq, g.tokenizer, g.data)
+        for g in store.recall_segments(conversation_id)
+    ]
 
 
 def _drop_segments(store: Store, conversation_id: str) -> None:
-    with store.atomic() as conn:
-        conn.execute(
-            delete(s.recall_segments).where(s.recall_segments.c.conversation_id == conversation_id)
-        )
+    store.drop_recall_segments(conversation_id)
 
 
 def _write_segments(
     store: Store, conversation_id: str, segs: Iterable[Segment], replace: bool = False
 ) -> None:
-    t = s.recall_segments.c
-    with store.atomic() as conn:
-        if replace:
-            conn.execute(delete(s.recall_segments).where(t.conversation_id == conversation_id))
-        for seg in segs:
-            clash = conn.execute(
-                select(t.first_seq).where(
-                    t.conversation_id == conversation_id, t.first_seq == seg.first_seq
-                )
-            ).first()
-            if clash:  # another process persisted the same range first: same postings
-                continue
-            conn.execute(
-                insert(s.recall_segments).values(
-                    conversation_id=conversation_id,
-                    first_seq=seg.first_seq,
-                    last_seq=seg.last_seq,
-                    tokenizer=seg.tokenizer,
-                    data=seg.to_bytes(),
-                    created_at=time.time(),
-                )
-            )
+    stored = (StoredSegment(g.first_seq, g.last_seq, g.tokenizer, g.to_bytes()) for g in segs)
+    store.save_recall_segments(conversation_id, stored, replace=replace)
 
 
 # an optional embedding scorer ----------------------------------------------------------------

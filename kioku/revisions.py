@@ -24,17 +24,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
-
-from kioku import schema as s
-from kioku.errors import NotFound
+from kioku.corrections import carry
 from kioku.generations import chapter_task, synopsis_task
 from kioku.lang import detect_lang
 from kioku.memory import MemoryItem
-from kioku.messages import LogEntry, Message
-from kioku.profiles import Profile
+from kioku.messages import Message
+from kioku.profiles import DEFAULT_IMAGE_TOKENS, Profile
+from kioku.protocol import message_tokens
+from kioku.rendering import render_story
 from kioku.store import Job, Store
-from kioku.structure import is_structured, record_from_data, render_story
+from kioku.store_edits import ChangeKind, Revised, Rewrite
+from kioku.structure import is_structured, record_from_data
 from kioku.summarizer import SummaryTask
 from kioku.tokens import ScriptEstimator, TokenCounter
 from kioku.transcript import render_transcript
@@ -64,15 +64,8 @@ class Change:
 
     seq: int
     message: Message | None
-    kind: str = "edit"  # edit | delete | regenerate
+    kind: ChangeKind = "edit"
     meta: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Revised:
-    entries: tuple[LogEntry, ...]  # the rows as they are now
-    stale: tuple[int, ...]  # active items marked stale (a revision job queued for each)
-    retired: tuple[int, ...]  # ready items retired (their range will be scheduled again)
 
 
 def revise(
@@ -83,138 +76,33 @@ def revise(
     *,
     delay_s: float = 0.0,
     now: float | None = None,
+    image_tokens: int = DEFAULT_IMAGE_TOKENS,
 ) -> Revised:
     """Apply edits and deletions in one transaction: versions kept, items marked stale, revision
-    jobs queued. `now` is the engine's clock (jobs run after `now + delay_s`)."""
+    jobs queued. `now` is the engine's clock (jobs run after `now + delay_s`). A `Conversation`
+    revises through `Conversation.revise`, which also forgets what it cached of the log."""
     now = time.time() if now is None else now
-    m = s.messages.c
-    out: list[LogEntry] = []
-    with store.atomic() as conn:
-        for ch in changes:
-            row = conn.execute(
-                select(s.messages).where(m.conversation_id == conversation_id, m.seq == ch.seq)
-            ).first()
-            if row is None:
-                raise NotFound(f"conversation {conversation_id!r} has no message #{ch.seq}")
-            conn.execute(
-                insert(s.message_versions).values(
-                    conversation_id=conversation_id,
-                    seq=ch.seq,
-                    role=row.role,
-                    author=row.author,
-                    parts=row.parts,
-                    text=row.text,
-                    content_hash=row.content_hash,
-                    change=ch.kind if ch.message is not None else "delete",
-                    replaced_at=time.time(),
-                )
-            )
-            new = ch.message or Message(role=row.role, parts=(), author=row.author)
-            tokens = counter.count(new.text) if ch.message is not None else 0
-            conn.execute(
-                update(s.messages)
-                .where(m.conversation_id == conversation_id, m.seq == ch.seq)
-                .values(
-                    role=new.role,
-                    author=new.author,
-                    parts=new.parts_json(),
-                    text=new.text,
-                    tokens=tokens,
-                    content_hash=new.content_hash(),
-                    superseded=0 if ch.message is not None else 1,
-                    meta=dict(ch.meta) if ch.meta else None,
-                )
-            )
-            out.append(LogEntry(ch.seq, new, tokens, ch.meta or {}))
-        stale, retired = _mark_stale(
-            conn, conversation_id, {c.seq for c in changes}, now + delay_s, now
+    rewrites = [
+        Rewrite(
+            ch.seq,
+            ch.message,
+            message_tokens(ch.message, counter, image_tokens) if ch.message is not None else 0,
+            ch.kind,
+            ch.meta,
         )
-    return Revised(tuple(out), stale, retired)
-
-
-def _mark_stale(
-    conn: Connection, conversation_id: str, seqs: set[int], run_after: float, now: float
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    mi = s.memory_items.c
-    rows = conn.execute(
-        select(s.memory_items).where(
-            mi.conversation_id == conversation_id, mi.status.in_(("active", "ready"))
-        )
-    ).all()
-    hit = [r for r in rows if any(r.first_seq <= q <= r.last_seq for q in seqs)]
-    retired = tuple(r.id for r in hit if r.status == "ready")
-    if retired:
-        conn.execute(update(s.memory_items).where(mi.id.in_(retired)).values(status="retired"))
-    j = s.jobs.c
-    waiting = {
-        (r.payload or {}).get("item_id")
-        for r in conn.execute(
-            select(s.jobs).where(
-                j.conversation_id == conversation_id,
-                j.kind == "revision",
-                j.status == "queued",  # a running one may have read the old text
-            )
-        )
-    }
-    stale: list[int] = []
-    for r in hit:
-        if r.status != "active":
-            continue
-        stale.append(r.id)
-        conn.execute(update(s.memory_items).where(mi.id == r.id).values(stale=1))
-        if r.id in waiting:
-            continue  # its queued revision will read the corrected log
-        conn.execute(
-            insert(s.jobs).values(
-                conversation_id=conversation_id,
-                kind="revision",
-                first_seq=r.first_seq,
-                last_seq=r.last_seq,
-                payload={"item_id": r.id},
-                status="queued",
-                attempts=0,
-                run_after=run_after,
-                created_at=now,
-            )
-        )
-    if stale:
-        # a queued major GC would fold the stale text into the synopsis: the policy plans it
-        # again once the revisions are in
-        conn.execute(
-            update(s.jobs)
-            .where(
-                j.conversation_id == conversation_id,
-                j.kind == "synopsis",
-                j.status == "queued",
-            )
-            .values(status="cancelled", finished_at=time.time(), error="stale input")
-        )
-    return tuple(stale), retired
+        for ch in changes
+    ]
+    return store.rewrite_messages(conversation_id, rewrites, run_after=now + delay_s, now=now)
 
 
 def changed_seqs(store: Store, conversation_id: str, first: int, last: int) -> list[int]:
     """Seqs in [first, last] that have an older version (edited, deleted or regenerated)."""
-    v = s.message_versions.c
-    with store.engine.connect() as conn:
-        rows = conn.execute(
-            select(v.seq)
-            .where(v.conversation_id == conversation_id, v.seq >= first, v.seq <= last)
-            .distinct()
-            .order_by(v.seq)
-        )
-        return [int(r.seq) for r in rows]
+    return store.changed_seqs(conversation_id, first, last)
 
 
 def versions(store: Store, conversation_id: str, seq: int) -> list[dict[str, Any]]:
     """Earlier contents of one message, oldest first."""
-    v = s.message_versions.c
-    with store.engine.connect() as conn:
-        rows = conn.execute(
-            select(s.message_versions)
-            .where(v.conversation_id == conversation_id, v.seq == seq)
-            .order_by(v.id)
-        )
-        return [dict(r._mapping) for r in rows]
+    return store.message_versions(conversation_id, seq)
 
 
 # the prompt until the revision lands ---------------------------------------------------------
@@ -328,4 +216,7 @@ def revised_item(store: Store, job: Job, item: MemoryItem) -> MemoryItem:
     fold if that item is gone by then)."""
     target = revision_target(store, job)
     old = target.id if target is not None and target.id is not None else job.payload["item_id"]
-    return replace(item, first_seq=job.first_seq, last_seq=job.last_seq, replaces=(int(old),))
+    item = replace(item, first_seq=job.first_seq, last_seq=job.last_seq, replaces=(int(old),))
+    if target is not None:
+        item = carry(target, item)  # an operator's edit of the item outlives its re-summary
+    return item

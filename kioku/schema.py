@@ -304,3 +304,64 @@ api_keys = Table(
 )
 
 MIGRATIONS.append(("0006_message_versions_api_keys", _create(message_versions, api_keys)))
+
+# the chat-completions protocol (issue 13) -----------------------------------------------------
+
+# Media content parts (images) of stored messages, whole as the client sent them, named by the
+# sha256 of their canonical JSON: the message row holds only the name, so the rows read at every
+# turn stay small and a picture sent twice is stored once.
+blobs = Table(
+    "blobs",
+    metadata,
+    Column("sha256", String(64), primary_key=True),
+    Column("data", LargeBinary, nullable=False),
+    Column("size", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+# The other choices of a reply asked for with n > 1: choice 0 is the stored reply, these are
+# offered beside it (as swipes); choosing one is an edit of the stored reply.
+reply_choices = Table(
+    "reply_choices",
+    metadata,
+    Column("conversation_id", String(200), ForeignKey("conversations.id"), primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("choice", Integer, primary_key=True),
+    Column("role", String(20), nullable=False),
+    Column("author", String(200), nullable=False, default=""),
+    Column("parts", Text, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+MIGRATIONS.append(("0007_i13_blobs_reply_choices", _create(blobs, reply_choices)))
+
+# the fact ledger (issue 14) ------------------------------------------------------------------
+
+# What the notes ledger's entries record besides their text, for the entries kioku extracts:
+# who said it (a note's subject is whom it is about), the date of what it records, and the slot
+# it fills (a newer fact in the same slot supersedes the older one). Written once per entry.
+note_facts = Table(
+    "note_facts",
+    metadata,
+    Column("note_id", Integer, ForeignKey("notes_ledger.id"), primary_key=True),
+    Column("conversation_id", String(200), nullable=False),
+    Column("said_by", String(200), nullable=False, default=""),
+    Column("on_date", String(10), nullable=True),  # ISO date
+    Column("slot", String(200), nullable=False, default=""),
+    Index("ix_note_facts_conv", "conversation_id"),
+)
+
+# Every message that stated a note in force again: how often a fact comes up across the whole
+# conversation ranks it when the notes do not all fit. Append-only.
+note_mentions = Table(
+    "note_mentions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("conversation_id", String(200), nullable=False),
+    Column("note_id", Integer, nullable=False),
+    Column("seq", BigInteger, nullable=True),
+    Index("ix_note_mentions_conv", "conversation_id"),
+)
+
+MIGRATIONS.append(("0008_i14b_fact_ledger", _create(note_facts, note_mentions)))

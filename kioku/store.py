@@ -1,9 +1,14 @@
-"""The append-only log and memory items, on SQLite or PostgreSQL (jobs: `kioku.queue`).
+"""The append-only log and memory items, on SQLite or PostgreSQL.
 
-The store (with its `JobQueue` and `Database` bases) is the only code that talks to the database. Messages get a gap-free `seq` per
-conversation inside the transaction that stores them; nothing here ever deletes a message.
-A fold (apply memory, move the raw-window start) is one transaction, so a crash leaves either the
-old memory state or the new one, never half of each.
+The store is the only code that talks to the database: this module and its bases, one concept
+each — `db.Database` (engine, transactions), `queue.JobQueue` (summary jobs), `store_edits`
+(edited messages), `store_notes` (the notes ledger), `store_recall` (the archive index's
+segments), `store_keys` (API keys), `store_log` (the compaction log, counters), `store_protocol`
+(media blobs, a reply's other choices). Messages get a gap-free `seq` per conversation inside
+the transaction that stores them; nothing here ever deletes a message. A fold (apply memory, move
+the raw-window start) is one transaction, so a crash leaves either the old memory state or the
+new one, never half of each; `with store.atomic():` around several methods makes them one
+transaction.
 """
 
 from __future__ import annotations
@@ -26,18 +31,22 @@ from sqlalchemy.sql.elements import BindParameter
 
 from kioku import schema as s
 from kioku.db import DEFAULT_URL, make_engine, new_id
-from kioku.errors import NotFound, StoreError
-from kioku.memory import MemoryItem, coverage_gaps
+from kioku.errors import FoldRefused, NotFound, StoreError
+from kioku.memory import ItemStatus, MemoryItem, coverage_gaps
 from kioku.messages import LogEntry, Message, parts_from_json
-from kioku.queue import DEFAULT_LEASE_S, Job, JobQueue, LeaseLost
+from kioku.queue import DEFAULT_LEASE_S, Job, JobQueue
+from kioku.store_edits import MessageEdits
+from kioku.store_keys import ApiKeys
+from kioku.store_log import EventLog
+from kioku.store_notes import NotesLedger
+from kioku.store_protocol import ProtocolParts
+from kioku.store_recall import RecallSegments
 
 __all__ = [
     "DEFAULT_LEASE_S",
     "DEFAULT_URL",
     "ConversationInfo",
-    "FoldRefused",
     "Job",
-    "LeaseLost",
     "Store",
     "make_engine",
 ]
@@ -116,8 +125,8 @@ _ALL_ITEMS = (
 _ITEMS = _ALL_ITEMS.where(_mi.status.in_(bindparam("statuses", expanding=True)))
 
 
-class Store(JobQueue):
-    """The log, memory items, the compaction log and counters (jobs: `JobQueue`)."""
+class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKeys, ProtocolParts):
+    """The log and memory items (the rest: the bases)."""
 
     # conversations -----------------------------------------------------------------------
 
@@ -161,7 +170,7 @@ class Store(JobQueue):
         return self.conversation(conversation_id, tenant=tenant)
 
     def conversation(self, conversation_id: str, tenant: str | None = None) -> ConversationInfo:
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             row = conn.execute(_CONVERSATION, {"cid": conversation_id}).first()
         if row is None or (tenant is not None and row.tenant != tenant):
             raise NotFound(f"no conversation {conversation_id!r}; `kioku memory` lists them")
@@ -180,7 +189,7 @@ class Store(JobQueue):
         q = select(s.conversations.c.id).order_by(s.conversations.c.created_at)
         if tenant is not None:
             q = q.where(s.conversations.c.tenant == tenant)
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             ids = [r.id for r in conn.execute(q)]
         return [self.conversation(i) for i in ids]
 
@@ -239,7 +248,7 @@ class Store(JobQueue):
     ) -> list[LogEntry]:
         q = _ENTRIES_FROM if last is None else _ENTRIES_BETWEEN
         params = {"cid": conversation_id, "first": first, "last": last}
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return [_message_row(r) for r in conn.execute(q, params)]
 
     def entries_at(self, conversation_id: str, seqs: Sequence[int]) -> list[LogEntry]:
@@ -247,13 +256,13 @@ class Store(JobQueue):
         if not seqs:
             return []
         params = {"cid": conversation_id, "seqs": list(seqs)}
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return [_message_row(r) for r in conn.execute(_ENTRIES_AT, params)]
 
     def tail(self, conversation_id: str, n: int, role: str | None = None) -> list[LogEntry]:
         """The newest `n` messages (of one role), oldest first."""
         q = _TAIL if role is None else _TAIL_OF_ROLE
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             rows = list(conn.execute(q, {"cid": conversation_id, "role": role, "n": n}))
         return [_message_row(r) for r in reversed(rows)]
 
@@ -262,12 +271,12 @@ class Store(JobQueue):
     ) -> list[tuple[int, str]]:
         """(seq, content hash) of what `tail` would return: a cheap "has it changed?" key."""
         q = _TAIL_HASHES if role is None else _TAIL_HASHES_OF_ROLE
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             rows = list(conn.execute(q, {"cid": conversation_id, "role": role, "n": n}))
         return [(int(r.seq), str(r.content_hash)) for r in reversed(rows)]
 
     def notes_snapshot(self, conversation_id: str) -> str:
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             row = conn.execute(_NOTES_SNAPSHOT, {"cid": conversation_id}).first()
         return row.text if row else ""
 
@@ -291,21 +300,19 @@ class Store(JobQueue):
         )
         if last is not None:
             q = q.where(m.seq <= last)
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return int(conn.execute(q).scalar_one())
 
     # memory ------------------------------------------------------------------------------
 
-    def items(self, conversation_id: str, *statuses: str) -> list[MemoryItem]:
+    def items(self, conversation_id: str, *statuses: ItemStatus) -> list[MemoryItem]:
         q, params = _ITEMS, {"cid": conversation_id, "statuses": list(statuses)}
         if not statuses:
             q = _ALL_ITEMS
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return [_item_row(r) for r in conn.execute(q, params)]
 
-    def add_item(
-        self, conversation_id: str, item: MemoryItem, conn: Connection | None = None
-    ) -> int:
+    def add_item(self, conversation_id: str, item: MemoryItem) -> int:
         values = dict(
             conversation_id=conversation_id,
             kind=item.kind,
@@ -323,10 +330,8 @@ class Store(JobQueue):
             replaces=list(item.replaces) if item.replaces else None,
             stale=int(item.stale),
         )
-        if conn is not None:
+        with self.atomic() as conn:
             return new_id(conn.execute(insert(s.memory_items).values(**values)))
-        with self.atomic() as c:
-            return new_id(c.execute(insert(s.memory_items).values(**values)))
 
     def fold(
         self,
@@ -354,7 +359,7 @@ class Store(JobQueue):
                 raise StoreError(
                     f"raw window moved ({expect_raw_start} → {row.raw_start}) since the fold was planned"
                 )
-            added = [self.add_item(conversation_id, it, conn) for it in add]
+            added = [self.add_item(conversation_id, it) for it in add]
             mi = s.memory_items.c
             if activate or added:
                 conn.execute(
@@ -376,7 +381,7 @@ class Store(JobQueue):
             ]
             problems = coverage_gaps(active, raw_start)
             if problems:
-                raise _FoldRefused("; ".join(problems))
+                raise FoldRefused("; ".join(problems))
             version = int(row.memory_version) + 1
             conn.execute(
                 update(s.conversations)
@@ -396,69 +401,84 @@ class Store(JobQueue):
                 .values(status="retired")
             )
 
-    # compaction log and counters ---------------------------------------------------------
+    # bulk writes -------------------------------------------------------------------------
 
-    def log(
-        self,
-        conversation_id: str,
-        event_name: str,
-        outcome: str = "ok",
-        *,
-        duration_s: float | None = None,
-        input_tokens: int | None = None,
-        output_tokens: int | None = None,
-        first_seq: int | None = None,
-        last_seq: int | None = None,
-        detail: str | None = None,
-        at: float | None = None,
-    ) -> None:
+    def append_many(
+        self, conversation_id: str, messages: Sequence[tuple[Message, int]], batch: int = 5000
+    ) -> int:
+        """Store many (message, tokens) at once, in one transaction, under the next seqs; return
+        the next seq after them. For laying out long histories (benchmarks, tests)."""
+        c = s.conversations.c
         with self.atomic() as conn:
-            conn.execute(
-                insert(s.compaction_log).values(
+            row = conn.execute(select(c.next_seq).where(c.id == conversation_id)).first()
+            if row is None:
+                raise NotFound(f"no conversation {conversation_id!r}")
+            first, now = int(row.next_seq), time.time()
+            rows = [
+                dict(
                     conversation_id=conversation_id,
-                    event=event_name,
-                    outcome=outcome,
-                    duration_s=duration_s,
-                    input_tokens=input_tokens,
-                    output_tokens=output_tokens,
-                    first_seq=first_seq,
-                    last_seq=last_seq,
-                    detail=detail,
-                    at=time.time() if at is None else at,
+                    seq=first + i,
+                    role=m.role,
+                    author=m.author,
+                    at=m.at.isoformat() if m.at else None,
+                    parts=m.parts_json(),
+                    text=m.text,
+                    tokens=tokens,
+                    content_hash=m.content_hash(),
+                    created_at=now,
+                    superseded=0,
+                    meta=None,
                 )
-            )
-
-    def log_entries(self, conversation_id: str | None = None) -> list[dict[str, Any]]:
-        cl = s.compaction_log.c
-        q = select(s.compaction_log).order_by(cl.id)
-        if conversation_id is not None:
-            q = q.where(cl.conversation_id == conversation_id)
-        with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(q)]
-
-    def incr(self, conversation_id: str, name: str, by: int = 1) -> None:
-        with self.atomic() as conn:
-            t = s.counters.c
-            # one statement, so two first increments racing on PostgreSQL cannot both insert
+                for i, (m, tokens) in enumerate(messages)
+            ]
+            for k in range(0, len(rows), batch):
+                conn.execute(insert(s.messages), rows[k : k + batch])
+            after = first + len(rows)
             conn.execute(
-                self._upsert(s.counters)
-                .values(conversation_id=conversation_id, name=name, value=by)
-                .on_conflict_do_update(
-                    index_elements=[t.conversation_id, t.name], set_={"value": t.value + by}
-                )
+                update(s.conversations).where(c.id == conversation_id).values(next_seq=after)
+            )
+            return after
+
+    # what a turn was shown (issue 9) --------------------------------------------------------
+
+    def set_meta(self, conversation_id: str, seq: int, meta: dict[str, Any]) -> None:
+        """Replace a message's metadata (what kioku showed beside it; never its content)."""
+        with self.atomic() as conn:
+            m = s.messages.c
+            conn.execute(
+                update(s.messages)
+                .where(m.conversation_id == conversation_id, m.seq == seq)
+                .values(meta=meta)
             )
 
-    def counters(self, conversation_id: str | None = None) -> dict[str, int]:
-        t = s.counters.c
-        q = select(t.name, func.sum(t.value)).group_by(t.name)
-        if conversation_id is not None:
-            q = q.where(t.conversation_id == conversation_id)
-        with self.engine.connect() as conn:
-            return {name: int(v) for name, v in conn.execute(q)}
+    # the command line and the console (issue 15) --------------------------------------------
 
+    def holds_nothing(self) -> bool:
+        """No conversation and no API key: a database a failed command may remove again."""
+        with self.reading() as conn:
+            for t in (s.conversations, s.api_keys):
+                if conn.execute(select(func.count()).select_from(t)).scalar_one():
+                    return False
+        return True
 
-class _FoldRefused(StoreError):
-    """A fold would have broken the coverage invariant; nothing was changed."""
+    def last_activity(self, tenant: str | None = None) -> dict[str, float]:
+        """When each conversation last got a message (its creation time when it has none)."""
+        c, m = s.conversations.c, s.messages.c
+        # the newest message is the one at next_seq - 1: a primary-key lookup, not a scan
+        newest = (m.conversation_id == c.id) & (m.seq == c.next_seq - 1)
+        q = select(c.id, func.coalesce(m.created_at, c.created_at)).select_from(
+            s.conversations.outerjoin(s.messages, newest)
+        )
+        if tenant is not None:
+            q = q.where(c.tenant == tenant)
+        with self.reading() as conn:
+            return {cid: float(at) for cid, at in conn.execute(q)}
 
-
-FoldRefused = _FoldRefused
+    def stored_at(self, conversation_id: str, first: int, last: int) -> dict[int, float]:
+        """When each message from `first` to `last` was stored (a client may send no time)."""
+        m = s.messages.c
+        q = select(m.seq, m.created_at).where(
+            m.conversation_id == conversation_id, m.seq >= first, m.seq <= last
+        )
+        with self.reading() as conn:
+            return {int(seq): float(at) for seq, at in conn.execute(q)}

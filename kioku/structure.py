@@ -1,4 +1,4 @@
-"""The chronicle's structure: what a summary holds, parsed strictly and rendered per track.
+"""The chronicle's structure: what a summary holds, parsed strictly (rendered: `kioku.rendering`).
 
 Prose memory cannot be checked. The seed's summaries left resolved threads open (10 → 11 after a
 prompt fix: instructions alone did not work) and wrote characters' claims as facts. So the
@@ -18,7 +18,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from kioku.errors import BadSummary
 from kioku.messages import LogEntry
@@ -141,7 +141,7 @@ class Record:
 
 
 def is_structured(data: Mapping[str, Any] | None) -> bool:
-    return bool(data) and data.get("format") == FORMAT  # type: ignore[union-attr]
+    return data is not None and data.get("format") == FORMAT
 
 
 def record_from_data(data: Mapping[str, Any]) -> Record:
@@ -181,121 +181,157 @@ def parse_record(text: str, span: tuple[int, int]) -> Record:
         raise BadSummary("unparseable: the JSON is not an object", text)
     try:
         record = _build(obj, span=span, stored=False)
-    except _Invalid as e:
-        raise BadSummary(f"unparseable: {e}", text) from None
+    except BadSummary as e:
+        raise BadSummary(e.reason, text) from None
     if record.is_empty():
         raise BadSummary("unparseable: the record is empty", text)
     return record
 
 
-class _Invalid(ValueError):
-    pass
+def _invalid(problem: str) -> BadSummary:
+    return BadSummary(f"unparseable: {problem}")
+
+
+_SUPPORT_OF: Mapping[str, Support] = {s: s for s in get_args(Support)}
 
 
 def _build(obj: dict[str, Any], span: tuple[int, int] | None, stored: bool) -> Record:
+    """A record from its JSON, checked field by field (`BadSummary` names the first problem);
+    every seq within `span` when one is given. Stored data skips the unknown-keys check."""
     if not stored:
         unknown = sorted(set(obj) - set(KEYS))
         if unknown:
-            raise _Invalid(f"unknown keys {unknown}; use only {', '.join(KEYS)}")
+            raise _invalid(f"unknown keys {unknown}; use only {', '.join(KEYS)}")
+    read = _Reader(obj, span)
+    return Record(
+        tuple(_events(read)),
+        tuple(_claims(read)),
+        tuple(_threads(read)),
+        tuple(_facts(read)),
+        tuple(_key_lines(read)),
+    )
 
-    def items(key: str) -> list[Any]:
-        v = obj.get(key)
+
+class _Reader:
+    """Typed access to a record's JSON; each method names where a problem is."""
+
+    def __init__(self, obj: Mapping[str, Any], span: tuple[int, int] | None) -> None:
+        self.obj = obj
+        self.span = span
+
+    def items(self, key: str) -> list[Any]:
+        v = self.obj.get(key)
         if v is None:
             return []
         if not isinstance(v, list):
-            raise _Invalid(f'"{key}" must be a list')
+            raise _invalid(f'"{key}" must be a list')
         return v
 
-    def seq(d: Mapping[str, Any], where: str, required: bool = False) -> int | None:
+    def seq(self, d: Mapping[str, Any], where: str, required: bool = False) -> int | None:
         v = d.get("seq")
         if v is None or v == "":
             if required:
-                raise _Invalid(f"{where}.seq is required")
+                raise _invalid(f"{where}.seq is required")
             return None
         if isinstance(v, str) and re.fullmatch(r"#?\d+", v.strip()):
             v = int(v.strip().lstrip("#"))
         if not isinstance(v, int) or isinstance(v, bool):
-            raise _Invalid(f"{where}.seq must be a message number")
-        if span is not None and not span[0] <= v <= span[1]:
-            raise _Invalid(f"{where}.seq {v} is outside #{span[0]}–#{span[1]}")
+            raise _invalid(f"{where}.seq must be a message number")
+        if self.span is not None and not self.span[0] <= v <= self.span[1]:
+            raise _invalid(f"{where}.seq {v} is outside #{self.span[0]}–#{self.span[1]}")
         return v
 
-    def text(d: Mapping[str, Any], key: str, where: str, required: bool = True) -> str:
+    def text(self, d: Mapping[str, Any], key: str, where: str, required: bool = True) -> str:
         v = d.get(key)
         if v is None and not required:
             return ""
         if not isinstance(v, str) or (required and not v.strip()):
-            raise _Invalid(f"{where}.{key} must be a non-empty string")
+            raise _invalid(f"{where}.{key} must be a non-empty string")
         return v.strip()
 
-    def obj_at(v: Any, where: str) -> Mapping[str, Any]:
+    def obj_at(self, v: Any, where: str) -> Mapping[str, Any]:
         if not isinstance(v, dict):
-            raise _Invalid(f"{where} must be an object")
+            raise _invalid(f"{where} must be an object")
         return v
 
+
+def _events(read: _Reader) -> list[Event]:
     events: list[Event] = []
-    for i, v in enumerate(items("events")):
+    for i, v in enumerate(read.items("events")):
         if isinstance(v, str) and v.strip():  # a bare sentence is an event without a seq
             events.append(Event(None, v.strip()))
             continue
-        d = obj_at(v, f"events[{i}]")
-        events.append(Event(seq(d, f"events[{i}]"), text(d, "text", f"events[{i}]")))
+        d = read.obj_at(v, f"events[{i}]")
+        events.append(Event(read.seq(d, f"events[{i}]"), read.text(d, "text", f"events[{i}]")))
+    return events
 
+
+def _claims(read: _Reader) -> list[Claim]:
     claims: list[Claim] = []
-    for i, v in enumerate(items("claims")):
+    for i, v in enumerate(read.items("claims")):
         w = f"claims[{i}]"
-        d = obj_at(v, w)
-        support = str(d.get("supported_by") or "none").strip().lower()
-        if support not in SUPPORT:
-            raise _Invalid(f"{w}.supported_by must be one of {', '.join(SUPPORT)}")
+        d = read.obj_at(v, w)
+        support = _SUPPORT_OF.get(str(d.get("supported_by") or "none").strip().lower())
+        if support is None:
+            raise _invalid(f"{w}.supported_by must be one of {', '.join(SUPPORT)}")
         actual = d.get("actual")
         if actual is not None and not isinstance(actual, str):
-            raise _Invalid(f"{w}.actual must be a string or null")
+            raise _invalid(f"{w}.actual must be a string or null")
         claims.append(
             Claim(
-                seq=seq(d, w),
-                speaker=text(d, "speaker", w),
-                claim=text(d, "claim", w),
-                listener=text(d, "listener", w, required=False),
-                supported_by=support,  # type: ignore[arg-type]
+                seq=read.seq(d, w),
+                speaker=read.text(d, "speaker", w),
+                claim=read.text(d, "claim", w),
+                listener=read.text(d, "listener", w, required=False),
+                supported_by=support,
                 actual=(actual or "").strip() or None,
             )
         )
+    return claims
 
+
+def _threads(read: _Reader) -> list[ThreadNote]:
     threads: list[ThreadNote] = []
-    for i, v in enumerate(items("threads")):
+    for i, v in enumerate(read.items("threads")):
         w = f"threads[{i}]"
-        d = obj_at(v, w)
-        tid = thread_id(text(d, "id", w))
+        d = read.obj_at(v, w)
+        tid = thread_id(read.text(d, "id", w))
         if not tid:
-            raise _Invalid(f"{w}.id must contain letters or digits")
+            raise _invalid(f"{w}.id must contain letters or digits")
         status = _STATUS_WORDS.get(str(d.get("status") or "").strip().lower())
         if status is None:
-            raise _Invalid(f"{w}.status must be open or resolved")
+            raise _invalid(f"{w}.status must be open or resolved")
         try:
-            tseq = seq(d, w)
-        except _Invalid:
+            tseq = read.seq(d, w)
+        except BadSummary:
             # a thread's seq often points at where it opened, before this range: keep the note
             tseq = None
-        threads.append(ThreadNote(tid, text(d, "title", w, required=False) or tid, status, tseq))
+        title = read.text(d, "title", w, required=False) or tid
+        threads.append(ThreadNote(tid, title, status, tseq))
+    return threads
 
+
+def _facts(read: _Reader) -> list[UserFact]:
     facts: list[UserFact] = []
-    for i, v in enumerate(items("user_facts")):
+    for i, v in enumerate(read.items("user_facts")):
+        w = f"user_facts[{i}]"
         if isinstance(v, str) and v.strip():
             facts.append(UserFact(None, v.strip()))
             continue
-        d = obj_at(v, f"user_facts[{i}]")
-        facts.append(UserFact(seq(d, f"user_facts[{i}]"), text(d, "fact", f"user_facts[{i}]")))
+        d = read.obj_at(v, w)
+        facts.append(UserFact(read.seq(d, w), read.text(d, "fact", w)))
+    return facts
 
+
+def _key_lines(read: _Reader) -> list[KeyLine]:
     lines: list[KeyLine] = []
-    for i, v in enumerate(items("key_lines")):
+    for i, v in enumerate(read.items("key_lines")):
         w = f"key_lines[{i}]"
-        d = obj_at(v, w)
-        s = seq(d, w, required=True)
+        d = read.obj_at(v, w)
+        s = read.seq(d, w, required=True)
         assert s is not None
-        lines.append(KeyLine(s, text(d, "speaker", w), text(d, "text", w)))
-
-    return Record(tuple(events), tuple(claims), tuple(threads), tuple(facts), tuple(lines))
+        lines.append(KeyLine(s, read.text(d, "speaker", w), read.text(d, "text", w)))
+    return lines
 
 
 def thread_id(raw: str) -> str:
@@ -308,7 +344,8 @@ def thread_id(raw: str) -> str:
 # guards ---------------------------------------------------------------------------------------
 
 
-def _norm(s: str) -> str:
+def norm_text(s: str) -> str:
+    """Text compared loosely: NFKC, one space, no quotes around it."""
     s = unicodedata.normalize("NFKC", s)
     s = re.sub(r"\s+", " ", s).strip()
     return s.strip("\"'「」『』“”‘’ ")
@@ -371,8 +408,8 @@ def verify_key_lines(record: Record, sources: Mapping[int, Sequence[str]]) -> tu
     a character's mouth. Returns the record and how many lines were dropped."""
     kept = []
     for k in record.key_lines:
-        needle = _norm(k.text)
-        if needle and any(needle in _norm(t) for t in sources.get(k.seq, ())):
+        needle = norm_text(k.text)
+        if needle and any(needle in norm_text(t) for t in sources.get(k.seq, ())):
             kept.append(k)
     return replace(record, key_lines=tuple(kept)), len(record.key_lines) - len(kept)
 
@@ -437,148 +474,3 @@ def carry_threads(record: Record, before: Sequence[Thread], drop_resolved: bool 
         out.append(ThreadNote(t.id, title, t.status, t.changed_seq))
     out.extend(given.values())
     return replace(record, threads=tuple(out))
-
-
-# rendering ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RenderLabels:
-    story: str
-    user: str
-    threads: str
-    key_lines: str
-    said_to: str  # {speaker} {listener} {claim}
-    said: str  # {speaker} {claim}
-    unconfirmed: str
-    by_narration: str
-    by_thought: str
-    ostensibly: str  # {said} {actual}
-    open: str
-    resolved: str
-    quote: str  # {speaker} {text}
-
-
-RENDER: Mapping[str, RenderLabels] = {
-    "en": RenderLabels(
-        story="Story",
-        user="About the user (facts)",
-        threads="Threads",
-        key_lines="Key lines (verbatim)",
-        said_to="{speaker} told {listener}: {claim}",
-        said="{speaker} said: {claim}",
-        unconfirmed=" (claim, unconfirmed)",
-        by_narration=" (borne out by narration)",
-        by_thought=" (borne out by their inner thought)",
-        ostensibly="Ostensibly: {said}. Actually: {actual}",
-        open="open",
-        resolved="resolved",
-        quote='{speaker}: "{text}"',
-    ),
-    "ja": RenderLabels(
-        story="物語",
-        user="ユーザーについて(事実)",
-        threads="スレッド",
-        key_lines="残す台詞(原文のまま)",
-        said_to="{speaker}は{listener}に「{claim}」と言った",
-        said="{speaker}は「{claim}」と言った",
-        unconfirmed="(本人の主張、未確認)",
-        by_narration="(地の文で裏付けあり)",
-        by_thought="(本音で裏付けあり)",
-        ostensibly="表向き: {said} / 実際は: {actual}",
-        open="未解決",
-        resolved="解決",
-        quote="{speaker}「{text}」",
-    ),
-    "zh": RenderLabels(
-        story="故事",
-        user="关于用户(事实)",
-        threads="线索",
-        key_lines="保留的原话",
-        said_to="{speaker}对{listener}说:“{claim}”",
-        said="{speaker}说:“{claim}”",
-        unconfirmed="(仅为其说法,未经证实)",
-        by_narration="(有旁白证实)",
-        by_thought="(有内心证实)",
-        ostensibly="表面上:{said} / 实际上:{actual}",
-        open="未解决",
-        resolved="已解决",
-        quote="{speaker}:“{text}”",
-    ),
-}
-
-
-def render_labels(lang: str) -> RenderLabels:
-    return RENDER[resolve_lang(lang)]
-
-
-def _at(seq: int | None) -> str:
-    return f"#{seq} " if seq is not None else ""
-
-
-def render_claim(c: Claim, lab: RenderLabels) -> str:
-    said = (
-        lab.said_to.format(speaker=c.speaker, listener=c.listener, claim=c.claim)
-        if c.listener
-        else lab.said.format(speaker=c.speaker, claim=c.claim)
-    )
-    if c.actual:
-        return lab.ostensibly.format(said=said, actual=c.actual)
-    tail = {"narration": lab.by_narration, "thought": lab.by_thought}.get(
-        c.supported_by, lab.unconfirmed
-    )
-    return said + tail
-
-
-def render_story(record: Record, lang: str) -> str:
-    """The story track: events and claims in story order, then the key lines."""
-    lab = render_labels(lang)
-    rows: list[tuple[int, int, str]] = []
-    for n, e in enumerate(record.events):
-        rows.append((e.seq if e.seq is not None else -1, n, f"- {_at(e.seq)}{e.text}"))
-    for n, c in enumerate(record.claims, len(rows)):
-        rows.append(
-            (c.seq if c.seq is not None else -1, n, f"- {_at(c.seq)}{render_claim(c, lab)}")
-        )
-    # events without a seq keep their place relative to each other, before numbered ones
-    lines = [text for _, _, text in sorted(rows)]
-    if record.key_lines:
-        lines.append(f"{lab.key_lines}:")
-        lines.extend(
-            f"- #{k.seq} {lab.quote.format(speaker=k.speaker, text=k.text)}"
-            for k in record.key_lines
-        )
-    return "\n".join(lines)
-
-
-def render_user(facts: Iterable[UserFact]) -> str:
-    seen: set[str] = set()
-    out = []
-    for f in facts:
-        key = _norm(f.fact).lower()
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(f"- {_at(f.seq)}{f.fact}")
-    return "\n".join(out)
-
-
-def render_threads(threads: Iterable[Thread | ThreadNote], lang: str) -> str:
-    lab = render_labels(lang)
-    out = []
-    for t in threads:
-        status = lab.open if t.status == "open" else lab.resolved
-        seq = t.changed_seq if isinstance(t, Thread) else t.seq
-        out.append(f"- [{status}] {t.id}: {t.title}" + (f" (#{seq})" if seq is not None else ""))
-    return "\n".join(out)
-
-
-def render_record(record: Record, lang: str) -> str:
-    """`Summary.text`: the record as the prompt will show it, one section per track."""
-    lab = render_labels(lang)
-    blocks = [f"### {lab.story}\n{render_story(record, lang)}"]
-    if record.threads:
-        blocks.append(f"### {lab.threads}\n{render_threads(record.threads, lang)}")
-    if record.user_facts:
-        blocks.append(f"### {lab.user}\n{render_user(record.user_facts)}")
-    return "\n\n".join(blocks)

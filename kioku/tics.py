@@ -225,7 +225,8 @@ def detect_tics(
 
     sentences = [_sentence_atoms(t) for t in recent]
     per_msg = [_candidates(t, sa) for t, sa in zip(recent, sentences, strict=True)]
-    for kind, pick in (("ending", 0), ("opener", 1)):
+    passes: tuple[tuple[TicKind, int], ...] = (("ending", 0), ("opener", 1))
+    for kind, pick in passes:
         df: Counter[tuple[str, ...]] = Counter()
         shown: dict[tuple[str, ...], str] = {}
         for cands in per_msg:
@@ -233,7 +234,7 @@ def detect_tics(
             for g, text in cands[pick].items():
                 shown.setdefault(g, text)
         for g, c in df.items():
-            note(g, c, kind, shown[g])  # type: ignore[arg-type]
+            note(g, c, kind, shown[g])
     counts, shown_p = _frequent_phrases(sentences, recent, threshold)
     for g, c in counts.items():
         note(g, c, "phrase", shown_p[g])

@@ -3,18 +3,26 @@
 The seed's summarizer was fed the character's replies joined into one string, so a lying character's
 claim about herself read exactly like narration and entered memory as fact. Here the structure is
 kept to the last step: each message shows its seq, its time, whether the user or the character wrote
-it, and each part is marked narration, speech (with the speaker) or unspoken thought. Labels follow
+it, and each part is marked narration, speech (with the speaker) or unspoken thought. A relative
+date ("yesterday") is followed by the date it means, so the chronicler can write dates that last. Labels follow
 the conversation's language, matching the words the prompt templates use.
+
+The protocol's parts are shown as what they are, never as something a person said: a tool call is
+an action of its author ("[tool use] Mika: get_weather {…}"), a tool result what the tool returned
+("[tool result] get_weather: sunny"), an image something its author shared (its caption is the
+message's text around it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
-from kioku.messages import LogEntry, Part
+from kioku.dates import WEEKDAYS
+from kioku.messages import LogEntry, Part, canonical_json
 from kioku.prompts import resolve_lang
+from kioku.relative_dates import resolve
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,11 @@ class Labels:
     open_quote: str
     close_quote: str
     colon: str
+    tool_call: str = "[tool use]"
+    tool_result: str = "[tool result]"
+    image: str = "[image shared]"
+    attachment: str = "[file shared]"
+    lang: str = "en"
 
 
 LABELS: Mapping[str, Labels] = {
@@ -55,6 +68,11 @@ LABELS: Mapping[str, Labels] = {
         open_quote="「",
         close_quote="」",
         colon=": ",
+        tool_call="[ツール使用]",
+        tool_result="[ツール結果]",
+        image="[画像を共有]",
+        attachment="[ファイルを共有]",
+        lang="ja",
     ),
     "zh": Labels(
         user="用户",
@@ -67,23 +85,31 @@ LABELS: Mapping[str, Labels] = {
         open_quote="“",
         close_quote="”",
         colon=": ",
+        tool_call="[使用工具]",
+        tool_result="[工具结果]",
+        image="[分享图片]",
+        attachment="[分享文件]",
+        lang="zh",
     ),
 }
 
 INDENT = "  "
+DATED = ("narration", "speech", "thought", "text")  # parts whose words may say "yesterday"
 
 
 def labels_for(lang: str) -> Labels:
     return LABELS[resolve_lang(lang)]
 
 
-def _stamp(at: datetime | None, previous: datetime | None) -> str:
-    """Full date when the day changes (or on the first message), the time alone otherwise:
-    dates matter to the story but repeating them on every line costs tokens."""
+def _stamp(at: datetime | None, previous: datetime | None, lang: str = "en") -> str:
+    """Full date and weekday when the day changes (or on the first message), the time alone
+    otherwise: dates matter to the story (the weekday lets a reader resolve "last Friday") but
+    repeating them on every line costs tokens."""
     if at is None:
         return ""
     if previous is None or previous.date() != at.date():
-        return at.strftime("%Y-%m-%d %H:%M")
+        weekday = WEEKDAYS.get(lang, WEEKDAYS["en"])[at.weekday()]
+        return f"{at:%Y-%m-%d} ({weekday[:3] if lang == 'en' else weekday}) {at:%H:%M}"
     return at.strftime("%H:%M")
 
 
@@ -102,6 +128,14 @@ def render_part(part: Part, author: str, labels: Labels) -> str:
     if part.kind == "thought":
         who = part.speaker or author
         return f"{INDENT}{labels.thought} {who}{labels.colon}{text}"
+    if part.kind == "tool_call":
+        return f"{INDENT}{labels.tool_call} {author}{labels.colon}{part.name} {canonical_json(part.text)}"
+    if part.kind == "tool_result":
+        return f"{INDENT}{labels.tool_result} {part.name or labels.tool}{labels.colon}{text}"
+    if part.kind == "image":
+        return f"{INDENT}{labels.image} {author}"
+    if part.kind == "attachment":
+        return f"{INDENT}{labels.attachment} {author} ({part.name})"
     return f"{INDENT}{text}"
 
 
@@ -116,12 +150,16 @@ def render_entry(entry: LogEntry, labels: Labels, previous: datetime | None = No
     }[m.role]
     author = m.author or side
     head = [f"#{entry.seq}"]
-    stamp = _stamp(m.at, previous)
+    stamp = _stamp(m.at, previous, labels.lang)
     if stamp:
         head.append(stamp)
     head.append(f"{author} ({side})" if m.author else side)
     lines = [" · ".join(head)]
-    lines.extend(render_part(p, author, labels) for p in m.parts if p.text.strip())
+    for p in m.parts:
+        if p.text.strip() or p.ref:
+            # "yesterday" with the date it means beside it, so the summary can say when
+            dated = replace(p, text=resolve(p.text, m.at, labels.lang)) if p.kind in DATED else p
+            lines.append(render_part(dated, author, labels))
     return "\n".join(lines)
 
 

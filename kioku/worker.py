@@ -14,16 +14,17 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Literal
 
-from kioku.errors import KiokuError
+from kioku.errors import KiokuError, LeaseLost
 from kioku.generations import chapter_task, item_from_summary, synopsis_task
+from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.lang import detect_lang
-from kioku.messages import LogEntry
 from kioku.profiles import Profile
 from kioku.revisions import revised_item, revision_task
-from kioku.store import DEFAULT_LEASE_S, Job, LeaseLost, Store
+from kioku.store import DEFAULT_LEASE_S, Job, Store
 from kioku.summarizer import Summarizer, SummaryTask
 
 log = logging.getLogger("kioku.worker")
@@ -33,16 +34,18 @@ DEFAULT_BACKOFF_S = 15.0
 DEFAULT_POLL_S = 1.0
 
 
+# done; retry (later, with backoff); failed (for good); overtaken (its range is covered
+# already); lost (slower than its lease: another worker's result counts)
+Outcome = Literal["done", "retry", "failed", "overtaken", "lost"]
+
+
 @dataclass(frozen=True)
 class JobOutcome:
     job: Job
-    status: str  # done | retry | failed | overtaken | lost
+    status: Outcome
     item_id: int | None = None
     duration_s: float = 0.0
     error: str = ""
-
-
-AvoidPhrases = Callable[[str], Sequence[str]]
 
 
 class Worker:
@@ -58,8 +61,10 @@ class Worker:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         backoff_s: float = DEFAULT_BACKOFF_S,
         lease_s: float = DEFAULT_LEASE_S,
-        avoid_phrases: AvoidPhrases | None = None,
+        layers: MemoryLayers = NO_LAYERS,
     ) -> None:
+        """`layers` keep verbal tics out of summaries and learn of each chapter written (notes
+        are extracted from it)."""
         self.store = store
         self.summarizer = summarizer
         self._profile = profile
@@ -70,9 +75,7 @@ class Worker:
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.lease_s = lease_s
-        self.avoid_phrases = avoid_phrases
-        # called after a chapter is stored, with the messages it covers (notes extraction)
-        self.on_chapter: list[Callable[[str, Sequence[LogEntry]], None]] = []
+        self.layers = layers
 
     def profile_for(self, conversation_id: str) -> Profile:
         return self._profile(conversation_id) if callable(self._profile) else self._profile
@@ -100,7 +103,7 @@ class Worker:
         already covered, or the chapters it would fold are no longer active)."""
         conv = self.store.conversation(job.conversation_id)
         profile = self.profile_for(job.conversation_id)
-        avoid = tuple(self.avoid_phrases(job.conversation_id)) if self.avoid_phrases else ()
+        avoid = tuple(self.layers.avoid_phrases(job.conversation_id))
         if job.kind == "revision":  # re-summarize an item a client's edit made stale
             return revision_task(self.store, job, profile, conv.character, avoid)
         if job.kind == "synopsis":
@@ -204,14 +207,13 @@ class Worker:
         )
         self.store.incr(cid, "synopses_written" if task.kind == "synopsis" else "chapters_written")
         if task.kind != "synopsis":
-            for hook in self.on_chapter:
-                try:
-                    hook(cid, task.entries)
-                except KiokuError as e:
-                    # The chapter stands and covers these messages; only the notes layer missed
-                    # them. Logged and counted, never silent.
-                    self.store.log(cid, "notes", "failed", detail=f"{type(e).__name__}: {e}")
-                    self.store.incr(cid, "notes_failures")
+            try:
+                self.layers.chapter_written(cid, task.entries)
+            except KiokuError as e:
+                # The chapter stands and covers these messages; only the notes layer missed
+                # them. Logged and counted, never silent.
+                self.store.log(cid, "notes", "failed", detail=f"{type(e).__name__}: {e}")
+                self.store.incr(cid, "notes_failures")
         return JobOutcome(job, "done", item_id, duration)
 
     def _failed(self, job: Job, error: Exception, duration: float) -> JobOutcome:

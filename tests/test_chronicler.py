@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from rich.console import Console
 
-from kioku.backlog import chunk_entries, summarize_transcript
+from kioku.backlog import summarize_transcript
 from kioku.chronicler import (
     AsyncLLMChronicler,
     ChroniclerConfig,
@@ -23,6 +23,7 @@ from kioku.chronicler import (
 )
 from kioku.datasets import Transcript
 from kioku.errors import BadSummary, ModelUnavailable
+from kioku.generations import chunks
 from kioku.memory import Memory, MemoryItem, render_memory
 from kioku.messages import LogEntry, Message, Part
 from kioku.models import ChatRequest, Completion, ScriptedModel, Usage
@@ -148,7 +149,7 @@ def test_good_reply_becomes_a_structured_summary_with_its_provenance() -> None:
     model = ScriptedModel([Completion(reply(GOOD), "stop", Usage(900, 200), "qwen")])
     s = chronicler(model).summarize(task())
     assert s.source == "llm" and s.model == "qwen"
-    assert s.prompt_version == "chapter-en-v1"
+    assert s.prompt_version == "chapter-en-v2"
     assert (s.attempts, s.events, s.input_tokens) == (1, (), 900)
     assert s.tokens == COUNTER.count(s.text)
     assert s.data["format"] == "kioku.chronicle/1"
@@ -171,7 +172,7 @@ def test_the_request_keeps_attribution_a_lie_arrives_as_speech_the_truth_as_narr
     assert '[speech] Aoi: "Never. This is my first time here."' in text
     assert "[narration] Aoi looked away from the old lighthouse she had climbed as a child." in text
     assert "[thought, unspoken] Aoi: I grew up in this town." in text
-    assert "#10 · 2024-03-01 21:00 · Ren (user)" in text
+    assert "#10 · 2024-03-01 (Fri) 21:00 · Ren (user)" in text
     assert "messages #10–#13" in text
     assert "chronicler" in request.messages[0].content
 
@@ -209,7 +210,9 @@ def test_second_refusal_falls_back_to_the_extractive_chronicler() -> None:
     assert s.events == ("refusal", "retry", "refusal", "fallback")
     assert s.attempts == 2
     assert "申し訳" not in s.text and "我不能" not in s.text
-    assert "[11] Aoi: Never." in s.text  # the extractive chapter, attributed
+    from kioku.summarizer import Line, parse_lines
+
+    assert Line(11, "Aoi", "Never.") in parse_lines(s.text)  # the extractive chapter, attributed
 
 
 def test_refusal_detection_is_short_and_phrase_based() -> None:
@@ -596,7 +599,11 @@ def test_summarize_transcript_folds_chapters_into_a_synopsis() -> None:
     )
     kinds = [t.kind for t, _ in result.summaries]
     assert kinds.count("chapter") == len(
-        chunk_entries([LogEntry(i, m, COUNTER.count(m.text)) for i, m in enumerate(msgs)], 120)
+        chunks(
+            [LogEntry(i, m, COUNTER.count(m.text)) for i, m in enumerate(msgs)],
+            120,
+            size=lambda e: e.tokens,
+        )
     )
     assert "synopsis" in kinds
     mem = result.memory
@@ -615,7 +622,11 @@ def test_summarize_transcript_folds_chapters_into_a_synopsis() -> None:
 
 def test_chunks_respect_the_budget() -> None:
     es = [LogEntry(i, Message.user("x"), tokens=t) for i, t in enumerate([5, 5, 5, 50, 5])]
-    assert [[e.seq for e in c] for c in chunk_entries(es, 12)] == [[0, 1], [2], [3], [4]]
+    runs = chunks(es, 12, size=lambda e: e.tokens)
+    assert [[e.seq for e in c] for c in runs] == [[0, 1], [2], [3], [4]]
+    # a deleted message (0 tokens) is never a chapter of its own: it joins the next run
+    es = [LogEntry(i, Message.user("x"), tokens=t) for i, t in enumerate([0, 50, 5])]
+    assert [[e.seq for e in c] for c in chunks(es, 12, size=lambda e: e.tokens)] == [[0, 1], [2]]
 
 
 # --- compaction stats (kioku/stats.py) ---------------------------------------------------------
@@ -662,6 +673,7 @@ def test_a_short_record_mentioning_a_refusal_word_is_not_a_refusal() -> None:
     assert s.source == "llm" and s.events == () and "无法入睡" in s.text
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_model_output_is_stored_only_if_it_passes_the_guards(
     llama_server: LlamaServer,
@@ -683,4 +695,4 @@ def test_real_model_output_is_stored_only_if_it_passes_the_guards(
     else:
         assert s.events[-1] == "fallback"
         assert s.events[0] in ("truncated", "unparseable", "refusal")
-        assert "[11] Aoi: Never." in s.text
+        assert "[11] Aoi: This is my first time here." in s.text  # "Never." says nothing alone

@@ -19,7 +19,7 @@ from kioku.client import (
     api_root,
 )
 from kioku.errors import ConfigError, ModelError, ModelTimeout, ModelUnavailable
-from kioku.models import ChatMessage, ChatRequest
+from kioku.models import ChatMessage, ChatRequest, Completion, ToolCall, Usage
 from kioku.profiles import LOCAL_64K
 
 if TYPE_CHECKING:
@@ -289,15 +289,114 @@ def test_models_lists_ids() -> None:
     assert rec.requests[0].url.path == "/v1/models"
 
 
-def test_async_client_behaves_like_the_sync_one() -> None:
-    def script() -> Recorder:
-        return Recorder(
-            httpx.Response(502),
-            httpx.Response(200, json=ok_payload("same", "length")),
-            httpx.Response(400, json={"error": {"message": "bad request"}}),
-        )
+TOOL_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Tokyo"}'},
+}
 
-    sync_rec, async_rec = script(), script()
+
+def tool_payload() -> dict[str, Any]:
+    p = ok_payload(finish="tool_calls")
+    p["choices"][0]["message"] = {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}
+    return p
+
+
+def tool_deltas() -> bytes:
+    def call(**kw: Any) -> dict[str, Any]:
+        return {"model": "m1", "choices": [{"index": 0, "delta": {"tool_calls": [kw]}}]}
+
+    return sse(
+        call(index=0, id="call_1", type="function", function={"name": "get_weather"}),
+        call(index=0, function={"arguments": '{"city": '}),
+        call(index=0, function={"arguments": '"Tokyo"}'}),
+        delta(finish="tool_calls"),
+    )
+
+
+def streamed(body: bytes) -> httpx.Response:
+    return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+
+def script() -> list[tuple[str, list[Any]]]:
+    """One scripted server conversation: (call, the server's answers in order), made afresh
+    for each client. Everything that can go wrong does: retries, refusals, dead servers,
+    garbage, cut streams, error events."""
+    return [
+        ("complete", [httpx.Response(502), httpx.Response(200, json=ok_payload("same", "length"))]),
+        ("complete", [httpx.Response(400, json={"error": {"message": "bad request"}})]),
+        ("complete", [httpx.ConnectError("refused")] * 3),
+        ("complete", [httpx.ReadTimeout("slow")]),
+        ("complete", [httpx.Response(200, content=b"<html>proxy error</html>")]),
+        ("complete", [httpx.Response(200, json={"object": "chat.completion"})]),
+        ("complete", [httpx.Response(200, json=tool_payload())]),
+        ("stream", [httpx.Response(503), streamed(sse(delta("Hel"), delta("lo", "stop")))]),
+        ("stream", [streamed(sse(delta("Hel")) + b"data: {not json\n\n")]),
+        ("stream", [streamed(sse(delta("Hel"), delta("lo"), done=False))]),
+        ("stream", [streamed(sse(delta("Hel"), {"error": {"message": "CUDA out of memory"}}))]),
+        ("stream", [streamed(tool_deltas())]),
+        ("stream", [httpx.Response(400, json={"error": {"message": "no such model"}})]),
+        ("stream", [httpx.ConnectError("refused")] * 3),
+        ("models", [httpx.Response(200, json={"data": [{"id": "gemma"}, {"id": "qwen"}]})]),
+        (
+            "tokenize",
+            [
+                httpx.Response(404),
+                httpx.Response(404),
+                httpx.Response(200, json={"tokens": [2, 9]}),
+            ],
+        ),
+        ("tokenize", [httpx.Response(200, json={"tokens": [2, 9]})]),
+    ]
+
+
+def run_sync(m: OpenAIChatModel, kind: str) -> tuple[Any, ...]:
+    """What one call gave: its result, or the type and message of its error (and, for a
+    stream, the deltas it yielded before)."""
+    got: list[str] = []
+
+    def call() -> Any:
+        if kind == "stream":
+            s = m.stream(REQ)
+            for d in s:
+                got.append(d)
+            return s.completion()
+        if kind == "models":
+            return m.models()
+        return getattr(m, kind)("hi" if kind == "tokenize" else REQ)
+
+    try:
+        result: tuple[Any, ...] = ("ok", call())
+    except ModelError as e:
+        result = ("error", type(e).__name__, str(e))
+    return (*result, got) if kind == "stream" else result
+
+
+async def run_async(m: AsyncOpenAIChatModel, kind: str) -> tuple[Any, ...]:
+    """`run_sync`, line for line, with `await`."""
+    got: list[str] = []
+
+    async def call() -> Any:
+        if kind == "stream":
+            s = m.stream(REQ)
+            async for d in s:
+                got.append(d)
+            return s.completion()
+        if kind == "models":
+            return await m.models()
+        return await getattr(m, kind)("hi" if kind == "tokenize" else REQ)
+
+    try:
+        result: tuple[Any, ...] = ("ok", await call())
+    except ModelError as e:
+        result = ("error", type(e).__name__, str(e))
+    return (*result, got) if kind == "stream" else result
+
+
+def test_sync_and_async_clients_give_identical_results_and_errors() -> None:
+    calls = [kind for kind, _ in script()]
+    sync_rec = Recorder(*[a for _, answers in script() for a in answers])
+    async_rec = Recorder(*[a for _, answers in script() for a in answers])
     m, sync_slept = client(sync_rec)
     a_slept: list[float] = []
 
@@ -311,23 +410,45 @@ def test_async_client_behaves_like_the_sync_one() -> None:
         sleep=fake_sleep,
     )
 
-    async def run() -> tuple[Any, str]:
-        c = await am.complete(REQ)
-        try:
-            await am.complete(REQ)
-        except ModelError as e:
-            err = str(e)
+    async def run_all() -> list[tuple[Any, ...]]:
+        out = [await run_async(am, kind) for kind in calls]
         await am.aclose()
-        return c, err
+        return out
 
-    ac, aerr = asyncio.run(run())
-    sc = m.complete(REQ)
-    with pytest.raises(ModelError) as info:
-        m.complete(REQ)
-    assert ac == sc
-    assert aerr == str(info.value)
-    assert a_slept == sync_slept
+    sync_out = [run_sync(m, kind) for kind in calls]
+    async_out = asyncio.run(run_all())
+    for kind, s_out, a_out in zip(calls, sync_out, async_out, strict=True):
+        assert s_out == a_out, kind
+    assert a_slept == sync_slept == [0.5, 0.5, 1.0, 0.5, 0.5, 1.0]
+    assert [(r.method, str(r.url)) for r in async_rec.requests] == [
+        (r.method, str(r.url)) for r in sync_rec.requests
+    ]
     assert async_rec.bodies() == sync_rec.bodies()
+    assert not sync_rec.answers and not async_rec.answers  # every answer was asked for
+
+    # and what they said is right, not only the same
+    kinds = [o[:2] for o in sync_out]
+    assert kinds[:7] == [
+        ("ok", Completion("same", "length", Usage(12, 3), "m1")),
+        ("error", "ModelError"),
+        ("error", "ModelUnavailable"),
+        ("error", "ModelTimeout"),
+        ("error", "ModelError"),
+        ("error", "ModelError"),
+        ("ok", Completion("", "tool_calls", Usage(12, 3), "m1", (WEATHER,))),
+    ]
+    assert sync_out[7][:2] == ("ok", Completion("Hello", "stop", Usage(), "m1"))
+    assert sync_out[8][1] == "ModelError" and "not JSON" in sync_out[8][2]
+    assert sync_out[8][3] == ["Hel"]
+    assert sync_out[9][1] == "ModelUnavailable" and "without a finish_reason" in sync_out[9][2]
+    assert sync_out[10][1] == "ModelError" and "CUDA out of memory" in sync_out[10][2]
+    assert sync_out[11][:2] == ("ok", Completion("", "tool_calls", Usage(), "m1", (WEATHER,)))
+    assert sync_out[12][1] == "ModelError" and "no such model" in sync_out[12][2]
+    assert sync_out[13][1] == "ModelUnavailable"
+    assert sync_out[14:] == [("ok", ["gemma", "qwen"]), ("ok", [2, 9]), ("ok", [2, 9])]
+
+
+WEATHER = ToolCall("call_1", "get_weather", '{"city": "Tokyo"}')
 
 
 # --- a real llama.cpp server ---------------------------------------------------------------------
@@ -339,6 +460,7 @@ LONG = " ".join(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_server_length_finish_and_usage(llama_server: LlamaServer) -> None:
     with OpenAIChatModel(llama_server.url, model=llama_server.alias) as m:
@@ -356,6 +478,7 @@ def test_real_server_length_finish_and_usage(llama_server: LlamaServer) -> None:
         assert ids is not None and 3 <= len(ids) <= 8
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_server_prefix_cache_makes_a_shared_prefix_fast(llama_server: LlamaServer) -> None:
     # a fresh random prefix so no earlier test warmed it
@@ -380,6 +503,7 @@ def _kill_soon(server: LlamaServer, after_s: float) -> threading.Timer:
     return t
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_server_dying_mid_request_raises_not_hangs(fresh_llama_server: LlamaServer) -> None:
     m = OpenAIChatModel(
@@ -403,6 +527,7 @@ def test_real_server_dying_mid_request_raises_not_hangs(fresh_llama_server: Llam
     m.close()
 
 
+@pytest.mark.slow
 @pytest.mark.llama
 def test_real_server_dying_mid_stream_raises_after_partial_text(
     fresh_llama_server: LlamaServer,

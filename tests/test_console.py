@@ -2,17 +2,24 @@
 
 The service runs with uvicorn in a thread on a free loopback port, on a SQLite file that holds a
 conversation with memory (folded by the extractive summarizer) and a planted verbal tic. The
-browser enters the key, reads memory, opens a chapter's source messages, edits a note, presses
-cut and reads the tic alerts and the compaction log. Needs Debian `chromium` + `chromium-driver`
-(`.ci/chromium.sh`); skips without them locally, fails in CI.
+browser enters the key, filters the conversations, reads memory, opens a chapter's source
+messages, browses the whole transcript with its times, searches the archive, corrects and
+retracts a line of memory (in the prompt from the next fold), edits a note, presses cut and
+reads the tic alerts, the pending jobs and the compaction log. It takes screenshots at desktop
+and phone widths (with CJK fonts, so 記憶 and 区切り render) and checks that nothing overflows
+sideways. Needs Debian `chromium`, `chromium-driver` and `fonts-noto-cjk` (`.ci/chromium.sh`);
+skips without them locally, fails in CI. Screenshots go to $KIOKU_CONSOLE_SCREENSHOTS (a folder)
+when it is set.
 """
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import os
 import shutil
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -24,18 +31,18 @@ import pytest
 
 from kioku.config import Settings
 from kioku.engine import Kioku
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.profiles import LOCAL_8K
 from kioku.store import Store
 from tests.conftest import need
 from tests.helpers import Clock
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TENANT = "acme"
 CID = "mika"
 TIC = "nya~ just kidding, darling!"
-FIRST = "Hi Mika! <b>not bold</b> — my sister Hana lives in Sapporo."
+FIRST = "Hi Mika! <b>not bold</b> — my sister Hana lives in Sapporo. 記憶は大切だね。"
 FILLER = [
     "The weather was grey and we walked along the pier talking about nothing much.",
     "We tried the new noodle stall near the station and it was far too salty.",
@@ -44,13 +51,13 @@ FILLER = [
     "You complained about your printer jamming again before the deadline.",
 ]
 NOTE = "- [promise] Mika: to visit the lighthouse in May"
+FIXED = "[0] user: Hi Mika! My sister Hana lives in Otaru now. 区切りのあとも覚えていてね。"
 
 
 def seed(store: Store, turns: int = 160) -> Kioku:
     """A conversation that folded at least once, with a tic in most of the last 20 replies."""
     clock = Clock(time.time() - 10 * turns)
-    kk = Kioku(store, profile=LOCAL_8K, clock=clock, tenant=TENANT)
-    attach(kk)
+    kk = Kioku(store, profile=LOCAL_8K, clock=clock, tenant=TENANT, layers=Layers(store))
     conv = kk.conversation(CID, system_prompt="You are Mika.", character="Mika")
     for i in range(turns):
         clock.advance(10)
@@ -76,6 +83,46 @@ def _browser_paths() -> tuple[str, str]:
     need(bool(chromium), "chromium is not installed (.ci/chromium.sh)")
     need(bool(driver), "chromedriver is not installed (.ci/chromium.sh)")
     return chromium, driver
+
+
+def _cjk_fonts() -> bool:
+    """A CJK font for the screenshots (Debian fonts-noto-cjk), or 記憶 renders as boxes."""
+    if not shutil.which("fc-list"):
+        return False
+    found = subprocess.run(["fc-list", ":lang=ja", "family"], capture_output=True, text=True)
+    return "CJK" in found.stdout
+
+
+def screenshot(driver: Any, path: Path, width: int, height: int, mobile: bool) -> dict[str, int]:
+    """The whole page at this viewport size as a PNG; returns page and viewport widths."""
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile},
+    )
+    time.sleep(0.3)  # one layout pass at the new size
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot",
+        {
+            "format": "png",
+            "captureBeyondViewport": True,
+            "clip": {
+                "x": 0,
+                "y": 0,
+                "width": size["width"],
+                "height": min(size["height"], 8000),
+                "scale": 1,
+            },
+        },
+    )
+    path.write_bytes(base64.b64decode(shot["data"]))
+    return dict(
+        driver.execute_script(
+            "const log = document.getElementById('log');"
+            "return {page: document.documentElement.scrollWidth, view: window.innerWidth,"
+            " log: log.scrollWidth, logBox: log.clientWidth};"
+        )
+    )
 
 
 @pytest.fixture
@@ -179,6 +226,7 @@ class Page:
 def test_console_reads_memory_edits_notes_cuts_and_shows_alerts_and_log(
     served: Served, browser: Any, tmp_path: Path
 ) -> None:
+    need(_cjk_fonts(), "no CJK font: apt-get install fonts-noto-cjk (.ci/chromium.sh)")
     store, kk = served.store, served.kk
     p = Page(browser)
     browser.get(f"{served.base}/console/")
@@ -195,9 +243,17 @@ def test_console_reads_memory_edits_notes_cuts_and_shows_alerts_and_log(
     p.until(lambda: p.all("conversation"), "the conversation list")
     (button,) = p.all("conversation")
     assert button.get_attribute("data-id") == CID
-    button.click()
+    assert button.text.endswith(("just now", "min ago")), button.text  # last activity
 
-    # memory, with the seq range each item came from
+    # the list filters as you type
+    p.id("conv-filter").send_keys("nobody")
+    p.until(lambda: not p.all("conversation") and p.visible("no-match"), "the filtered list")
+    p.id("conv-filter").clear()
+    p.id("conv-filter").send_keys("MIK")
+    p.until(lambda: len(p.all("conversation")) == 1, "the list again")
+    p.all("conversation")[0].click()
+
+    # memory, with the seq range each item came from, line by line
     info = store.conversation(CID)
     items = store.items(CID, "active")
     p.until(lambda: len(p.all("memory-item")) == len(items), "every memory item")
@@ -207,17 +263,40 @@ def test_console_reads_memory_edits_notes_cuts_and_shows_alerts_and_log(
     first = items[0]
     assert shown[0].get_attribute("data-first") == str(first.first_seq)
     assert shown[0].get_attribute("data-last") == str(first.last_seq)
-    text = shown[0].find_element(p.By.CSS_SELECTOR, '[data-testid="item-text"]').text
-    assert text and text.split("\n")[0] in first.text
+    lines = shown[0].find_elements(p.By.CSS_SELECTOR, '[data-testid="item-line"] .line-text')
+    assert [x.text.strip() for x in lines] == [x.strip() for x in first.text.split("\n") if x]
+
+    # the transcript opens on the newest messages, each with its time
+    p.until(lambda: p.all("message"), "the newest messages")
+    newest = [int(m.get_attribute("data-seq")) for m in p.all("message")]
+    assert newest[-1] == info.next_seq - 1
+    assert all(t.text for t in p.all("message-time"))
+
+    def opening() -> str | None:  # the first message shown (None while the page loads)
+        return next((m.get_attribute("data-seq") for m in p.all("message")), None)
+
+    p.id("tr-start").click()
+    p.until(lambda: opening() == "0", "the first page")
+    p.id("tr-later").click()
+    p.until(lambda: opening() == "100", "the next page")
 
     # a chapter's range opens its source messages, rendered as text (never as HTML)
     shown[0].find_element(p.By.CSS_SELECTOR, '[data-testid="source-link"]').click()
-    p.until(lambda: p.all("message"), "the source messages")
+    p.until(lambda: opening() == str(first.first_seq), "the source messages")
     seqs = [int(m.get_attribute("data-seq")) for m in p.all("message")]
     assert seqs == list(range(first.first_seq, min(first.last_seq, first.first_seq + 99) + 1))
     assert "<b>not bold</b>" in p.all("message")[0].text
     bold = [b.text for b in browser.find_elements(p.By.CSS_SELECTOR, "#messages b")]
     assert "not bold" not in bold
+
+    # archive search finds the first message; its hit opens the transcript around it
+    p.id("search-q").send_keys("Hana Sapporo")
+    p.id("search-go").click()
+    p.until(lambda: p.all("search-hit"), "the search hits")
+    hit = p.all("search-hit")[0]
+    assert hit.get_attribute("data-seq") == "0" and "Sapporo" in hit.text
+    hit.find_element(p.By.CSS_SELECTOR, '[data-testid="hit-open"]').click()
+    p.until(lambda: browser.find_elements(p.By.CSS_SELECTOR, "#messages li.marked"), "the hit")
 
     # tic alerts: what the guard finds is on the page
     alerts = kk.layers.tic_alerts(CID)
@@ -226,11 +305,34 @@ def test_console_reads_memory_edits_notes_cuts_and_shows_alerts_and_log(
     assert [t.get_attribute("data-phrase") for t in p.all("tic")] == [a.phrase for a in alerts]
     assert "kidding" in p.all("tic")[0].text
 
+    # the pending summary jobs, as the store has them
+    queued = store.jobs(CID, "queued", "running")
+    p.until(lambda: len(p.all("job-row")) == len(queued), "the jobs")
+    assert p.visible("no-jobs") == (not queued)
+
     # the compaction log, newest first
     log = store.log_entries(CID)
     p.until(lambda: len(p.all("log-row")) == len(log), "every log row")
     events = [r.get_attribute("data-event") for r in p.all("log-row")]
     assert events == [e["event"] for e in reversed(log)] and "fold" in events
+
+    # correct one line of memory and retract another: pending until the next fold
+    target = p.all("memory-item")[0]
+    item_id = int(target.get_attribute("data-id"))
+    rows = target.find_elements(p.By.CSS_SELECTOR, '[data-testid="item-line"]')
+    wrong = rows[0].find_element(p.By.CSS_SELECTOR, ".line-text").text.strip()
+    gone = rows[1].find_element(p.By.CSS_SELECTOR, ".line-text").text.strip()
+    rows[0].find_element(p.By.CSS_SELECTOR, '[data-testid="line-edit"]').click()
+    edit = p.all("line-input")[0]
+    edit.clear()
+    edit.send_keys(FIXED)
+    p.all("line-save")[0].click()
+    p.until(lambda: p.all("pending-edit"), "the pending correction")
+    row = p.all("memory-item")[0].find_elements(p.By.CSS_SELECTOR, '[data-testid="item-line"]')[1]
+    row.find_element(p.By.CSS_SELECTOR, '[data-testid="line-retract"]').click()
+    p.all("line-retract-confirm")[0].click()
+    p.until(lambda: "retract" in p.all("pending-edit")[0].text, "the pending retraction")
+    assert store.items(CID, "active")[0].text == first.text  # not in the prompt yet
 
     # edit a note, save, and find it again after a reload
     area = p.id("notes-text")
@@ -242,9 +344,25 @@ def test_console_reads_memory_edits_notes_cuts_and_shows_alerts_and_log(
     area.send_keys(original + NOTE + "\n")
     p.id("notes-save").click()
     p.until(lambda: "1 added" in p.id("notes-status").text, "the save confirmation")
+
+    # the next turn folds the correction in: after a reload, memory shows it, marked
+    assert isinstance(kk.clock, Clock)
+    kk.clock.advance(time.time() - kk.clock())  # the seeded clock catches up with the service's
+    conv = kk.conversation(CID)
+    conv.prepare("Do you still remember my sister?")
+    conv.record("Of course I do.")
     browser.refresh()
     p.until(lambda: NOTE in (p.id("notes-text").get_attribute("value") or ""), "the saved note")
     assert "lighthouse in May" in p.id("notes-current").get_attribute("textContent")
+    p.until(lambda: p.all("operator-badge"), "the corrected item")
+    fixed = p.all("memory-item")[0]
+    assert int(fixed.get_attribute("data-id")) != item_id  # a revision, the old item retired
+    texts = [
+        x.text.strip()
+        for x in fixed.find_elements(p.By.CSS_SELECTOR, '[data-testid="item-line"] .line-text')
+    ]
+    assert texts[0] == FIXED and gone not in texts and wrong not in texts
+    assert not p.all("pending-edit")
 
     # cut: the raw window starts now, and the page says so
     before = int(p.id("raw-start").text)
@@ -259,14 +377,22 @@ def test_console_reads_memory_edits_notes_cuts_and_shows_alerts_and_log(
     p.until(lambda: "cut" in [r.get_attribute("data-event") for r in p.all("log-row")], "cut row")
     assert len(p.all("memory-item")) == len(store.items(CID, "active"))
 
-    shot = Path(os.environ.get("KIOKU_CONSOLE_SCREENSHOT") or tmp_path / "console.png")
+    # screenshots at desktop and phone widths: nothing is wider than the screen
+    folder = Path(os.environ.get("KIOKU_CONSOLE_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
     last_item = p.all("memory-item")[-1]  # the cut's chapter and its messages, for the picture
     last_item.find_element(p.By.CSS_SELECTOR, '[data-testid="source-link"]').click()
     p.until(lambda: p.all("message"), "the cut's source messages")
-    browser.save_screenshot(str(shot))
-    assert shot.stat().st_size > 10_000
+    for name, width, height, mobile in (
+        ("console-desktop.png", 1400, 1000, False),
+        ("console-phone.png", 390, 844, True),
+    ):
+        sizes = screenshot(browser, folder / name, width, height, mobile)
+        assert (folder / name).stat().st_size > 10_000
+        assert sizes["page"] <= sizes["view"], f"{name}: the page is wider than the screen"
+        assert sizes["log"] <= sizes["logBox"], f"{name}: the compaction log is clipped"
 
-    # no script error on the way; the refused key (401) and note (400) are the expected failures
+    # no script error on the way; the refused key (401), note (400) are the expected failures
     severe = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     expected = ("status of 401", "status of 400")
     assert [m for m in severe if not any(x in m for x in expected)] == []

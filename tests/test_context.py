@@ -4,11 +4,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kioku.context import Recollection, build
+from kioku.context import build
 from kioku.errors import ContextOverflow, MessageTooLarge
 from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message
 from kioku.profiles import LOCAL_8K
+from kioku.recollection import RecalledLine, Recollection
 from kioku.tokens import ScriptEstimator
 
 COUNTER = ScriptEstimator()
@@ -22,7 +23,7 @@ def entry(seq: int, text: str, role: str = "user") -> LogEntry:
 def test_order_is_system_memory_raw_then_recollection_and_new_message() -> None:
     mem = Memory(chapters=(MemoryItem("chapter", 0, 9, "[3] Mika: I have a cat.", 8, id=1),))
     raw = [entry(10, "hello"), entry(11, "hi there", "assistant")]
-    rec = Recollection(2, 3, "Mika: my cat is called Tama", 10)
+    rec = Recollection(2, 3, 1.0, (RecalledLine(3, "Mika", "my cat is called Tama"),), 14)
     p = build(
         system_prompt="You are Mika.",
         memory=mem,
@@ -81,7 +82,7 @@ def test_overflowing_raw_window_is_refused_not_sent() -> None:
 )
 def test_window_invariant_holds_or_errors(sizes: list[int], recs: list[int], new: int) -> None:
     raw = [entry(i, "w " * n) for i, n in enumerate(sizes)]
-    rec = [Recollection(0, 0, "r " * n, 0) for n in recs]
+    rec = [Recollection(0, 0, 1.0, (RecalledLine(0, "Mika", "r " * n),)) for n in recs]
     try:
         p = build(
             system_prompt="card",

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 import typer
 from rich.console import Console
 from typer.testing import CliRunner
@@ -15,6 +16,7 @@ from kioku.tokens import ScriptEstimator
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_demo_runs_small_and_writes_its_png(tmp_path) -> None:
     buf = io.StringIO()
     r = demo.run("en", 500, tmp_path, env={}, console=Console(file=buf, width=120))
@@ -31,11 +33,18 @@ def test_demo_runs_small_and_writes_its_png(tmp_path) -> None:
     )
     assert set(en["prefix_reuse"]) == {"kioku", "sliding_window"}
     assert en["prefix_reuse"]["kioku"]["turns"] == en["turns"]
+    facts = en["facts"]["generational"]
+    assert sum(facts["by_place_questions"].values()) == len(en["questions"])
     out = buf.getvalue()
     assert "fold" in out and "final memory" in out and "prefix-cache reuse" in out
     assert "planted facts" in out and "wrote" in out
+    assert " 1 items" not in out and "rolling-long: the same, given as many tokens" in out
+    # the table says how many facts each column holds
+    n = facts["by_place_questions"]["last 10%"]
+    assert f"{n} fact" in out
 
 
+@pytest.mark.slow
 def test_demo_cli_quiet_in_japanese(tmp_path) -> None:
     app = typer.Typer()
     register(app)
@@ -62,7 +71,8 @@ def test_the_chronicler_follows_kioku_llm_url() -> None:
     assert isinstance(s, LLMChronicler) and label.startswith("llm http://127.0.0.1:9")
 
 
-def test_age_buckets() -> None:
-    assert demo.age_bucket(0.0) == "0-10%"
-    assert demo.age_bucket(0.3) == "25-50%"
-    assert demo.age_bucket(0.99) == "75-100%"
+def test_places_read_oldest_first() -> None:
+    assert demo.place_bucket(0.0) == "first 25%"
+    assert demo.place_bucket(0.3) == "25-50%"
+    assert demo.place_bucket(0.95) == demo.BUCKETS[-1] == "last 10%"
+    assert set(demo.EXPLAINED) == set(demo.STRATEGIES)

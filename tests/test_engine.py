@@ -94,7 +94,7 @@ def test_length_finish_is_surfaced_counted_and_marked() -> None:
         assert req.max_tokens == LOCAL_8K.response_reserve
 
 
-def test_fold_is_deferred_past_the_trigger_turn_and_applied_once_ready() -> None:
+def test_fold_is_deferred_past_the_trigger_turn_and_applied_when_the_room_is_needed() -> None:
     clock = Clock()
     kk = make(clock)
     conv = kk.conversation("c", system_prompt="card")
@@ -114,10 +114,19 @@ def test_fold_is_deferred_past_the_trigger_turn_and_applied_once_ready() -> None
     assert kk.worker.run_once() is None
     clock.advance(LOCAL_8K.summary_delay_s)
     assert kk.worker.run_once() is not None
-    before = conv.info().memory_version
-    conv.prepare("next turn")
-    assert conv.last_turn.folded
-    assert conv.info().memory_version == before + 1
+    # ready, but the window still has room: the turns go on with the whole raw window, until
+    # the one whose prompt needs the room folds (once, with no forced cut)
+    sizes = []
+    for i in range(60):
+        p = conv.prepare(sentence(1000 + i))
+        if conv.last_turn.folded:
+            break
+        sizes.append(p.tokens)
+        conv.record(sentence(i))
+    assert conv.last_turn.folded and not conv.last_turn.forced_cut
+    assert conv.info().memory_version == 1
+    assert len(sizes) > 3 and sizes == sorted(sizes)  # the prompt only grew until then
+    assert sizes[-1] > 0.9 * LOCAL_8K.prompt_budget  # the window was full when it folded
     assert coverage_ok(kk, "c") == []
 
 
@@ -147,9 +156,10 @@ def test_backlog_is_split_into_chunks_oldest_first() -> None:
     profile = replace(LOCAL_8K, summary_chunk=1000)
     kk = Kioku(Store.open("sqlite://"), profile=profile, clock=clock)
     conv = kk.conversation("c")
-    for i in range(75):
+    for i in range(95):  # past the trigger, still under the ceiling
         conv.append(Message.user(sentence(i, 60)))
     conv.prepare("and now?")
+    assert not conv.last_turn.forced_cut
     jobs = kk.store.jobs("c", "queued")
     assert len(jobs) >= 2
     assert [j.first_seq for j in jobs] == sorted(j.first_seq for j in jobs)
@@ -215,6 +225,7 @@ def test_cut_empties_raw_window_and_keeps_archive() -> None:
     ),
     fail_on=st.sets(st.integers(0, 30), max_size=10),
 )
+@pytest.mark.slow
 def test_coverage_invariant_under_random_turns_folds_and_failures(steps, fail_on) -> None:
     clock = Clock()
     kk = make(clock, FlakySummarizer(fail_on), simulated_duration_s=15)

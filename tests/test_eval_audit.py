@@ -171,6 +171,7 @@ def test_structured_chapters_threads_tics_and_attribution() -> None:
     assert "Memory audit" in markdown(r)
 
 
+@pytest.mark.slow
 def test_audit_of_a_replayed_story() -> None:
     t = story("en", 700)
     counter = ScriptEstimator()

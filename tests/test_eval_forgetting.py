@@ -83,6 +83,7 @@ def result():
     return model, _run(model, repeats=2, seed=7)
 
 
+@pytest.mark.slow
 def test_json_shape_and_pins(result) -> None:
     model, r = result
     assert r["kind"] == "kioku.eval.forgetting/1"
@@ -107,6 +108,7 @@ def test_json_shape_and_pins(result) -> None:
     assert pins["models"]["judge"] == {"name": "scripted"}
 
 
+@pytest.mark.slow
 def test_full_context_scores_one_and_truncation_zero_on_what_it_dropped(result) -> None:
     _, r = result
     full = r["strategies"]["full"]
@@ -121,6 +123,7 @@ def test_full_context_scores_one_and_truncation_zero_on_what_it_dropped(result) 
     assert gen["recall_per_segment"][-1] == 1.0
 
 
+@pytest.mark.slow
 def test_every_request_was_what_the_prompts_say(result) -> None:
     model, r = result
     questions = [h for h in model.history if "You write a quiz" in h.messages[0].content]
@@ -141,6 +144,7 @@ def test_every_request_was_what_the_prompts_say(result) -> None:
     )
 
 
+@pytest.mark.slow
 def test_plot_and_report(result, tmp_path) -> None:
     _, r = result
     png = forgetting_curve(r, tmp_path / "curve.png")
@@ -187,7 +191,7 @@ def test_with_a_model_and_no_summarizer_the_llm_chronicler_writes_memory() -> No
     model = ScriptedModel(default=busy)
     counter = ScriptEstimator()
     r = forgetting.run(
-        keyed(60),
+        keyed(140),
         model=model,
         counter=counter,
         profile=get_profile("local-64k", 4096),

@@ -81,6 +81,7 @@ def result(data: Path):
     return locomo.run(data, _options(samples=4), counter=ScriptEstimator(), progress=False)
 
 
+@pytest.mark.slow
 def test_json_shape(result) -> None:
     assert result["kind"] == "kioku.eval.locomo/2"
     assert result["questions"] == 2 * SESSIONS  # category 5 is left out
@@ -106,6 +107,7 @@ def test_json_shape(result) -> None:
     assert result["pins"]["data"]["sha256"]
 
 
+@pytest.mark.slow
 def test_the_arithmetic(result) -> None:
     s = result["strategies"]
     assert s["full"]["answer_in_context"] == 1.0  # everything kept, every answer verbatim
@@ -133,6 +135,7 @@ def test_the_arithmetic(result) -> None:
     )
 
 
+@pytest.mark.slow
 def test_the_diagnosis_says_where_answers_come_from(result) -> None:
     d = result["diagnosis"]["dev"]
     gen = d["sources"]["generational"]["old"]
@@ -156,6 +159,7 @@ def test_the_diagnosis_says_where_answers_come_from(result) -> None:
     assert set(m) >= {"minus_retrieval", "minus_truncation", "share_of_full"}
 
 
+@pytest.mark.slow
 def test_samples_show_each_arm_around_the_answer(result) -> None:
     samples = result["samples"]
     assert len(samples) == 4  # two per conversation
@@ -183,6 +187,7 @@ def test_a_prompt_over_the_budget_is_an_error_not_a_row(data: Path) -> None:
     assert conv.rows == []
 
 
+@pytest.mark.slow
 def test_plot_and_report(result, tmp_path: Path) -> None:
     png = answer_by_age(result, tmp_path / "locomo.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
@@ -225,6 +230,7 @@ def test_with_a_model_answers_are_scored_by_f1_and_judge(data: Path) -> None:
     assert r["pins"]["models"] == {"answer": {"name": "scripted"}, "judge": {"name": "judge"}}
 
 
+@pytest.mark.slow
 def test_cli(data: Path, tmp_path: Path) -> None:
     app = typer.Typer()
     register(app)

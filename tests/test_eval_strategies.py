@@ -50,7 +50,7 @@ def test_fit_profile_leaves_room_for_memory_and_the_minimum_raw_window() -> None
         scaled.synopsis_tokens + scaled.major_gc + scaled.chapter_tokens
         <= scaled.trigger - scaled.min_raw
     )
-    p = replace(scaled, chapter_tokens=300, synopsis_tokens=600, major_gc=1200)
+    p = replace(scaled, chapter_tokens=600, synopsis_tokens=1200, major_gc=2400)
     assert p.synopsis_tokens + p.major_gc + p.chapter_tokens > p.trigger - p.min_raw
     fitted, changed = fit_profile(p)
     assert fitted.synopsis_tokens + fitted.major_gc + fitted.chapter_tokens <= p.trigger - p.min_raw
@@ -58,6 +58,7 @@ def test_fit_profile_leaves_room_for_memory_and_the_minimum_raw_window() -> None
     assert fit_profile(get_profile("local-64k")) == (get_profile("local-64k"), {})
 
 
+@pytest.mark.slow
 def test_every_arm_answers_with_a_prompt_that_fits(arms) -> None:
     t, profile, out = arms
     assert list(out) == [*ARMS, "full"]
@@ -74,6 +75,7 @@ def test_every_arm_answers_with_a_prompt_that_fits(arms) -> None:
     assert out["full"].context("q").tokens > profile.window  # no limit
 
 
+@pytest.mark.slow
 def test_arms_that_differ_only_at_the_question_share_a_replay(arms) -> None:
     _, _, out = arms
     gen, norecall = out["generational"], out["generational-norecall"]
@@ -88,6 +90,7 @@ def test_arms_that_differ_only_at_the_question_share_a_replay(arms) -> None:
     assert gen.context(q).extra == with_recall.extra  # asking again changes nothing
 
 
+@pytest.mark.slow
 def test_retrieval_fills_the_budget_with_the_best_turns_and_their_neighbours(arms) -> None:
     t, profile, out = arms
     ret = out["retrieval"]
@@ -122,6 +125,7 @@ def test_entry_seqs_skip_replies_before_the_first_user_message() -> None:
     assert seqs[0] == -1 and seqs[1:] == list(range(len(t.messages)))
 
 
+@pytest.mark.slow
 def test_full_keeps_everything_and_truncation_the_newest(arms) -> None:
     t, profile, out = arms
     full = out["full"].context("anything").text
@@ -141,6 +145,7 @@ def test_full_keeps_everything_and_truncation_the_newest(arms) -> None:
         arm._prompt(shown, arm._entry("anything"), profile)
 
 
+@pytest.mark.slow
 def test_kioku_arms_fold_and_rolling_long_is_length_matched(arms) -> None:
     _, profile, out = arms
     gen, rolling, long = out["generational"], out["rolling"], out["rolling-long"]
@@ -187,6 +192,7 @@ def test_a_forced_cut_does_not_cancel_the_pending_major_gc() -> None:
         raw=raw,
         memory=Memory(chapters=chapters),
         jobs=[PendingJob("synopsis", 10, 29)],
+        fixed=sum(c.tokens for c in chapters),  # the memory exchange, rendered
     )
     d = decide(state)
     assert d.forced_cut is not None

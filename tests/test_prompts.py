@@ -24,6 +24,13 @@ LIE_RULE = {
     "zh": "表面上……/实际上……",
 }
 TIC_RULE = {"en": "verbal tics", "ja": "口癖", "zh": "口头禅"}
+TOOL_RULE = {
+    "en": "never as something anyone said",
+    "ja": "誰かの発言ではなく",
+    "zh": "绝不要当作某人说的话",
+}
+# v2: the transcript's tool calls, tool results and shared images (issue 13)
+VERSIONS = {"chapter": 2, "cut": 2}
 USER_FACT = {"en": "real self", "ja": "現実の自分", "zh": "真实自己"}
 
 
@@ -31,8 +38,9 @@ USER_FACT = {"en": "real self", "ja": "現実の自分", "zh": "真实自己"}
 @pytest.mark.parametrize("lang", LANGS)
 def test_every_template_loads_with_a_version_and_all_sections(task: str, lang: str) -> None:
     text, version = load(task, lang)
-    assert version == f"{task}-{lang}-v1"
-    assert re.search(r"^version: 1$", text, re.MULTILINE)
+    n = VERSIONS.get(task, 1)
+    assert version == f"{task}-{lang}-v{n}"
+    assert re.search(rf"^version: {n}$", text, re.MULTILINE)
     t = template(task, lang)
     for section in ("system", "user", "none", "avoid", "retry", "length"):
         assert t.has(section), section
@@ -96,10 +104,10 @@ def test_chapter_and_cut_prompts_carry_the_rules_and_the_transcript(
         avoid_phrases=("desu wa",),
     )
     request, version = build_request(task, max_tokens=856)
-    assert version == f"{kind}-{lang}-v1"
+    assert version == f"{kind}-{lang}-v{VERSIONS[kind]}"
     assert request.purpose == kind and request.max_tokens == 856
     system, user = request.messages[0].content, request.messages[1].content
-    for rule in (ROLE, CLAIM_RULE, LIE_RULE, TIC_RULE, USER_FACT):
+    for rule in (ROLE, CLAIM_RULE, LIE_RULE, TIC_RULE, USER_FACT, TOOL_RULE):
         assert rule[lang] in system
     assert "Mika" in system and "Ren" in system
     assert "desu wa" in system  # the avoided phrase is named
@@ -150,7 +158,7 @@ def test_language_resolution_and_unknown_task() -> None:
         and resolve_lang("zh_CN") == "zh"
         and resolve_lang("fr") == "en"
     )
-    assert template("chapter", "fr").version == "chapter-en-v1"
+    assert template("chapter", "fr").version == "chapter-en-v2"
     with pytest.raises(ConfigError, match="tasks are"):
         load("poem", "en")
     with pytest.raises(ConfigError, match="needs a value"):

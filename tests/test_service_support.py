@@ -17,7 +17,7 @@ import pytest
 
 from kioku.config import Settings
 from kioku.engine import Kioku
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.profiles import Profile
 from kioku.service.app import Service, create_app
 from kioku.service.keys import create_key
@@ -30,14 +30,15 @@ SERVICE_PROFILE = Profile(
     name="service-test",
     window=4096,
     response_reserve=256,
-    trigger=500,
-    ceiling=900,
+    trigger=800,
+    ceiling=1100,
     min_raw=150,
     headroom=250,
-    chapter_tokens=80,
+    chapter_tokens=120,
     synopsis_tokens=150,
-    major_gc=400,
+    major_gc=300,
     summary_chunk=400,
+    notes_tokens=60,
     summary_delay_s=0.0,
     connect_timeout_s=2.0,
     reply_timeout_s=2.0,
@@ -90,9 +91,7 @@ class Harness:
 
 
 def make_kioku(tenant: str, store: Store) -> Kioku:
-    kk = Kioku(store, profile=SERVICE_PROFILE, tenant=tenant)
-    attach(kk)
-    return kk
+    return Kioku(store, profile=SERVICE_PROFILE, tenant=tenant, layers=Layers(store))
 
 
 @pytest.fixture(scope="module")
@@ -118,5 +117,7 @@ def service(harness: Harness) -> Iterator[Harness]:
     harness.idle()
     harness.up.reply = default_reply
     harness.up.fail = None
+    harness.up.error = None
+    harness.up.garbage = None
     harness.up.delay_s = 0.0
     harness.up.chunk_delay_s = 0.0

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import select
 
-from kioku.errors import NotFound, StoreError
+from kioku.errors import LeaseLost, NotFound, StoreError
 from kioku.memory import MemoryItem
 from kioku.messages import Message, Part
-from kioku.store import LeaseLost, Store
+from kioku.store import Store
 from tests.pg import BACKENDS, backend_url
 
 # Every test here runs on SQLite and on PostgreSQL (`KIOKU_TEST_PG`, see tests/pg.py), each on
@@ -204,3 +204,24 @@ def test_a_worker_whose_lease_was_taken_over_writes_nothing(store: Store) -> Non
     (job,) = store.jobs("c")
     assert (job.status, job.attempts) == ("done", 2)
     assert len(store.items("c")) == 1
+
+
+def test_blobs_are_kept_once_and_a_reply_keeps_only_its_latest_choices(store: Store) -> None:
+    store.put_blobs({"a" * 64: b"first"})
+    store.put_blobs({"a" * 64: b"ignored", "b" * 64: b"second"})  # a known hash stays as it is
+    assert store.blobs(["a" * 64, "b" * 64, "c" * 64]) == {"a" * 64: b"first", "b" * 64: b"second"}
+    assert store.blobs([]) == {}
+
+    store.ensure_conversation("c")
+    reply = store.append("c", Message.assistant("one", author="Mika"), 1)
+    tool_call = Part("tool_call", '{"city": "Tokyo"}', ref="call_1", name="get_weather")
+    store.set_choices(
+        "c", reply.seq, [Message.assistant("two"), Message("assistant", (tool_call,))]
+    )
+    assert [m.text for m in store.choices("c", reply.seq)][0] == "two"
+    assert store.choices("c", reply.seq)[1].parts == (tool_call,)
+    with store.atomic():  # a regeneration's choices replace the old ones, in its transaction
+        store.set_choices("c", reply.seq, [Message.assistant("three")])
+        assert [m.text for m in store.choices("c", reply.seq)] == ["three"]
+    assert [m.text for m in store.choices("c", reply.seq)] == ["three"]
+    assert store.choices("c", reply.seq + 1) == []

@@ -14,7 +14,7 @@ import pytest
 from kioku import notes as notes_layer
 from kioku.engine import Kioku
 from kioku.errors import InputError
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.memory import coverage_gaps
 from kioku.messages import Message
 from kioku.profiles import LOCAL_8K
@@ -36,8 +36,8 @@ def pg_store() -> Iterator[Store]:
 
 def run(store: Store) -> dict[str, Any]:
     clock = Clock()
-    kk = Kioku(store, profile=LOCAL_8K, clock=clock)
-    attach(kk)
+    layers = Layers(store)
+    kk = Kioku(store, profile=LOCAL_8K, clock=clock, layers=layers)
     grow(kk, clock, "c", 150, first="My sister Hana lives in Sapporo and loves the snow festival.")
     conv = kk.conversation("c")
     base = notes_layer.render_editable(notes_layer.notes(store, "c"))
@@ -45,7 +45,8 @@ def run(store: Store) -> dict[str, Any]:
     folded_before_cut = conv.info().raw_start
     conv.cut()
     info = conv.info()
-    recalled = kk.layers.recall.recall(
+    assert layers.recall is not None
+    recalled = layers.recall.recall(
         "c",
         "Where does Hana live?",
         before_seq=info.raw_start,
@@ -67,6 +68,7 @@ def run(store: Store) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_the_engine_remembers_the_same_on_postgres_as_on_sqlite(pg_store: Store) -> None:
     sqlite = Store.open("sqlite://")
     try:

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kioku.bench.tokens import (
+    FLOOR_MAE,
     SYSTEM_CARDS,
     chatml_tokens,
     generation_tokens,
@@ -505,7 +506,9 @@ def test_bench_shape_on_kiokus_own_chinese_samples() -> None:
     _check_shape(result, ("zh",))
     zh = result["languages"]["zh"]
     assert zh["calibrated_mae"] < zh["fixed_1_57_mae"]
-    assert result["ok"] == (zh["calibrated_mae"] <= 0.03)
+    # on kioku's own samples the calibrated estimate meets the floor, and calibration is what
+    # gets it there
+    assert result["ok"] and zh["calibrated_mae"] <= FLOOR_MAE < zh["uncalibrated_mae"]
 
 
 def test_bench_on_shared_datasets() -> None:

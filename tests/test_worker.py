@@ -30,7 +30,7 @@ CHILD = textwrap.dedent(
             raise SystemExit("never reached")
 
     store = Store.open(sys.argv[1])
-    Worker(store, Slow(), LOCAL_8K, name="doomed", lease_s=2).run_once()
+    Worker(store, Slow(), LOCAL_8K, name="doomed", lease_s=60).run_once()
     """
 )
 
@@ -54,11 +54,18 @@ def test_worker_killed_mid_job_loses_nothing_and_job_completes_once(tmp_path) ->
     assert store.items("c") == []  # memory unchanged
     assert store.count_messages("c") == 12  # log unchanged
 
+    # the heir's clock is injected: the dead worker's 60 s lease passes without waiting for it
+    clock = Clock(time.time())
     worker = Worker(
-        store, ExtractiveSummarizer(ScriptEstimator()), LOCAL_8K, name="heir", lease_s=60
+        store,
+        ExtractiveSummarizer(ScriptEstimator()),
+        LOCAL_8K,
+        name="heir",
+        lease_s=60,
+        clock=clock,
     )
     assert worker.run_once() is None  # the dead worker's lease still holds
-    time.sleep(2.2)
+    clock.advance(61)
     outcome = worker.run_once()
     assert outcome is not None and outcome.status == "done" and outcome.job.id == job_id
     assert worker.run_once() is None  # done exactly once
@@ -111,10 +118,12 @@ def test_background_worker_thread_runs_due_jobs() -> None:
     kk.store.enqueue_job("c", "chapter", 0, 0, run_after=0)
     bg = kk.start_background(poll_s=0.05)
     try:
+        assert kk.start_background(poll_s=0.05) is bg  # one thread, however often started
         deadline = time.time() + 10
         while time.time() < deadline and not kk.store.items("c"):
             time.sleep(0.05)
     finally:
         kk.close()
     assert [i.status for i in kk.store.items("c")] == ["ready"]
-    assert bg is not None
+    assert kk.start_background(poll_s=0.05) is not bg  # closed: a new one starts
+    kk.close()

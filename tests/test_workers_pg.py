@@ -220,6 +220,7 @@ def test_worker_killed_mid_job_with_another_running_job_done_exactly_once(
         store.close()
 
 
+@pytest.mark.slow
 def test_many_jobs_many_workers_each_done_once_never_two_of_a_conversation_at_once(
     workers: Workers,
 ) -> None:

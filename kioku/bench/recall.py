@@ -10,7 +10,6 @@ restart. Progress goes to stderr; the result is a dict the CLI prints as JSON.
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 import time
@@ -22,7 +21,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import Progress
 
-from kioku.datasets import default_path, load_locomo
+from kioku.datasets import default_path, load_locomo, read_locomo
 from kioku.errors import InputError
 from kioku.messages import LogEntry, Message
 from kioku.recall import ArchiveIndex, BM25Params, RecallIndexes, Terms, _write_segments
@@ -67,7 +66,7 @@ def run_locomo(
     kmax = max(k_values)
     rows: list[dict[str, Any]] = []
     times: list[float] = []
-    n_conv = len(json.loads(Path(path).read_text(encoding="utf-8")))
+    n_conv = len(read_locomo(path))
     chosen = list(range(n_conv)) if conversations is None else list(conversations)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("LoCoMo recall", total=len(chosen))

@@ -14,11 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import insert, update
-
-from kioku import schema as s
 from kioku.engine import Conversation, Kioku
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.memory import MemoryItem
 from kioku.messages import Message
 from kioku.profiles import LOCAL_64K
@@ -41,48 +38,25 @@ def _text(i: int) -> str:
 def seed_history(store: Store, cid: str, n: int, raw_n: int = 120) -> None:
     """Lay out `n` messages as a compacted conversation: memory covers [0, n - raw_n)."""
     store.ensure_conversation(cid, system_prompt="You are Mika, a lighthouse keeper.")
-    now = time.time()
-    rows = []
+    messages = []
     for i in range(n):
         m = Message.of(
             "user" if i % 2 == 0 else "assistant", _text(i), "you" if i % 2 == 0 else "Mika"
         )
-        rows.append(
-            dict(
-                conversation_id=cid,
-                seq=i,
-                role=m.role,
-                author=m.author,
-                at=None,
-                parts=m.parts_json(),
-                text=m.text,
-                tokens=len(m.text) // 4,
-                content_hash=m.content_hash(),
-                created_at=now,
-                superseded=0,
-                meta=None,
-            )
-        )
+        messages.append((m, len(m.text) // 4))
+    store.append_many(cid, messages)
     raw_start = max(0, n - raw_n)
-    with store.atomic() as conn:
-        for k in range(0, len(rows), 5000):
-            conn.execute(insert(s.messages), rows[k : k + 5000])
-        conn.execute(
-            update(s.conversations)
-            .where(s.conversations.c.id == cid)
-            .values(next_seq=n, raw_start=raw_start, memory_version=1)
-        )
+    items: list[MemoryItem] = []
     if raw_start:
         cuts = [0, raw_start // 2, raw_start * 3 // 4, raw_start]
-        items = [MemoryItem("synopsis", 0, cuts[1] - 1, "Synopsis. " * 120, 240, status="active")]
+        items = [MemoryItem("synopsis", 0, cuts[1] - 1, "Synopsis. " * 120, 240)]
         items += [
-            MemoryItem("chapter", lo, hi - 1, "Chapter text. " * 60, 180, status="active")
+            MemoryItem("chapter", lo, hi - 1, "Chapter text. " * 60, 180)
             for lo, hi in zip(cuts[1:-1], cuts[2:], strict=True)
             if hi > lo
         ]
-        with store.atomic() as conn:
-            for it in items:
-                store.add_item(cid, it, conn)
+    # one fold puts the memory in place and moves the raw window (memory version 1)
+    store.fold(cid, activate=(), retire=(), raw_start=raw_start, add=items)
 
 
 def _p50(xs: Sequence[float]) -> float:
@@ -131,8 +105,7 @@ def run(
     for n in sizes:
         store = Store.open("sqlite://")
         seed_history(store, f"history-{n}", n)
-        kk = Kioku(store, profile=LOCAL_64K)
-        attach(kk)
+        kk = Kioku(store, profile=LOCAL_64K, layers=Layers(store))
         stores.append(store)
         convs.append(kk.conversation(f"history-{n}"))
     for n, t in zip(sizes, measure(convs, turns), strict=True):

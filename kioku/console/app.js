@@ -12,8 +12,12 @@
     conversations: [],
     current: null, // conversation id
     memory: null,
-    range: null, // {first, last} of the source messages shown
+    range: null, // {first, last} of the messages shown (null: browsing the whole transcript)
     nextAfter: null,
+    page: null, // {first, last, total} of the transcript page shown while browsing
+    lines: {}, // memory item id -> {lines, edits, pending}
+    view: 0, // bumped whenever the transcript pane changes: late answers for an old view are dropped
+    filter: "",
   };
 
   const $ = (id) => document.getElementById(id);
@@ -125,10 +129,17 @@
 
   async function loadConversations() {
     const data = await api("GET", "conversations");
-    state.conversations = data.data || [];
-    const list = $("conversations");
-    list.replaceChildren(
-      ...state.conversations.map((c) =>
+    state.conversations = data.data || []; // latest activity first
+    renderConversations();
+  }
+
+  function renderConversations() {
+    const needle = state.filter.trim().toLowerCase();
+    const shown = state.conversations.filter(
+      (c) => !needle || `${c.id}\n${c.character || ""}`.toLowerCase().includes(needle),
+    );
+    $("conversations").replaceChildren(
+      ...shown.map((c) =>
         el(
           "li",
           {},
@@ -141,12 +152,26 @@
               onclick: act(() => select(c.id)),
             },
             el("span", { class: "conv-id", text: c.id }),
-            el("span", { class: "muted small", text: `${c.character || "—"} · ${c.messages} msgs` }),
+            el("span", {
+              class: "muted small",
+              text: `${c.character || "—"} · ${c.messages} msgs · ${ago(c.last_activity)}`,
+            }),
           ),
         ),
       ),
     );
     $("no-conversations").hidden = state.conversations.length > 0;
+    $("no-match").hidden = !(state.conversations.length > 0 && shown.length === 0);
+  }
+
+  // "3 min ago", "yesterday 14:02", or a date: when something last happened
+  function ago(ts) {
+    if (typeof ts !== "number") return "never";
+    const s = Math.max(0, Date.now() / 1000 - ts);
+    if (s < 60) return "just now";
+    if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+    if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+    return new Date(ts * 1000).toLocaleDateString([], { year: "numeric", month: "short", day: "numeric" });
   }
 
   async function select(id) {
@@ -160,8 +185,22 @@
     $("cut-result").hidden = true;
     $("cut-confirm-box").hidden = true;
     $("notes-status").textContent = "";
+    $("search-hits").replaceChildren();
+    $("no-hits").hidden = true;
     clearMessages();
-    await Promise.all([loadMemory(), loadTics(), loadLog()]);
+    await Promise.all([
+      loadMemory(), loadTics(), loadLog(), loadJobs(), loadStatus(), browse({ before: null }),
+    ]);
+  }
+
+  // folding in progress, and the cache breaks the client caused by changing the card
+  async function loadStatus() {
+    const s = await api("GET", `${conv(state.current)}/status`);
+    const f = s.folding;
+    $("folding").hidden = !(f.running || f.queued);
+    $("folding").textContent = f.running ? `folding: writing ${f.kinds.join(", ")}…` : `folding scheduled (${f.kinds.join(", ")})`;
+    $("card-changes-box").hidden = !s.card_changes;
+    $("card-changes").textContent = String(s.card_changes);
   }
 
   function header(mem) {
@@ -170,13 +209,18 @@
     $("conv-messages").textContent = c.messages ?? "?";
     $("raw-start").textContent = mem.raw_start;
     $("memory-version").textContent = mem.memory_version;
+    $("conv-active").textContent = ago(c.last_activity);
   }
 
   // --- memory ---------------------------------------------------------------------------------
 
   async function loadMemory() {
-    const mem = await api("GET", `${conv(state.current)}/memory`);
+    const [mem, lines] = await Promise.all([
+      api("GET", `${conv(state.current)}/memory`),
+      api("GET", `${conv(state.current)}/memory/lines`),
+    ]);
     state.memory = mem;
+    state.lines = Object.fromEntries((lines.items || []).map((i) => [i.id, i]));
     header(mem);
     $("synopsis").replaceChildren(...(mem.synopsis ? [item(mem.synopsis)] : []));
     $("chapters").replaceChildren(...(mem.chapters || []).map(item));
@@ -199,9 +243,13 @@
   }
 
   function item(it) {
+    const info = state.lines[it.id] || { lines: it.text.split("\n").filter((x) => x.trim()), edits: [], pending: null };
     const badges = [
       el("span", { class: `badge ${it.source}`, text: it.source }),
       it.stale ? el("span", { class: "badge stale", text: "stale: source edited", dataset: { testid: "stale" } }) : null,
+      info.edits.length
+        ? el("span", { class: "badge operator", text: `edited by operator (${info.edits.length})`, dataset: { testid: "operator-badge" } })
+        : null,
       el("span", { class: "muted small", text: `${it.tokens} tokens` }),
       it.model ? el("span", { class: "muted small", text: `${it.model} ${it.prompt_version || ""}` }) : null,
     ];
@@ -212,8 +260,73 @@
         dataset: { testid: "memory-item", kind: it.kind, first: it.first_seq, last: it.last_seq, id: it.id },
       },
       el("header", {}, el("b", { text: it.kind === "synopsis" ? "Synopsis" : "Chapter" }), rangeButton(it.first_seq, it.last_seq), ...badges),
-      el("div", { class: "text", dataset: { testid: "item-text" }, text: it.text }),
+      el("div", { class: "text lines", dataset: { testid: "item-text" } }, ...info.lines.map((line) => memoryLine(it, line))),
+      info.pending ? pendingBox(info.pending) : null,
     );
+  }
+
+  // one line of memory, with the operator's two actions: correct it, retract it
+  function memoryLine(it, line) {
+    const row = el("div", { class: "line", dataset: { testid: "item-line" } });
+    const show = () =>
+      row.replaceChildren(
+        el("span", { class: "line-text", text: line }),
+        el(
+          "span",
+          { class: "line-actions" },
+          el("button", { type: "button", class: "link small", text: "correct", title: "correct this line", dataset: { testid: "line-edit" }, onclick: () => editing() }),
+          el("button", { type: "button", class: "link small danger-link", text: "retract", title: "retract this line", dataset: { testid: "line-retract" }, onclick: () => retracting() }),
+        ),
+      );
+    const editing = () => {
+      const input = el("input", { class: "line-input", value: line.trim(), dataset: { testid: "line-input" }, "aria-label": "corrected line" });
+      input.value = line.trim();
+      row.replaceChildren(
+        input,
+        el(
+          "span",
+          { class: "line-actions" },
+          el("button", { type: "button", text: "Save", dataset: { testid: "line-save" }, onclick: act(() => sendLine(it.id, line, input.value)) }),
+          el("button", { type: "button", text: "Cancel", onclick: show }),
+        ),
+      );
+      input.focus();
+    };
+    const retracting = () =>
+      row.replaceChildren(
+        el("del", { class: "line-text", text: line }),
+        el(
+          "span",
+          { class: "line-actions" },
+          el("button", { type: "button", class: "danger", text: "Retract", dataset: { testid: "line-retract-confirm" }, onclick: act(() => sendLine(it.id, line, null)) }),
+          el("button", { type: "button", text: "Keep", onclick: show }),
+        ),
+      );
+    show();
+    return row;
+  }
+
+  function pendingBox(p) {
+    return el(
+      "div",
+      { class: "pending", dataset: { testid: "pending-edit" } },
+      el("b", { text: "Waiting for the next fold: " }),
+      el("span", { class: "muted small", text: "the prompt changes when memory next folds (one cache break)." }),
+      el(
+        "ul",
+        { class: "plain" },
+        ...p.edits.map((e) =>
+          e.text === null
+            ? el("li", {}, "retract ", el("del", { text: e.line }))
+            : el("li", {}, el("del", { text: e.line }), " → ", el("ins", { text: e.text })),
+        ),
+      ),
+    );
+  }
+
+  async function sendLine(itemId, line, text) {
+    await api("POST", `${conv(state.current)}/memory/${itemId}/lines`, { line, text });
+    await Promise.all([loadMemory(), loadLog()]);
   }
 
   function renderThreads(threads) {
@@ -255,7 +368,9 @@
   // --- source messages ------------------------------------------------------------------------
 
   function clearMessages() {
+    state.view += 1;
     state.range = null;
+    state.page = null;
     state.nextAfter = null;
     $("messages").replaceChildren();
     $("messages-range").textContent = "";
@@ -264,7 +379,38 @@
     for (const a of document.querySelectorAll("article.item.shown")) a.classList.remove("shown");
   }
 
-  async function showMessages(first, last) {
+  async function transcript(params) {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(params)) if (v !== null && v !== undefined) q.set(k, String(v));
+    return api("GET", `${conv(state.current)}/transcript?${q}`);
+  }
+
+  // browse the whole transcript a page at a time: {before} (null: the newest) or {after}
+  async function browse(where) {
+    clearMessages();
+    const view = state.view;
+    const data = await transcript({ ...where, limit: PAGE });
+    if (view !== state.view) return; // the operator asked for something else meanwhile
+    const rows = data.data || [];
+    state.page = { first: data.first, last: data.last, total: data.total };
+    $("messages").append(...rows.map(message));
+    if (!rows.length) $("messages").append(el("li", { class: "muted", text: "No messages." }));
+    $("messages-range").textContent = rows.length ? `(seq ${data.first}–${data.last} of ${data.total})` : "";
+    updateNav();
+  }
+
+  function updateNav() {
+    const p = state.page;
+    const total = p ? p.total : state.conversations.find((c) => c.id === state.current)?.messages ?? 0;
+    const first = p ? p.first : state.range ? state.range.first : 0;
+    const last = p ? p.last : state.range ? state.range.last : total - 1;
+    $("tr-start").disabled = first === 0 || first === null;
+    $("tr-earlier").disabled = first === 0 || first === null;
+    $("tr-later").disabled = last === null || last >= total - 1;
+    $("tr-newest").disabled = last === null || last >= total - 1;
+  }
+
+  async function showMessages(first, last, mark) {
     clearMessages();
     state.range = { first, last };
     $("messages-range").textContent = first === last ? `(seq ${first})` : `(seq ${first}–${last})`;
@@ -273,20 +419,28 @@
       a.classList.toggle("shown", Number(a.dataset.first) === first && Number(a.dataset.last) === last);
     }
     await moreMessages(first - 1);
-    $("messages").scrollIntoView({ block: "nearest" });
+    if (mark !== undefined) {
+      const hit = document.querySelector(`#messages li[data-seq="${mark}"]`);
+      if (hit) {
+        hit.classList.add("marked");
+        hit.scrollIntoView({ block: "nearest" });
+      }
+    } else {
+      $("messages").scrollIntoView({ block: "nearest" });
+    }
+    updateNav();
   }
 
   async function moreMessages(after) {
     const { first, last } = state.range;
+    const view = state.view;
     const limit = Math.min(PAGE, last - after);
-    const q = new URLSearchParams({ limit: String(Math.max(1, limit)) });
-    if (after >= 0) q.set("after", String(after));
-    const data = await api("GET", `${conv(state.current)}/messages?${q}`);
+    const data = await transcript({ after, limit: Math.max(1, limit) });
+    if (view !== state.view) return;
     const rows = (data.data || []).filter((m) => m.seq >= first && m.seq <= last);
     $("messages").append(...rows.map(message));
     const lastShown = rows.length ? rows[rows.length - 1].seq : after;
-    state.nextAfter = data.next_after ?? null;
-    $("messages-more").hidden = !(state.nextAfter !== null && lastShown < last && rows.length > 0);
+    $("messages-more").hidden = !(lastShown < last && rows.length > 0 && lastShown < data.total - 1);
     if (!rows.length && !$("messages").children.length) {
       $("messages").append(el("li", { class: "muted", text: "No messages in this range." }));
     }
@@ -305,7 +459,8 @@
 
   function message(m) {
     const parts = Array.isArray(m.parts) && m.parts.length ? m.parts.map(part) : [el("p", { class: "part", text: m.text })];
-    const when = m.at ? new Date(m.at).toLocaleString() : "";
+    const stamp = m.at ? new Date(m.at) : typeof m.stored_at === "number" ? new Date(m.stored_at * 1000) : null;
+    const when = stamp && !Number.isNaN(stamp.getTime()) ? stamp.toLocaleString() : "";
     return el(
       "li",
       { class: `msg ${m.role}${m.deleted ? " deleted" : ""}`, dataset: { testid: "message", seq: m.seq } },
@@ -315,7 +470,7 @@
         el("span", { class: "seq", text: `#${m.seq}` }),
         el("b", { text: m.author || m.role }),
         el("span", { class: "muted small", text: m.role }),
-        when ? el("span", { class: "muted small", text: when }) : null,
+        when ? el("time", { class: "muted small", datetime: stamp.toISOString(), title: m.at ? "the client's time" : "stored at", dataset: { testid: "message-time" }, text: when }) : null,
         m.deleted ? el("span", { class: "badge stale", text: "deleted by the client" }) : null,
       ),
       el("div", { class: "msg-body" }, ...parts),
@@ -353,7 +508,7 @@
         (reasons ? ` ${reasons}` : "");
       $("cut-result").hidden = false;
       await loadConversations();
-      await Promise.all([loadMemory(), loadLog()]);
+      await Promise.all([loadMemory(), loadLog(), loadJobs(), loadStatus(), browse({ before: null })]);
     } finally {
       $("cut-button").disabled = false;
     }
@@ -388,30 +543,87 @@
     const data = await api("GET", `${conv(state.current)}/log`);
     const rows = (data.data || []).slice().reverse(); // newest first
     const fmt = (x) => (x === null || x === undefined ? "" : String(x));
-    $("log-rows").replaceChildren(
-      ...rows.flatMap((r) => {
+    $("log").replaceChildren(
+      ...rows.map((r) => {
         const seq =
           Number.isInteger(r.first_seq) && Number.isInteger(r.last_seq)
             ? rangeButton(r.first_seq, r.last_seq, `${r.first_seq}–${r.last_seq}`)
-            : "";
-        const tokens = r.input_tokens || r.output_tokens ? `${fmt(r.input_tokens)} → ${fmt(r.output_tokens)}` : "";
-        const row = el(
-          "tr",
-          { class: `outcome-${r.outcome}`, dataset: { testid: "log-row", event: r.event } },
-          el("td", { class: "nowrap", title: typeof r.at === "number" ? new Date(r.at * 1000).toString() : "", text: when(r.at) }),
-          el("td", { text: r.event }),
-          el("td", { text: r.outcome }),
-          el("td", { class: "nowrap" }, seq),
-          el("td", { class: "nowrap", text: tokens }),
-          el("td", { text: typeof r.duration_s === "number" ? r.duration_s.toFixed(2) : "" }),
+            : null;
+        const tokens = r.input_tokens || r.output_tokens ? `${fmt(r.input_tokens)} → ${fmt(r.output_tokens)} tokens` : "";
+        return el(
+          "li",
+          { class: `log-row outcome-${r.outcome}`, dataset: { testid: "log-row", event: r.event } },
+          el(
+            "div",
+            { class: "log-head" },
+            el("time", { class: "muted", title: typeof r.at === "number" ? new Date(r.at * 1000).toString() : "", text: when(r.at) }),
+            el("b", { text: r.event }),
+            el("span", { class: "outcome", text: r.outcome }),
+            seq,
+            tokens ? el("span", { class: "muted", text: tokens }) : null,
+            typeof r.duration_s === "number" ? el("span", { class: "muted", text: `${r.duration_s.toFixed(2)} s` }) : null,
+          ),
+          r.detail ? el("div", { class: "detail", text: r.detail }) : null,
         );
-        if (!r.detail) return [row];
-        row.classList.add("has-detail");
-        const detail = el("tr", { class: "detail-row" }, el("td", { colspan: 6, class: "detail", text: r.detail }));
-        return [row, detail];
       }),
     );
     $("no-log").hidden = rows.length > 0;
+  }
+
+  async function loadJobs() {
+    const data = await api("GET", `${conv(state.current)}/jobs`);
+    const jobs = data.data || [];
+    $("jobs").replaceChildren(
+      ...jobs.map((j) =>
+        el(
+          "li",
+          { class: "job", dataset: { testid: "job-row", kind: j.kind, status: j.status } },
+          el("b", { text: j.kind }),
+          " ",
+          rangeButton(j.first_seq, j.last_seq),
+          " ",
+          el("span", { class: `badge ${j.status === "running" ? "open" : ""}`, text: j.status }),
+          el("span", {
+            class: "muted small",
+            text: ` ${j.attempts ? `${j.attempts} attempt${j.attempts === 1 ? "" : "s"} · ` : ""}due ${when(j.run_after)}`,
+          }),
+        ),
+      ),
+    );
+    $("no-jobs").hidden = jobs.length > 0;
+  }
+
+  async function search(ev) {
+    ev.preventDefault();
+    const q = $("search-q").value.trim();
+    if (!q) return;
+    const data = await api("GET", `${conv(state.current)}/search?${new URLSearchParams({ q, k: "10" })}`);
+    const hits = data.hits || [];
+    $("search-hits").replaceChildren(
+      ...hits.map((h) => {
+        const stamp = h.at ? new Date(h.at) : typeof h.stored_at === "number" ? new Date(h.stored_at * 1000) : null;
+        return el(
+          "li",
+          { class: `hit ${h.role}`, dataset: { testid: "search-hit", seq: h.seq } },
+          el(
+            "div",
+            { class: "msg-meta" },
+            el("span", { class: "seq", text: `#${h.seq}` }),
+            el("b", { text: h.author || h.role }),
+            stamp && !Number.isNaN(stamp.getTime()) ? el("span", { class: "muted small", text: stamp.toLocaleString() }) : null,
+            el("button", {
+              type: "button",
+              class: "link small",
+              text: "show in transcript",
+              dataset: { testid: "hit-open" },
+              onclick: act(() => showMessages(Math.max(0, h.seq - 3), h.seq + 3, h.seq)),
+            }),
+          ),
+          el("p", { class: "part", text: h.text }),
+        );
+      }),
+    );
+    $("no-hits").hidden = hits.length > 0;
   }
 
   // --- wiring ---------------------------------------------------------------------------------
@@ -440,6 +652,16 @@
       "click",
       act(() => moreMessages(Number($("messages").lastElementChild?.dataset.seq ?? state.range.first - 1))),
     );
+    $("conv-filter").addEventListener("input", () => {
+      state.filter = $("conv-filter").value;
+      renderConversations();
+    });
+    $("search-form").addEventListener("submit", act(search));
+    const edge = () => (state.page ? state.page : state.range ? { first: state.range.first, last: state.range.last } : null);
+    $("tr-start").addEventListener("click", act(() => browse({ after: -1 })));
+    $("tr-newest").addEventListener("click", act(() => browse({ before: null })));
+    $("tr-earlier").addEventListener("click", act(() => browse({ before: edge()?.first ?? null })));
+    $("tr-later").addEventListener("click", act(() => browse({ after: edge()?.last ?? -1 })));
   }
 
   wire();

@@ -3,7 +3,8 @@
 They keep the log as it comes and, for a question, choose which messages to show; the prompt is
 then assembled by the product's allocator (`kioku.context.build`), exactly as kioku's own arms
 are, so every arm renders messages, dates and the system prompt by the same rule and is held to
-the same budget (`profile.prompt_budget`, the window less the response reserve):
+the same budget (`kioku.context.plan`'s: the window less the response reserve, on the tokens
+of the rendered prompt):
 
   truncation  the newest messages that fit
   retrieval   the question's best turns by plain BM25 (one turn = one message, bm25s with
@@ -21,6 +22,7 @@ allocator accepts it, and the prompt's own account is what is reported.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -28,7 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from kioku.bench.prefix import Turn, sliding_driver
-from kioku.context import MESSAGE_OVERHEAD, Prompt, build
+from kioku.context import Prompt, build, plan
 from kioku.datasets import Transcript
 from kioku.errors import ContextOverflow
 from kioku.memory import Memory
@@ -59,7 +61,7 @@ class LogArm:
 
     def feed(self, turn: Turn, want_prompt: bool = False) -> list[ChatMessage] | None:
         users, replies = turn
-        prompt = self._sliding(turn)[0] if want_prompt else None
+        prompt = self._sliding(turn).messages if want_prompt else None
         for m in [*users, *replies]:
             self.entries.append(LogEntry(len(self.entries), m, self.counter.count(m.text)))
         return prompt
@@ -91,11 +93,19 @@ class LogArm:
             lang=self.transcript.lang,
         )
 
-    def _room(self, new: LogEntry) -> int:
-        """Tokens left for messages beside the system prompt and the question."""
-        sp = self.transcript.system_prompt
-        fixed = (self.counter.count(sp) + MESSAGE_OVERHEAD if sp else 0) + new.tokens
-        return self.profile.prompt_budget - fixed - MESSAGE_OVERHEAD
+    def _room(self, new: LogEntry) -> tuple[int, int]:
+        """(tokens left for messages beside the system prompt and the question, what the chat
+        template adds to each message), as the allocator measures them."""
+        p = plan(
+            system_prompt=self.transcript.system_prompt,
+            memory=Memory(),
+            raw=(),
+            new=new,
+            profile=self.profile,
+            counter=self.counter,
+            lang=self.transcript.lang,
+        )
+        return p.room, math.ceil(p.template.per_message)
 
     def _fitted(self, shown: list[LogEntry], new: LogEntry, drop: Sequence[int]) -> Prompt:
         """The prompt for `shown`, giving up messages in the order `drop` names (indexes into
@@ -120,12 +130,14 @@ class WindowArm(LogArm):
     def context(self, question: str) -> Context:
         new = self._entry(question)
         if not self.limit:
-            big = replace(self.profile, window=UNLIMITED)
+            big = replace(
+                self.profile, window=UNLIMITED, ceiling=UNLIMITED - self.profile.response_reserve
+            )
             return context_of(self.name, self._prompt(self.entries, new, big), question)
-        room = self._room(new)
+        room, per = self._room(new)
         kept: list[LogEntry] = []
         for e in reversed(self.entries):
-            cost = e.tokens + MESSAGE_OVERHEAD
+            cost = e.tokens + per
             if cost > room:
                 break
             room -= cost
@@ -167,7 +179,7 @@ class RetrievalArm(LogArm):
 
     def context(self, question: str) -> Context:
         new = self._entry(question)
-        room = self._room(new)
+        room, per = self._room(new)
         chosen: dict[int, int] = {}  # seq -> the rank of the hit that brought it
         for rank, seq in enumerate(self.ranking(question)):
             group = [
@@ -175,11 +187,11 @@ class RetrievalArm(LogArm):
                 for s in range(seq - NEIGHBOURS, seq + NEIGHBOURS + 1)
                 if 0 <= s < len(self.entries) and s not in chosen
             ]
-            cost = sum(self.entries[s].tokens + MESSAGE_OVERHEAD for s in group)
+            cost = sum(self.entries[s].tokens + per for s in group)
             if cost > room:
                 # the whole group does not fit: the hit alone may
                 group = [seq] if seq not in chosen else []
-                cost = sum(self.entries[s].tokens + MESSAGE_OVERHEAD for s in group)
+                cost = sum(self.entries[s].tokens + per for s in group)
                 if not group or cost > room:
                     continue
             for s in group:

@@ -21,6 +21,7 @@ from kioku.errors import InputError
 
 eval_app = typer.Typer(
     no_args_is_help=True,
+    rich_markup_mode=None,
     help="Measure forgetting: the forgetting curve, the LoCoMo proxy, the memory audit.",
 )
 err = Console(stderr=True)
@@ -31,7 +32,15 @@ HEADLINE_DEFAULT = (
 )
 out = Console()
 
-DataOpt = Annotated[Path | None, typer.Option("--data", help="Conversation file.")]
+
+def _data(value: Path | None) -> Path | None:
+    """`--data`: `../shared/…` also resolves under KIOKU_SHARED, from any folder."""
+    from kioku.datasets import resolve
+
+    return None if value is None else resolve(value)
+
+
+DataOpt = Annotated[Path | None, typer.Option("--data", help="Conversation file.", callback=_data)]
 FormatOpt = Annotated[
     str,
     typer.Option(
@@ -154,9 +163,11 @@ def forgetting(
     judge_model: JudgeOpt = None,
     judge_model_id: JudgeIdOpt = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Replay and answer N times.")] = 1,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of the replay.")] = 0,
     questions: Annotated[int, typer.Option("--questions", help="Questions per segment.")] = 8,
-    min_segment_tokens: Annotated[int, typer.Option("--min-segment-tokens")] = 1000,
+    min_segment_tokens: Annotated[
+        int, typer.Option("--min-segment-tokens", help="Shortest segment that gets questions.")
+    ] = 1000,
     speaker: Annotated[
         str | None, typer.Option("--speaker", help="realpersonachat: whose timeline.")
     ] = None,
@@ -167,7 +178,7 @@ def forgetting(
     messages: Annotated[
         int | None, typer.Option("--messages", help="Only the first N messages.")
     ] = None,
-    profile: Annotated[str, typer.Option("--profile")] = "local-64k",
+    profile: Annotated[str, typer.Option("--profile", help="The model profile.")] = "local-64k",
     window: Annotated[
         int | None, typer.Option("--window", help="Scale the profile to this window.")
     ] = None,
@@ -267,7 +278,7 @@ def locomo(
         int, typer.Option("--samples", help="Questions shown with each arm's context (JSON).")
     ] = 20,
     tokenizer: TokenizerOpt = "qwen2.5",
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of the replay.")] = 0,
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
     report: ReportOpt = None,
@@ -328,14 +339,20 @@ def audit(
     ] = None,
     data: DataOpt = None,
     fmt: FormatOpt = "kioku",
-    speaker: Annotated[str | None, typer.Option("--speaker")] = None,
+    speaker: Annotated[
+        str | None, typer.Option("--speaker", help="realpersonachat: whose timeline.")
+    ] = None,
     index: Annotated[
         int, typer.Option("--conversation-index", help="locomo: which conversation.")
     ] = 0,
     lang: Annotated[str, typer.Option("--lang", help="story: en or ja.")] = "en",
-    messages: Annotated[int | None, typer.Option("--messages")] = None,
-    profile: Annotated[str, typer.Option("--profile")] = "local-64k",
-    window: Annotated[int | None, typer.Option("--window")] = None,
+    messages: Annotated[
+        int | None, typer.Option("--messages", help="Only the first N messages.")
+    ] = None,
+    profile: Annotated[str, typer.Option("--profile", help="The model profile.")] = "local-64k",
+    window: Annotated[
+        int | None, typer.Option("--window", help="Scale the profile to this window.")
+    ] = None,
     model: ModelOpt = None,
     model_id: ModelIdOpt = None,
     tokenizer: TokenizerOpt = "qwen2.5",
@@ -378,15 +395,11 @@ def audit(
     else:
         if not conversation:
             raise InputError("name a conversation (with --db) or pass --data")
-        from kioku.store import Store
+        from kioku import terminal
 
-        result = audit_store(
-            Store.open(db or settings.db),
-            conversation,
-            model=chat,
-            tenant=settings.tenant,
-            log=log,
-        )
+        store = terminal.open_store(db or settings.db, write=False)
+        terminal.find_conversation(store, conversation, settings.tenant)
+        result = audit_store(store, conversation, model=chat, tenant=settings.tenant, log=log)
     if report:
         report.write_text(markdown(result), encoding="utf-8")
     if as_json:

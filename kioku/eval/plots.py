@@ -170,27 +170,56 @@ def _reuse_panel(ax: Any, series: Mapping[str, Sequence[float]], title: str) -> 
 def demo_figure(
     facts: Mapping[str, Mapping[str, Mapping[str, Any]]],
     buckets: Sequence[str],
+    explained: Mapping[str, str],
     reuse: Mapping[str, Mapping[str, Sequence[float]]],
     path: Path | str,
 ) -> Path:
-    """The demo's PNG: per language, answer-in-context of the planted facts by age (top) and
-    prefix reuse per turn, kioku against the sliding window (bottom)."""
+    """The demo's PNG: per language, the planted facts each strategy still has in its final
+    context by where they were planted, oldest first (top), and prefix reuse per turn, kioku
+    against the sliding window (bottom). The legends sit beside the panels, never on the data;
+    the strategies are named and explained once, under the figure."""
     plt = _plt()
     langs = list(facts)
-    fig, axes = plt.subplots(2, len(langs), figsize=(6.5 * len(langs), 8.5), squeeze=False)
+    fig, axes = plt.subplots(2, len(langs), figsize=(6.8 * len(langs), 9.4), squeeze=False)
     for j, lang in enumerate(langs):
+        ax = axes[0][j]
+        x = list(range(len(buckets)))
         first: Mapping[str, Any] = next(iter(facts[lang].values()), {})
-        counts = first.get("by_age_questions")
-        _age_panel(
-            axes[0][j], facts[lang], buckets, f"{lang}: planted facts in the final context", counts
+        counts = first.get("by_place_questions") or {}
+        for name, st_ in facts[lang].items():
+            st = _style(name)
+            overall = st_.get("answer_in_context")
+            label = st.pop("label") + (
+                f" ({_pct(overall):.0f}% of all)" if overall is not None else ""
+            )
+            ax.plot(x, [_pct(st_["by_place"].get(b)) for b in buckets], label=label, **st)
+        ax.set_xticks(x)
+        ax.set_xticklabels(
+            [
+                f"{b}\n{counts.get(b, 0)} fact{'s' if counts.get(b, 0) != 1 else ''}"
+                for b in buckets
+            ],
+            fontsize=8,
         )
-        axes[0][j].set_xlabel("planted how far back (share of the conversation)")
-        axes[0][j].legend(fontsize=8, loc="lower left")
+        ax.set_ylim(-3, 103)
+        ax.grid(alpha=0.3)
+        ax.set_title(f"{lang}: planted facts still in the final context", fontsize=10)
+        ax.set_xlabel("where in the conversation the fact was planted  (oldest ← → newest)")
+        ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.27), ncol=2)
         if lang in reuse:
-            _reuse_panel(axes[1][j], reuse[lang], f"{lang}: prefix-cache reuse per turn")
-    axes[0][0].set_ylabel("answer in the context (%)")
+            rx = axes[1][j]
+            _reuse_panel(rx, reuse[lang], f"{lang}: prefix-cache reuse per turn")
+            rx.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    axes[0][0].set_ylabel("facts whose answer is in the context (%)")
     fig.suptitle(
-        "kioku demo: what each strategy still holds, and what it costs the cache", fontsize=12
+        "kioku demo: what each strategy still holds at the end, and what it costs the cache",
+        fontsize=12,
     )
-    fig.tight_layout()
+    legend = "\n".join(f"{name}: {text}" for name, text in explained.items())
+    legend += (
+        "\nkioku's prompt keeps its prefix until a fold (one cache break each); a sliding window "
+        "shifts every turn once full, so almost nothing is reused."
+    )
+    fig.text(0.01, 0.005, legend, fontsize=8.5, va="bottom", ha="left", family="sans-serif")
+    fig.tight_layout(rect=(0, 0.11, 1, 0.97), h_pad=3.5)
     return _save(fig, path)

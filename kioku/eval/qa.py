@@ -18,7 +18,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, TypeVar
 
-from kioku.errors import ConfigError, ModelError
+from kioku.errors import BadEvalReply, ConfigError, ModelError
 from kioku.models import ChatMessage, ChatModel, ChatRequest
 from kioku.prompts import PromptTemplate
 
@@ -29,19 +29,6 @@ DEFAULT_ATTEMPTS = 3
 QUESTIONS_PER_SEGMENT = 8
 _SECTION = re.compile(r"^=== ([a-z_]+) ===$", re.MULTILINE)
 _VERSION = re.compile(r"^version:\s*(\S+)\s*$", re.MULTILINE)
-
-
-class BadEvalReply(ModelError):
-    """A model's reply to an evaluation prompt stayed unusable after every retry."""
-
-    def __init__(self, task: str, reason: str, text: str = "") -> None:
-        self.task = task
-        self.reason = reason
-        self.text = text
-        super().__init__(
-            f"{task}: the model's reply was unusable after retries ({reason}); check that the "
-            "model follows JSON instructions, or use a stronger one"
-        )
 
 
 @cache

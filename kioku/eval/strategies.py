@@ -2,7 +2,7 @@
 
 The headline arms (`ARMS`), every one held to the same budget:
   generational           kioku as shipped: chapters never rewritten, a major GC now and then,
-                         notes, and archive recall for the question (`kioku.layers.attach`)
+                         notes, and archive recall for the question (`kioku.layers.Layers`)
   generational-norecall  the same memory, no recall for the question: what the chapters, the
                          synopsis and the notes hold by themselves
   rolling                one summary rewritten at each fold (seeds 002/004):
@@ -41,11 +41,13 @@ from kioku.context import Account, Prompt
 from kioku.datasets import Transcript
 from kioku.engine import Conversation, Kioku
 from kioku.errors import InputError
-from kioku.layers import attach
+from kioku.layers import Layers
 from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage
 from kioku.profiles import Profile
+from kioku.recollection import Recollection
+from kioku.store import Store
 from kioku.summarizer import Summarizer
 from kioku.tokens import TokenCounter
 
@@ -171,6 +173,29 @@ def fit_profile(profile: Profile) -> tuple[Profile, dict[str, Any]]:
     return fitted, changed
 
 
+class _ReplayLayers(Layers):
+    """Recollections and the anti-repetition line go at the end of a turn's prompt: they never
+    change memory, so the replay skips them unless asked for every turn (they cost a search and
+    a tic count per turn); a question at the end gets its recollection when `question_recall`
+    says so (a view of the same replay may ask without), never an anti-repetition line (a
+    question is not a turn)."""
+
+    def __init__(self, store: Store, per_turn: bool, *, notes: bool = True) -> None:
+        super().__init__(store, notes=notes, tics=notes)
+        self.per_turn = per_turn
+        self.question_recall = False
+        self.answering = False  # set once the replay is over and the questions come
+
+    def recollections(
+        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
+    ) -> list[Recollection]:
+        wanted = self.question_recall if self.answering else self.per_turn
+        return super().recollections(conv, entry, raw_start, budget) if wanted else []
+
+    def instructions(self, conv: Conversation) -> list[str]:
+        return super().instructions(conv) if self.per_turn and not self.answering else []
+
+
 @dataclass
 class KiokuArm:
     """A kioku engine on an in-memory store, driven turn by turn like the prefix benchmark."""
@@ -189,30 +214,26 @@ class KiokuArm:
     conv: Conversation = field(init=False)
 
     def __post_init__(self) -> None:
+        store = Store.open("sqlite://")
+        # a rolling arm has no notes and no tic guard, only the archive recall a view of it may
+        # ask for at the question (`rolling+recall`): recall never changes memory
+        self._layers = _ReplayLayers(store, self.per_turn_recall and self.recall, notes=self.layers)
         self._drive, self.kk = kioku_driver(
             self.transcript,
             self.profile,
             self.counter,  # type: ignore[arg-type]
             self.clock,
+            store,
+            layers=self._layers,
             strategy=self.strategy,
             summarizer=self.summarizer,
         )
         self.conv = self.kk.conversation(CONVERSATION_ID)
-        self._recall: Any = None
-        if self.layers:
-            attach(self.kk)
-            # Recollections and the anti-repetition line go at the end of a turn's prompt: they
-            # never change memory, so the replay skips them unless asked (they cost a search and
-            # a tic count per turn); the question at the end gets its recollection.
-            self._recall = self.kk.recall
-            if not self.per_turn_recall:
-                self.kk.recall = None
-                self.kk.instructions = None
         self._final: tuple[Memory, list[LogEntry], Any] | None = None
 
     def feed(self, turn: Turn, want_prompt: bool = False) -> list[ChatMessage] | None:
-        messages, _ = self._drive(turn)
-        return messages if want_prompt else None
+        shown = self._drive(turn)
+        return shown.messages if want_prompt else None
 
     def finish(self) -> None:
         """The question comes later: every summary still running lands and is folded in (as
@@ -228,20 +249,14 @@ class KiokuArm:
                 break
         info = self.conv.info()
         self._final = (self.conv.memory(), self.conv.raw_window(), info)
-        self.kk.instructions = None  # a question is not a turn: no anti-repetition line
-
-    def recall_for_questions(self) -> None:
-        """Archive recall for the questions of an arm replayed without it (`rolling+recall`):
-        recall never changes memory, so attaching it after the replay changes nothing else."""
-        if self._recall is None:
-            self._recall = attach(self.kk, notes=False, tics=False).recollections
+        self._layers.answering = True
 
     def context(self, question: str, *, recall: bool | None = None) -> Context:
         self.finish()
         assert self._final is not None
         memory, raw, info = self._final
         use_recall = self.recall if recall is None else recall
-        self.kk.recall = self._recall if use_recall else None
+        self._layers.question_recall = use_recall
         at = raw[-1].message.at if raw else None
         entry = question_entry(question, info.next_seq, self.transcript.user, at, self.counter)
         prompt = self.conv.prompt_for(entry, info=info, window=raw, memory=memory)
@@ -284,8 +299,6 @@ class View:
 
     def finish(self) -> None:
         self.base.finish()
-        if self.recall:
-            self.base.recall_for_questions()
 
     def context(self, question: str) -> Context:
         self.finish()

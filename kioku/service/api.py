@@ -7,21 +7,21 @@ exactly like one that does not exist. Reads never create anything.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
-from sqlalchemy import select
 
 from kioku import notes as notes_layer
-from kioku import schema as s
 from kioku.engine import Conversation, Kioku
 from kioku.errors import StoreError
 from kioku.memory import MemoryItem
-from kioku.messages import parts_from_json
 from kioku.revisions import versions
 from kioku.service.auth import tenant_of
 from kioku.structure import is_structured, merge_threads
+
+if TYPE_CHECKING:
+    from kioku.service.app import Service
 
 MAX_SEQ = 2**62
 
@@ -35,6 +35,7 @@ class ConversationOut(BaseModel):
     messages: int
     raw_start: int
     memory_version: int
+    last_activity: float | None = Field(None, description="When its last message was stored.")
 
 
 class ConversationList(BaseModel):
@@ -45,6 +46,10 @@ class PartOut(BaseModel):
     kind: str
     text: str
     speaker: str | None = None
+    ref: str | None = Field(
+        None, description="Media: its blob's sha256; tool call/result: call id."
+    )
+    name: str | None = Field(None, description="Tool call/result: the function.")
 
 
 class MessageOut(BaseModel):
@@ -153,7 +158,8 @@ router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
 
 
 def _kioku(request: Request, tenant: str) -> Kioku:
-    return request.app.state.service.kioku(tenant)  # type: ignore[no-any-return]
+    service: Service = request.app.state.service
+    return service.kioku(tenant)
 
 
 def _conversation(request: Request, tenant: str, conversation_id: str) -> Conversation:
@@ -178,9 +184,24 @@ def _item(i: MemoryItem) -> ItemOut:
     )
 
 
-@router.get("", response_model=ConversationList, summary="The tenant's conversations")
-def list_conversations(request: Request, tenant: Tenant) -> ConversationList:
+@router.get(
+    "", response_model=ConversationList, summary="The tenant's conversations, latest activity first"
+)
+def list_conversations(
+    request: Request,
+    tenant: Tenant,
+    q: Annotated[
+        str | None, Query(max_length=200, description="Only ids or characters containing this.")
+    ] = None,
+) -> ConversationList:
     kk = _kioku(request, tenant)
+    active = kk.store.last_activity(tenant)
+    found = [
+        c
+        for c in kk.store.conversations(tenant)
+        if not q or q.casefold() in f"{c.id}\n{c.character}".casefold()
+    ]
+    found.sort(key=lambda c: -active.get(c.id, 0.0))
     return ConversationList(
         data=[
             ConversationOut(
@@ -189,8 +210,9 @@ def list_conversations(request: Request, tenant: Tenant) -> ConversationList:
                 messages=c.next_seq,
                 raw_start=c.raw_start,
                 memory_version=c.memory_version,
+                last_activity=active.get(c.id),
             )
-            for c in kk.store.conversations(tenant)
+            for c in found
         ]
     )
 
@@ -204,45 +226,21 @@ def messages(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> MessagePage:
     conv = _conversation(request, tenant, conversation_id)
-    m, v = s.messages.c, s.message_versions.c
-    with conv.store.engine.connect() as c:
-        rows = list(
-            c.execute(
-                select(s.messages)
-                .where(m.conversation_id == conv.id, m.seq > after)
-                .order_by(m.seq)
-                .limit(limit + 1)
-            )
-        )
-        page = rows[:limit]
-        edited = set()
-        if page:
-            edited = {
-                r.seq
-                for r in c.execute(
-                    select(v.seq)
-                    .where(
-                        v.conversation_id == conv.id,
-                        v.seq >= page[0].seq,
-                        v.seq <= page[-1].seq,
-                    )
-                    .distinct()
-                )
-            }
+    page, more = conv.store.message_page(conv.id, after, limit)
     data = [
         MessageOut(
-            seq=r.seq,
-            role=r.role,
-            author=r.author,
-            at=r.at,
-            text=r.text,
-            parts=[PartOut(**p.to_json()) for p in parts_from_json(r.parts)],
-            deleted=bool(r.superseded),
-            edited=r.seq in edited,
+            seq=p.entry.seq,
+            role=p.entry.role,
+            author=p.entry.message.author,
+            at=p.at,
+            text=p.entry.text,
+            parts=[PartOut(**part.to_json()) for part in p.entry.message.parts],
+            deleted=p.deleted,
+            edited=p.edited,
         )
-        for r in page
+        for p in page
     ]
-    return MessagePage(data=data, next_after=page[-1].seq if len(rows) > limit else None)
+    return MessagePage(data=data, next_after=page[-1].entry.seq if more else None)
 
 
 @router.get(
@@ -305,11 +303,7 @@ def put_notes(
 ) -> NotesOut:
     conv = _conversation(request, tenant, conversation_id)
     kk = conv.kioku
-    if kk.layers is not None:
-        result = kk.layers.edit_notes(conv, body.text, base=body.base)
-    else:
-        result = notes_layer.apply_edit(conv.store, conv.id, body.text, base=body.base)
-        conv.refresh_notes()
+    result = kk.layers.edit_notes(conv, body.text, base=body.base)
     return NotesOut(
         added=len(result.added),
         changed=len(result.changed),
@@ -337,7 +331,7 @@ def cut(request: Request, tenant: Tenant, conversation_id: ConversationId) -> Cu
 def tics(request: Request, tenant: Tenant, conversation_id: ConversationId) -> TicsOut:
     conv = _conversation(request, tenant, conversation_id)
     kk = conv.kioku
-    alerts = kk.layers.tic_alerts(conv.id) if kk.layers is not None else []
+    alerts = kk.layers.tic_alerts(conv.id)
     return TicsOut(
         alerts=[
             TicOut(phrase=a.phrase, count=a.count, window=a.window, kind=a.kind) for a in alerts
@@ -352,5 +346,46 @@ def compaction_log(request: Request, tenant: Tenant, conversation_id: Conversati
         data=[
             LogRow(**{k: r[k] for k in LogRow.model_fields})
             for r in conv.store.log_entries(conv.id)
+        ]
+    )
+
+
+# the chat-completions protocol (issue 13) --------------------------------------------------------
+
+
+class ChoiceOut(BaseModel):
+    choice: int
+    role: str
+    author: str
+    text: str
+    parts: list[PartOut]
+
+
+class ChoiceList(BaseModel):
+    data: list[ChoiceOut]
+
+
+@router.get(
+    "/{conversation_id}/messages/{seq}/choices",
+    response_model=ChoiceList,
+    summary="The other choices of a reply asked for with n > 1 (choice 0 is the stored reply)",
+)
+def reply_choices(
+    request: Request,
+    tenant: Tenant,
+    conversation_id: ConversationId,
+    seq: Annotated[int, Path(ge=0, le=MAX_SEQ)],
+) -> ChoiceList:
+    conv = _conversation(request, tenant, conversation_id)
+    return ChoiceList(
+        data=[
+            ChoiceOut(
+                choice=n,
+                role=m.role,
+                author=m.author,
+                text=m.text,
+                parts=[PartOut(**p.to_json()) for p in m.parts],
+            )
+            for n, m in enumerate(conv.store.choices(conv.id, seq), start=1)
         ]
     )

@@ -1,10 +1,12 @@
 """The FastAPI app: `create_app(settings, …)` wires a store, the upstream, API keys, a `Kioku`
 per tenant and (by default) an embedded summary worker.
 
-Routes: `POST /v1/chat/completions` and `GET /v1/models` (the OpenAI-compatible proxy), the REST
-API under `/v1/conversations` (see `api`), `GET /metrics`, the console at `/console`, the schema
-at `/openapi.json`, and `GET /healthz` (no key, no data). Every error answers JSON in the
-OpenAI shape `{"error": {"message", "type", "code"}}`, never a stack trace.
+Routes: `POST /v1/chat/completions`, `GET /v1/models` and `GET /v1/models/{id}` (the
+OpenAI-compatible proxy; `POST /v1/completions` answers a clear error, see `conventions`), the
+REST API under `/v1/conversations` (see `api`), `GET /metrics`, the console at `/console`, the
+schema at `/openapi.json`, and `GET /healthz` (no key, no data). Every error answers JSON in
+OpenAI's shape `{"error": {"message", "type", "param", "code"}}` (`code` a string or null), never
+a stack trace.
 
 Turns of one conversation are serialized in this process (a lock per conversation around the
 store work, not around the upstream call), which keeps a stateless client's sync exact. Several
@@ -26,6 +28,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -34,6 +37,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from kioku.config import Settings, build_kioku
 from kioku.engine import Conversation, Kioku
 from kioku.errors import (
+    BadParameter,
     ConfigError,
     ContextOverflow,
     InputError,
@@ -44,15 +48,21 @@ from kioku.errors import (
     NotFound,
     StoreError,
     SyncConflict,
+    Unauthorized,
+    UpstreamError,
+    error_body,
 )
 from kioku.models import ChatMessage
 from kioku.profiles import Profile
 from kioku.service import proxy
 from kioku.service.api import router as api_router
-from kioku.service.auth import Unauthorized, tenant_of
+from kioku.service.auth import tenant_of
+from kioku.service.console_api import router as console_router
+from kioku.service.conventions import COMPLETIONS_REFUSED
 from kioku.service.keys import KeyRing
 from kioku.service.metrics import Metrics
-from kioku.service.upstream import KEEPALIVE_S, Upstream, UpstreamError
+from kioku.service.status import router as status_router
+from kioku.service.upstream import KEEPALIVE_S, Upstream
 from kioku.store import Store
 
 log = logging.getLogger("kioku.service")
@@ -73,6 +83,8 @@ class Slot:
     system: str | None = None
     character: str = ""
     last_prompt: tuple[ChatMessage, ...] | None = None
+    user: str | None = None  # the name user messages are stored under (generation.user_name)
+    transcripts: bool | None = None  # its client sends transcripts (generation.is_side)
 
 
 class Service:
@@ -155,41 +167,49 @@ class Service:
 
 
 def error_response(
-    status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
+    status: int,
+    message: str,
+    kind: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    code: str | None = None,
+    param: str | None = None,
 ) -> JSONResponse:
-    return JSONResponse(
-        {"error": {"message": message, "type": kind, "code": status}},
-        status_code=status,
-        headers=headers,
-    )
+    return JSONResponse(error_body(message, kind, code, param), status_code=status, headers=headers)
 
 
 def kioku_error(e: KiokuError) -> JSONResponse:
-    status, kind = 500, "server_error"
+    status, kind, code, param = 500, "server_error", None, None
     if isinstance(e, NotFound):
-        status, kind = 404, "not_found_error"
+        status, kind, code = 404, "not_found_error", "not_found"
     elif isinstance(e, SyncConflict):
-        status, kind = 409, "conflict_error"
+        status, kind, code = 409, "conflict_error", "transcript_conflict"
     elif isinstance(e, MessageTooLarge | ContextOverflow):
-        status, kind = 400, "context_length_exceeded"
+        status, kind, code = 400, "invalid_request_error", "context_length_exceeded"
+    elif isinstance(e, BadParameter):
+        status, kind, code, param = 400, "invalid_request_error", e.code, e.param
     elif isinstance(e, InputError):
         status, kind = 400, "invalid_request_error"
     elif isinstance(e, StoreError):
-        status, kind = 503, "store_busy"
+        status, kind, code = 503, "store_busy", "store_busy"
     elif isinstance(e, ModelTimeout):
-        status, kind = 504, "upstream_timeout"
+        status, kind, code = 504, "upstream_timeout", "upstream_timeout"
     elif isinstance(e, ModelError):
-        status, kind = 502, "upstream_error"
+        status, kind, code = 502, "upstream_error", "upstream_error"
     elif isinstance(e, ConfigError):
-        kind = "config_error"
-    return error_response(status, str(e), kind)
+        kind, code = "config_error", "config_error"
+    return error_response(status, str(e), kind, code=code, param=param)
 
 
 def _install_handlers(app: FastAPI) -> None:
     @app.exception_handler(Unauthorized)
     async def _unauthorized(_: Request, e: Unauthorized) -> Response:
         return error_response(
-            401, e.message, "authentication_error", {"WWW-Authenticate": "Bearer"}
+            401,
+            e.message,
+            "authentication_error",
+            {"WWW-Authenticate": "Bearer"},
+            code="invalid_api_key",
         )
 
     @app.exception_handler(UpstreamError)
@@ -202,15 +222,34 @@ def _install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> Response:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg', '')}"
-            for err in e.errors()[:5]
+        def where(err: Any) -> str:
+            # ("body", "messages", 0, "role") -> "messages.0.role", as OpenAI names a param
+            loc = [str(p) for p in err.get("loc", ())]
+            return ".".join(loc[1:] if len(loc) > 1 and loc[0] == "body" else loc)
+
+        errors = e.errors()
+        problems = "; ".join(f"{where(err)}: {err.get('msg', '')}" for err in errors[:5])
+        return error_response(
+            400,
+            f"invalid request: {problems}",
+            "invalid_request_error",
+            code="invalid_value",
+            param=where(errors[0]) if errors else None,
         )
-        return error_response(400, f"invalid request: {problems}", "invalid_request_error")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, e: StarletteHTTPException) -> Response:
-        return error_response(e.status_code, str(e.detail), "invalid_request_error", e.headers)
+    async def _http(request: Request, e: StarletteHTTPException) -> Response:
+        message, code = str(e.detail), None
+        if e.status_code == 404 and e.detail == "Not Found":
+            message = (
+                f"no route {request.method} {request.url.path}; kioku serves "
+                "/v1/chat/completions, /v1/models and /v1/conversations (see /docs)"
+            )
+            code = "unknown_url"
+        elif e.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}"
+            code = "method_not_allowed"
+        return error_response(e.status_code, message, "invalid_request_error", e.headers, code=code)
 
     @app.exception_handler(Exception)
     async def _crash(_: Request, e: Exception) -> Response:
@@ -276,6 +315,37 @@ def create_app(
         return JSONResponse(await svc.upstream.models())
 
     @app.get(
+        "/v1/models/{model_id:path}",
+        tags=["proxy"],
+        summary="One of the upstream's models",
+        response_model=None,
+    )
+    async def model(model_id: str, tenant: Tenant) -> Response:
+        listed = (await svc.upstream.models()).get("data") or []
+        found = next((m for m in listed if isinstance(m, dict) and m.get("id") == model_id), None)
+        if found is None:
+            ids = ", ".join(str(m.get("id")) for m in listed if isinstance(m, dict))
+            return error_response(
+                404,
+                f"the upstream has no model {model_id!r}; it serves: {ids or 'none'}",
+                "invalid_request_error",
+                code="model_not_found",
+                param="model",
+            )
+        return JSONResponse(found)
+
+    @app.post(
+        "/v1/completions",
+        tags=["proxy"],
+        summary="Not served: kioku remembers chats (use /v1/chat/completions)",
+        response_model=None,
+    )
+    async def completions(tenant: Tenant) -> Response:
+        return error_response(
+            404, COMPLETIONS_REFUSED, "invalid_request_error", code="unsupported_endpoint"
+        )
+
+    @app.get(
         "/metrics",
         tags=["operations"],
         summary="Prometheus metrics of the key's tenant",
@@ -291,6 +361,18 @@ def create_app(
         return {"ok": True}
 
     app.include_router(api_router)
+    app.include_router(console_router)
+    app.include_router(status_router)
+    if settings.cors_origins:
+        # a front end's page (SillyTavern with the kioku extension) reads memory and presses cut
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "PUT"],
+            allow_headers=["Authorization", "Content-Type"],
+            expose_headers=["X-Kioku-Conversation", "X-Kioku-Seq", "X-Kioku-Memory-Version"],
+            max_age=600,
+        )
     if CONSOLE_DIR.is_dir():
         app.mount("/console", StaticFiles(directory=CONSOLE_DIR, html=True), name="console")
     return app

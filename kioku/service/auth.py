@@ -8,17 +8,13 @@ from fastapi import Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from kioku.errors import Unauthorized
+
 bearer = HTTPBearer(
     auto_error=False,
     scheme_name="kiokuKey",
     description="A kioku API key, from `kioku keys create --db URL TENANT`.",
 )
-
-
-class Unauthorized(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 async def tenant_of(

@@ -6,11 +6,16 @@ from typing import Annotated
 
 import typer
 
-from kioku.cli import DbOpt, JsonOpt, ProfileOpt, WindowOpt, emit, out, settings
+from kioku import terminal
+from kioku.cli import DbOpt, JsonOpt, ProfileOpt, WindowOpt, settings
 from kioku.service.worker_cli import worker_command
-from kioku.store import Store
+from kioku.terminal import emit
 
-keys_app = typer.Typer(no_args_is_help=True, help="API keys of `kioku serve`, one tenant each.")
+keys_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="API keys of `kioku serve`, one tenant each.",
+)
 
 
 def serve(
@@ -29,13 +34,30 @@ def serve(
     profile: ProfileOpt = None,
     window: WindowOpt = None,
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port")] = 8000,
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
     worker: Annotated[
         bool,
         typer.Option(
             "--worker/--no-worker", help="Run summaries in this process (or in `kioku worker`)."
         ),
     ] = True,
+    summary_delay: Annotated[
+        float | None,
+        typer.Option(
+            "--summary-delay",
+            min=0,
+            help="Seconds a summary job waits so it does not compete with the turn for the GPU "
+            "(env KIOKU_SUMMARY_DELAY; default 30; 0 for replays and tests).",
+        ),
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            help="A browser origin allowed to call the REST API, e.g. SillyTavern's "
+            "http://127.0.0.1:8000 for the kioku extension (repeatable; env KIOKU_CORS_ORIGINS).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible memory proxy, the REST API and the console.
 
@@ -52,13 +74,15 @@ def serve(
         llm_url=upstream,
         summarizer_url=summarizer_upstream,
         llm_model=model,
+        summary_delay_s=summary_delay,
+        cors_origins=tuple(cors_origin) if cors_origin else None,
     )
-    app = create_app(s, worker=worker)
+    store = terminal.open_store(s.db, write=True)
+    app = create_app(s, store=store, worker=worker)
     p = s.profile_obj
-    out.print(
+    terminal.note(
         f"kioku serving on http://{host}:{port} → {s.llm_url} (profile {p.name}, "
-        f"upstream timeout {p.reply_timeout_s:g} s; console at /console)",
-        highlight=False,
+        f"upstream timeout {p.reply_timeout_s:g} s; console at /console)"
     )
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=30)
 
@@ -74,7 +98,7 @@ def keys_create(
     """
     from kioku.service.keys import create_key
 
-    key, text = create_key(Store.open(settings(db).db), tenant)
+    key, text = create_key(terminal.open_store(settings(db).db, write=True), tenant)
     typer.echo(f"key id {key.id} for tenant {key.tenant} (store it now: it is not kept)")
     typer.echo(text)
 
@@ -85,20 +109,19 @@ def keys_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
 
     Example: kioku keys list --db kioku.db
     """
-    from rich.table import Table
-
     from kioku.service.keys import list_keys
 
-    keys = list_keys(Store.open(settings(db).db))
+    keys = list_keys(terminal.open_store(settings(db).db, write=False))
     if as_json:
         emit([k.__dict__ for k in keys])
         return
-    t = Table("key id", "tenant", "created", "revoked")
-    for k in keys:
-        t.add_row(
-            k.id, k.tenant, f"{k.created_at:.0f}", f"{k.revoked_at:.0f}" if k.revoked_at else ""
-        )
-    out.print(t)
+    if not keys:
+        terminal.note("no API keys yet (`kioku keys create TENANT` makes one)")
+        return
+    terminal.table(
+        ("key id", "tenant", "created", "revoked"),
+        [(k.id, k.tenant, terminal.when(k.created_at), terminal.when(k.revoked_at)) for k in keys],
+    )
 
 
 @keys_app.command("revoke")
@@ -112,18 +135,22 @@ def keys_revoke(
     """
     from kioku.service.keys import revoke_key
 
-    key = revoke_key(Store.open(settings(db).db), key_id)
+    key = revoke_key(terminal.open_store(settings(db).db, write=True), key_id)
     typer.echo(f"revoked key {key.id} of tenant {key.tenant}")
 
 
 def bench_serve(
-    conversations: Annotated[int, typer.Option("--conversations")] = 20,
-    turns: Annotated[int, typer.Option("--turns")] = 20,
-    upstream_ms: Annotated[float, typer.Option("--upstream-ms")] = 20.0,
+    conversations: Annotated[
+        int, typer.Option("--conversations", help="Conversations running at once.")
+    ] = 20,
+    turns: Annotated[int, typer.Option("--turns", help="Turns per conversation.")] = 20,
+    upstream_ms: Annotated[
+        float, typer.Option("--upstream-ms", help="How long the fake upstream takes to answer.")
+    ] = 20.0,
     think_ms: Annotated[
         float, typer.Option("--think-ms", help="Mean pause between a reply and the next turn.")
     ] = 500.0,
-    as_json: JsonOpt = True,
+    as_json: JsonOpt = False,
 ) -> None:
     """kioku's added latency on loopback: a fake upstream answering in fixed time, N concurrent
     conversations × M turns, direct and through kioku in the same run.
@@ -132,7 +159,13 @@ def bench_serve(
     """
     from kioku.service.bench import run
 
-    emit(run(conversations=conversations, turns=turns, upstream_ms=upstream_ms, think_ms=think_ms))
+    result = run(
+        conversations=conversations, turns=turns, upstream_ms=upstream_ms, think_ms=think_ms
+    )
+    if as_json:
+        emit(result)
+    else:
+        terminal.text("\n".join(terminal.outline(result)))
 
 
 def register(app: typer.Typer) -> None:

@@ -16,11 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import insert, select, update
-
-from kioku import schema as s
-from kioku.errors import InputError, NotFound
+from kioku.errors import InputError
 from kioku.store import Store
+from kioku.store_keys import StoredKey
 
 PREFIX = "kioku"
 _KEY = re.compile(r"^kioku_([0-9a-f]{12})_([A-Za-z0-9_-]{20,100})$")
@@ -55,31 +53,17 @@ def create_key(store: Store, tenant: str) -> tuple[ApiKey, str]:
     secret = secrets.token_urlsafe(32)
     salt = secrets.token_hex(16)
     now = time.time()
-    with store.atomic() as conn:
-        conn.execute(
-            insert(s.api_keys).values(
-                id=key_id, tenant=tenant, salt=salt, hash=_digest(salt, secret), created_at=now
-            )
-        )
+    store.add_api_key(StoredKey(key_id, tenant, salt, _digest(salt, secret), now))
     return ApiKey(key_id, tenant, now), f"{PREFIX}_{key_id}_{secret}"
 
 
 def list_keys(store: Store) -> list[ApiKey]:
-    k = s.api_keys.c
-    with store.engine.connect() as conn:
-        rows = conn.execute(select(s.api_keys).order_by(k.tenant, k.created_at))
-        return [ApiKey(r.id, r.tenant, r.created_at, r.revoked_at) for r in rows]
+    return [ApiKey(r.id, r.tenant, r.created_at, r.revoked_at) for r in store.api_keys()]
 
 
 def revoke_key(store: Store, key_id: str) -> ApiKey:
-    k = s.api_keys.c
-    with store.atomic() as conn:
-        row = conn.execute(select(s.api_keys).where(k.id == key_id)).first()
-        if row is None:
-            raise NotFound(f"no API key {key_id!r}; see `kioku keys list`")
-        revoked = row.revoked_at or time.time()
-        conn.execute(update(s.api_keys).where(k.id == key_id).values(revoked_at=revoked))
-    return ApiKey(row.id, row.tenant, row.created_at, revoked)
+    r = store.revoke_api_key(key_id, time.time())
+    return ApiKey(r.id, r.tenant, r.created_at, r.revoked_at)
 
 
 class KeyRing:
@@ -114,9 +98,7 @@ class KeyRing:
         if m is None:
             return None
         key_id, secret = m.groups()
-        k = s.api_keys.c
-        with self.store.engine.connect() as conn:
-            row = conn.execute(select(s.api_keys).where(k.id == key_id)).first()
+        row = self.store.api_key(key_id)
         if row is None or row.revoked_at is not None:
             return None
         if not hmac.compare_digest(_digest(row.salt, secret), row.hash):

@@ -5,14 +5,17 @@ a uvicorn server in a thread.
 little CPU) that answers `POST /v1/chat/completions` (JSON or SSE) after a fixed delay and
 records every request body it got, so a test can read the prompt kioku sent. Replies come from
 `reply(body) -> str | dict` (a dict is a whole completion payload, e.g. to script
-`finish_reason: "length"`), failures from `fail(body) -> int | None` (an HTTP status to answer).
-Binds 127.0.0.1 only.
+`finish_reason: "length"`, tool calls or several choices; streamed, every choice's content and
+tool calls go out as deltas), failures from `fail(body) -> int | None` (an HTTP status to
+answer, with `error` as the error object), and `garbage` is a raw line a stream sends after its
+first delta. Binds 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import threading
 import time
@@ -32,7 +35,9 @@ def free_port() -> int:
 
 def default_reply(body: dict[str, Any]) -> str:
     last = body["messages"][-1]["content"] if body.get("messages") else ""
-    return f"(reply to: {str(last)[-60:]})"
+    # what the user wrote, without the date line kioku puts in front of a new day's message
+    said = re.sub(r"^\[[^\]\n]*\]\n", "", str(last))
+    return f"(reply to: {said[-60:]})"
 
 
 class FakeUpstream:
@@ -50,6 +55,8 @@ class FakeUpstream:
         self.fail = fail
         self.model = model
         self.chunk_delay_s = chunk_delay_s
+        self.error: dict[str, Any] | None = None
+        self.garbage: bytes | None = None
         self.requests: list[dict[str, Any]] = []
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -145,8 +152,8 @@ class FakeUpstream:
             await asyncio.sleep(self.delay_s)
         status = self.fail(body) if self.fail else None
         if status:
-            msg = json.dumps({"error": {"message": f"scripted failure {status}"}}).encode()
-            return self._send(writer, status, msg)
+            error = self.error or {"message": f"scripted failure {status}"}
+            return self._send(writer, status, json.dumps({"error": error}).encode())
         payload = self._payload(body)
         if body.get("stream"):
             await self._stream(writer, payload)
@@ -183,20 +190,27 @@ class FakeUpstream:
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n"
         )
-        choice = payload["choices"][0]
-        text = choice["message"].get("content") or ""
-        pieces = [text[i : i + 8] for i in range(0, len(text), 8)] or [""]
         base = {"id": payload["id"], "object": "chat.completion.chunk", "model": payload["model"]}
-        events = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
-        events += [{**base, "choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
-        events.append(
-            {
-                **base,
-                "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
-            }
-        )
-        for ev in events:
+        events: list[dict[str, Any]] = []
+        for choice in payload["choices"]:
+            events += [{**base, "choices": [{"index": choice["index"], "delta": d}]}
+                       for d in _deltas(choice["message"])]  # fmt: skip
+            events.append(
+                {
+                    **base,
+                    "choices": [
+                        {
+                            "index": choice["index"],
+                            "delta": {},
+                            "finish_reason": choice["finish_reason"],
+                        }
+                    ],
+                }
+            )
+        for n, ev in enumerate(events):
             self._chunk(writer, f"data: {json.dumps(ev)}\n\n".encode())
+            if n == 1 and self.garbage:
+                self._chunk(writer, self.garbage)
             await writer.drain()
             if self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
@@ -215,6 +229,22 @@ class FakeUpstream:
             f"content-length: {len(body)}\r\n\r\n".encode()
             + body
         )
+
+
+def _deltas(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A message as a server streams it: the role, the text in pieces of 8 characters, each
+    tool call's id and name, then its arguments in two pieces."""
+    text = message.get("content") or ""
+    out: list[dict[str, Any]] = [{"role": "assistant"}]
+    out += [{"content": text[i : i + 8]} for i in range(0, len(text), 8)] or [{"content": ""}]
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        fn = call["function"]
+        head = {"index": i, "id": call["id"], "type": "function", "function": {"name": fn["name"]}}
+        out.append({"tool_calls": [head]})
+        half = len(fn["arguments"]) // 2
+        for piece in (fn["arguments"][:half], fn["arguments"][half:]):
+            out.append({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+    return out
 
 
 class ServerThread:

@@ -16,17 +16,16 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import func, select
-
-from kioku import schema as s
 from kioku.models import ChatMessage
 from kioku.store import Store
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 TOKEN_BUCKETS = (256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 RATIO_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
+TOP_CONVERSATIONS = 20  # labelled per-conversation series, at most
 # store counters every tenant shows, at 0 before the first event
-ALWAYS = ("turns", "folds", "major_gcs", "forced_cuts", "refusal", "truncated_replies")
+ALWAYS = ("turns", "folds", "major_gcs", "forced_cuts", "refusal", "truncated_replies",
+          "card_changes")  # fmt: skip
 
 
 def prefix_reuse(previous: Sequence[ChatMessage] | None, current: Sequence[ChatMessage]) -> float:
@@ -132,44 +131,28 @@ class Metrics:
 
 
 def _store_metrics(store: Store, tenant: str, lab: str) -> Iterable[str]:
-    c, cv, cl, j = s.conversations.c, s.counters.c, s.compaction_log.c, s.jobs.c
-    mine = select(c.id).where(c.tenant == tenant).scalar_subquery()
-    with store.engine.connect() as conn:
-        counters: dict[str, int] = dict(
-            conn.execute(
-                select(cv.name, func.sum(cv.value))
-                .where(cv.conversation_id.in_(mine))
-                .group_by(cv.name)
-            ).all()
-        )
-        durations = conn.execute(
-            select(cl.event, func.count(), func.sum(cl.duration_s))
-            .where(cl.conversation_id.in_(mine), cl.duration_s.is_not(None))
-            .group_by(cl.event)
-        ).all()
-        queue: dict[str, int] = dict(
-            conn.execute(
-                select(j.status, func.count())
-                .where(j.conversation_id.in_(mine), j.status.in_(("queued", "running")))
-                .group_by(j.status)
-            ).all()
-        )
-        conversations = conn.execute(select(func.count()).where(c.tenant == tenant)).scalar_one()
+    totals = store.tenant_totals(tenant)
+    counters = dict(totals.counters)
     for name in ALWAYS:
         counters.setdefault(name, 0)
     for name, value in sorted(counters.items()):
         metric = f"kioku_{_metric_name(name)}_total"
         yield f"# TYPE {metric} counter"
-        yield f"{metric}{{{lab}}} {int(value or 0)}"
+        yield f"{metric}{{{lab}}} {value}"
     yield "# HELP kioku_summary_duration_seconds Summaries, cuts and revisions by kind."
     yield "# TYPE kioku_summary_duration_seconds summary"
-    for event, count, total in durations:
+    for event, (count, total) in totals.durations.items():
         kl = f'{lab},kind="{_esc(str(event))}"'
-        yield f"kioku_summary_duration_seconds_sum{{{kl}}} {float(total or 0):.6g}"
-        yield f"kioku_summary_duration_seconds_count{{{kl}}} {int(count)}"
+        yield f"kioku_summary_duration_seconds_sum{{{kl}}} {total:.6g}"
+        yield f"kioku_summary_duration_seconds_count{{{kl}}} {count}"
     yield "# HELP kioku_queue_depth Summary jobs waiting or running."
     yield "# TYPE kioku_queue_depth gauge"
     for status in ("queued", "running"):
-        yield f'kioku_queue_depth{{{lab},status="{status}"}} {int(queue.get(status, 0))}'
+        yield f'kioku_queue_depth{{{lab},status="{status}"}} {totals.queue.get(status, 0)}'
     yield "# TYPE kioku_conversations gauge"
-    yield f"kioku_conversations{{{lab}}} {int(conversations)}"
+    yield f"kioku_conversations{{{lab}}} {totals.conversations}"
+    # the conversations whose client breaks the prefix cache most by changing the card
+    yield "# HELP kioku_conversation_card_changes Card changes by the client, per conversation."
+    yield "# TYPE kioku_conversation_card_changes gauge"
+    for cid, n in store.top_counter(tenant, "card_changes", TOP_CONVERSATIONS):
+        yield f'kioku_conversation_card_changes{{{lab},conversation="{_esc(cid)}"}} {n}'

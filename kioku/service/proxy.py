@@ -11,6 +11,14 @@ The client's leading system messages are the character card (the conversation's 
 the prefix-cache base); system messages further down (author's notes, post-history
 instructions) are not stored: they go to the upstream at the end, next to the new message,
 where they do not break the cache of what precedes them.
+
+Tool calls, tool results and content parts (images) are stored with their messages and sent
+upstream as the client wrote them (`kioku.protocol`). With `n > 1`, choice 0 is the stored
+reply; the other choices are kept beside it (`Store.choices`).
+
+What a request is — a turn, a swipe, a continue, or a side request that stores nothing (quiet,
+impersonate, SillyTavern's Test Message) — is decided in `kioku.service.generation`; the
+message list sent upstream is made to alternate roles by `kioku.alternation`, last.
 """
 
 from __future__ import annotations
@@ -19,8 +27,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -28,14 +36,20 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from kioku import protocol
+from kioku.alternation import alternate
 from kioku.context import Prompt
+from kioku.dates import parse_client_date
 from kioku.engine import Conversation
-from kioku.errors import InputError
-from kioku.messages import LogEntry
+from kioku.errors import BadParameter, InputError, ModelError, UpstreamError
+from kioku.messages import LogEntry, Role
 from kioku.models import ChatMessage, Completion
+from kioku.service import generation as gen
+from kioku.service.cards import note_card, stored_card
+from kioku.service.conventions import check_headers, header_text
 from kioku.service.metrics import prefix_reuse
-from kioku.service.upstream import StreamState, UpstreamError, completion_of
-from kioku.sync import Incoming, Synced, replace_reply, sync
+from kioku.service.upstream import StreamState, completions_of
+from kioku.sync import Incoming, Synced, SyncPlan, replace_reply, sync
 
 if TYPE_CHECKING:
     from kioku.service.app import Service, Slot
@@ -45,8 +59,14 @@ log = logging.getLogger("kioku.service")
 CONVERSATION_HEADER = "x-kioku-conversation"
 CHARACTER_HEADER = "x-kioku-character"
 MODE_HEADER = "x-kioku-mode"  # stateful | stateless (default: one message = stateful)
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-ROLES |= {"tool": "tool", "function": "tool"}
+ROLES: dict[str, Role] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
 
 
 class ChatMessageIn(BaseModel):
@@ -77,12 +97,26 @@ def content_text(content: str | list[dict[str, Any]] | None) -> str:
     )
 
 
+def system_text(content: str | list[dict[str, Any]] | None, where: str) -> str:
+    """A system message is text (the card, an author's note): an image there would vanish."""
+    if isinstance(content, list) and any(
+        not isinstance(p, dict) or p.get("type") != "text" for p in content
+    ):
+        raise BadParameter(
+            f"{where} is a system message with a part that is not text; kioku keeps system "
+            "messages as text: send images in a user message",
+            f"{where}.content",
+        )
+    return content_text(content)
+
+
 @dataclass(frozen=True)
 class Split:
     system: str | None  # leading system messages: the character card
     chat: tuple[Incoming, ...]
     before_last: tuple[ChatMessage, ...] = ()  # system messages inside the history
     after_last: tuple[ChatMessage, ...] = ()  # system messages after the last message
+    blobs: Mapping[str, bytes] = field(default_factory=dict)  # media parts, by sha256
 
 
 def split_messages(messages: Sequence[ChatMessageIn]) -> Split:
@@ -90,25 +124,32 @@ def split_messages(messages: Sequence[ChatMessageIn]) -> Split:
     chat: list[Incoming] = []
     inside: list[ChatMessage] = []
     after: list[ChatMessage] = []
-    for m in messages:
+    blobs: dict[str, bytes] = {}
+    for i, m in enumerate(messages):
         role = ROLES.get(m.role)
         if role is None:
             raise InputError(f"unknown role {m.role!r}; use system, user, assistant or tool")
-        text = content_text(m.content)
         if role == "system":
+            text = system_text(m.content, f"messages.{i}")
             if not chat:
                 system.append(text)
             else:
                 after.append(ChatMessage("system", text))
             continue
-        if not text.strip():
-            continue  # a tool call without text: nothing kioku can store
+        parsed = protocol.incoming(
+            m.role, m.content, name=m.name, extra=m.model_extra, where=f"messages.{i}"
+        )
+        if parsed.is_empty:
+            continue  # nothing kioku can store
+        blobs.update(parsed.blobs)
         inside.extend(after)
         after = []
-        chat.append(Incoming(role, text, m.name or ""))  # type: ignore[arg-type]
+        at = parse_client_date((m.model_extra or {}).get("send_date"))
+        chat.append(Incoming(role, parsed.text, m.name or "", parsed.parts, at))
     if not chat:
         raise InputError("the request has no user or assistant message to answer")
-    return Split("\n\n".join(system) if system else None, tuple(chat), tuple(inside), tuple(after))
+    system_prompt = "\n\n".join(system) if system else None
+    return Split(system_prompt, tuple(chat), tuple(inside), tuple(after), blobs)
 
 
 @dataclass
@@ -119,6 +160,9 @@ class Turn:
     prompt: Prompt
     started: float
     character: str = ""
+    media: Mapping[str, Any] = field(default_factory=dict)  # blob hash -> content part
+    side: bool = False  # a side request (quiet, impersonate, Test Message): nothing is stored
+    extend: int | None = None  # a continue: the stored reply the new text extends
 
     @property
     def entry(self) -> LogEntry:
@@ -138,44 +182,97 @@ def start_turn(
     stateful: bool | None,
     character: str,
     started: float,
+    generation: gen.Generation | None = None,
+    user: str | None = None,
 ) -> Turn:
     """Store what is new and build the prompt (runs in a thread, under the slot's lock)."""
     kk = svc.kioku(tenant)
     if slot.conv is None or (split.system is not None and split.system != slot.system):
+        old = (
+            slot.system if slot.conv is not None else stored_card(kk.store, conversation_id, tenant)
+        )
         slot.conv = kk.conversation(
             conversation_id, system_prompt=split.system, character=character
         )
+        note_card(kk.store, conversation_id, old, split.system)
         slot.system = split.system
         slot.character = slot.conv.info().character
     conv = slot.conv
-    synced = sync(conv, split.chat, stateful=stateful, character=slot.character)
+    if gen.is_side(generation, split, stateful, gen.sends_transcripts(conv, slot)):
+        return side_turn(tenant, conv, split, slot.character, started)
+    synced = sync(
+        conv,
+        split.chat,
+        stateful=stateful,
+        character=slot.character,
+        blobs=split.blobs,
+        user=gen.user_name(conv, slot, user),
+        named=generation is not None,
+    )
+    if stateful is False or (stateful is None and len(split.chat) > 1):
+        gen.note_transcript(conv, slot)
+    extend = None
+    if generation == gen.Generation.CONTINUE and synced.entry.role == "assistant":
+        extend = synced.entry.seq
     prompt = conv.prepare_for(synced.entry)
-    return Turn(tenant, conv, synced, prompt, started, slot.character)
+    media = protocol.media_of(conv.store.blobs(protocol.refs_of(prompt.messages)))
+    return Turn(tenant, conv, synced, prompt, started, slot.character, media, extend=extend)
 
 
-def finish_turn(turn: Turn, completion: Completion) -> LogEntry | None:
-    """Record the reply (a regeneration replaces the old one); a reply without text (a tool
-    call) is not stored."""
+def start_side(
+    svc: Service, tenant: str, conversation_id: str, split: Split, character: str, started: float
+) -> Turn:
+    """A side request: the conversation's memory when it exists, nothing created or stored."""
+    conv = Conversation(svc.kioku(tenant), conversation_id)
+    return side_turn(tenant, conv, split, character, started)
+
+
+def side_turn(
+    tenant: str, conv: Conversation, split: Split, character: str, started: float
+) -> Turn:
+    """A side request's turn: its images come from the request itself (nothing of it is
+    stored) or, for the raw window's, from the store."""
+    prompt, entry = gen.side_prompt(conv, split, character)
+    refs = protocol.refs_of(prompt.messages)
+    blobs = {**conv.store.blobs(refs - split.blobs.keys()), **split.blobs}
+    media = protocol.media_of({r: blobs[r] for r in refs if r in blobs})
+    return Turn(tenant, conv, Synced(entry, SyncPlan()), prompt, started, character, media, True)
+
+
+def finish_turn(
+    turn: Turn, completion: Completion, others: Sequence[Completion] = ()
+) -> LogEntry | None:
+    """Record the reply (a regeneration replaces the old one) and, with n > 1, the other
+    choices beside it; a reply with neither text nor tool calls is not stored."""
     conv = turn.conv
-    if not completion.text.strip():
-        conv.store.log(conv.id, "reply", "not_stored", detail="no text (a tool call?)")
+    if turn.side:
         return None
-    if turn.regenerate is not None:
+    if not completion.text.strip() and not completion.tool_calls:
+        conv.store.log(conv.id, "reply", "not_stored", detail="no text and no tool calls")
+        return None
+    if turn.extend is not None:
+        entry = gen.continued(conv, turn.extend, completion)
+    elif turn.regenerate is not None:
         entry = replace_reply(conv, turn.regenerate, completion, turn.character)
     else:
         entry = conv.record(completion, author=turn.character)
+    if others or turn.regenerate is not None:
+        alternatives = [protocol.reply_message(c, turn.character) for c in others]
+        conv.store.set_choices(conv.id, entry.seq, alternatives)
     conv.store.incr(conv.id, "turns")
     return entry
 
 
 def upstream_body(body: ChatBody, turn: Turn, split: Split, reserve: int) -> dict[str, Any]:
     data = body.model_dump(exclude_none=True, exclude={"messages", "user", "stream"})
-    messages = [m.to_json() for m in turn.prompt.messages]
+    if "stream" in body.model_fields_set and not body.stream:
+        data["stream"] = False  # as the client wrote it (LangChain, LlamaIndex do)
+    messages = [m.to_json(turn.media) for m in turn.prompt.messages]
     last = messages.pop()
     messages += [m.to_json() for m in split.before_last]
     messages.append(last)
     messages += [m.to_json() for m in split.after_last]
-    data["messages"] = messages
+    data["messages"] = alternate(messages)
     # the prompt was sized so that prompt + reserve fits the window: never ask for more
     for key in ("max_tokens", "max_completion_tokens"):
         if isinstance(data.get(key), int):
@@ -183,17 +280,6 @@ def upstream_body(body: ChatBody, turn: Turn, split: Split, reserve: int) -> dic
     if "max_completion_tokens" not in data:
         data["max_tokens"] = min(data.get("max_tokens", reserve), reserve)
     return data
-
-
-def header_text(value: str | None) -> str | None:
-    """A header as its sender meant it: HTTP carries bytes, clients send UTF-8 (a Japanese
-    conversation id), ASGI hands them over decoded as latin-1."""
-    if value is None:
-        return None
-    try:
-        return value.encode("latin-1").decode("utf-8")
-    except UnicodeError:
-        return value
 
 
 def kioku_headers(turn: Turn, upstream_s: float | None = None) -> dict[str, str]:
@@ -205,6 +291,10 @@ def kioku_headers(turn: Turn, upstream_s: float | None = None) -> dict[str, str]
     }
     if turn.regenerate is not None:
         h["X-Kioku-Regenerated"] = str(turn.regenerate)
+    if turn.side:
+        h["X-Kioku-Stored"] = "false"  # a side request: nothing was stored
+    if turn.extend is not None:
+        h["X-Kioku-Continued"] = str(turn.extend)
     if upstream_s is not None:
         h["X-Kioku-Upstream-Ms"] = f"{upstream_s * 1000:.2f}"
     return h
@@ -212,6 +302,8 @@ def kioku_headers(turn: Turn, upstream_s: float | None = None) -> dict[str, str]
 
 def _note_failure(turn: Turn, error: UpstreamError) -> None:
     conv = turn.conv
+    if turn.side:
+        return  # nothing of a side request is stored, not even its failure
     conv.store.log(
         conv.id,
         "upstream",
@@ -225,8 +317,10 @@ def _note_failure(turn: Turn, error: UpstreamError) -> None:
 
 async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str]) -> Response:
     started = time.monotonic()
+    check_headers(headers)
     cid = header_text(headers.get(CONVERSATION_HEADER)) or body.user
-    if not cid:
+    generation = gen.generation_of(headers.get(gen.GENERATION_HEADER))
+    if not cid and generation not in gen.SIDE:
         raise InputError(
             "name the conversation: send the header X-Kioku-Conversation (or the `user` field)"
         )
@@ -236,15 +330,23 @@ async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str
     character = header_text(headers.get(CHARACTER_HEADER)) or next(
         (m.name for m in split.chat if m.role == "assistant" and m.name), ""
     )
-    slot = svc.slot(tenant, cid)
+    user = header_text(headers.get(gen.USER_HEADER))
+    slot = svc.slot(tenant, cid or "")
     async with slot.lock:
-        turn = await run_in_threadpool(
-            start_turn, svc, slot, tenant, cid, split, stateful, character, started
-        )
-        reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
-        slot.last_prompt = turn.prompt.messages
+        if not cid or generation in gen.SIDE:
+            turn = await run_in_threadpool(
+                start_side, svc, tenant, cid or "", split, character, started
+            )
+        else:
+            turn = await run_in_threadpool(
+                start_turn, svc, slot, tenant, cid, split, stateful, character, started,
+                generation, user,
+            )  # fmt: skip
+        if not turn.side:
+            reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
+            slot.last_prompt = turn.prompt.messages
+            svc.metrics.prefix_reuse.observe(tenant, reuse)
     svc.metrics.prompt_tokens.observe(tenant, turn.prompt.tokens)
-    svc.metrics.prefix_reuse.observe(tenant, reuse)
     data = upstream_body(body, turn, split, svc.profile.response_reserve)
     if body.stream:
         return await _stream(svc, slot, turn, data)
@@ -260,11 +362,11 @@ async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str
         await _failed(svc, turn, error)
         raise
     try:
-        completion = completion_of(answer.payload)
+        completion, *others = completions_of(answer.payload)
     except UpstreamError as error:
         await _failed(svc, turn, error)
         raise
-    await _store_reply(svc, slot, turn, completion, answer.seconds)
+    await _store_reply(svc, slot, turn, completion, answer.seconds, others)
     return JSONResponse(answer.payload, headers=kioku_headers(turn, answer.seconds))
 
 
@@ -282,29 +384,35 @@ def _observe(svc: Service, turn: Turn, upstream_s: float) -> None:
 
 
 async def _store_reply(
-    svc: Service, slot: Slot, turn: Turn, completion: Completion, upstream_s: float
+    svc: Service,
+    slot: Slot,
+    turn: Turn,
+    completion: Completion,
+    upstream_s: float,
+    others: Sequence[Completion] = (),
 ) -> None:
     """Record the reply while the response leaves. The conversation's lock is taken now and
     held until the reply is stored, so the client's next request (which waits for the lock)
     always finds it in the log, and the client does not wait for the store. Then the tic guard
     reads the new reply, so the next turn finds its alerts computed."""
+    if turn.side:
+        _observe(svc, turn, upstream_s)
+        return
     await slot.lock.acquire()
     _observe(svc, turn, upstream_s)
 
     async def store() -> None:
         try:
-            await run_in_threadpool(finish_turn, turn, completion)
+            await run_in_threadpool(finish_turn, turn, completion, others)
         except Exception:
             svc.metrics.error(turn.tenant, "reply_not_stored")
             log.exception("the reply to %s #%s was not stored", turn.conv.id, turn.entry.seq)
         finally:
             slot.lock.release()
-        layers = turn.conv.kioku.layers
-        if layers is not None:
-            try:
-                await run_in_threadpool(layers.tic_alerts, turn.conv.id)
-            except Exception:
-                log.exception("tic detection failed for %s", turn.conv.id)
+        try:
+            await run_in_threadpool(turn.conv.kioku.layers.tic_alerts, turn.conv.id)
+        except Exception:
+            log.exception("tic detection failed for %s", turn.conv.id)
 
     svc.spawn(store())
 
@@ -340,7 +448,7 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
         raise first[1]
 
     async def relay() -> AsyncIterator[str]:
-        state = StreamState()
+        state = StreamState("the upstream")
         recorded = False
         try:
             if first is None:
@@ -352,7 +460,15 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
                     yield ": keep-alive\n\n"
                     continue
                 if kind == "line":
-                    state.take(value)
+                    try:
+                        state.take(value)
+                    except ModelError as e:  # a line that is not JSON: the stream is broken
+                        kind, value = "error", UpstreamError(502, f"{e}; the reply was not stored")
+                if kind == "line" and state.error is not None:
+                    yield value + "\n"  # the upstream's own error event, as it wrote it
+                    await _failed(svc, turn, UpstreamError(502, f"the upstream: {state.error}"))
+                    return
+                if kind == "line":
                     if state.done and not recorded:
                         recorded = await _record(svc, slot, turn, state, opened)
                     yield value + "\n"
@@ -366,14 +482,14 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
                 error = UpstreamError(
                     502,
                     f"the upstream's stream ended without a finish_reason after "
-                    f"{len(''.join(state.parts))} chars; the reply was not stored",
+                    f"{len(state.text)} chars; the reply was not stored",
                 )
                 await _failed(svc, turn, error)
                 yield _sse_error(error)
         finally:
             if not task.done():
                 task.cancel()
-            if not recorded and state.finish_reason is None:
+            if not recorded and state.finish_reason is None and not turn.side:
                 # the client hung up (or the upstream broke): the user message stays stored
                 conv = turn.conv
                 asyncio.get_running_loop().run_in_executor(
@@ -384,7 +500,7 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
                         "interrupted",
                         first_seq=turn.entry.seq,
                         last_seq=turn.entry.seq,
-                        detail=f"{len(''.join(state.parts))} chars relayed",
+                        detail=f"{len(state.text)} chars relayed",
                     ),
                 )
 
@@ -399,5 +515,6 @@ async def _record(svc: Service, slot: Slot, turn: Turn, state: StreamState, open
     completion = state.completion()
     if completion is None:
         return False
-    await _store_reply(svc, slot, turn, completion, time.monotonic() - opened)
+    others = state.completions()[1:]
+    await _store_reply(svc, slot, turn, completion, time.monotonic() - opened, others)
     return True

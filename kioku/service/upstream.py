@@ -2,7 +2,9 @@
 
 kioku forwards the client's request body (with kioku's messages in place of the client's) and
 passes the upstream's JSON or SSE back byte for byte, so every field a server adds (`usage`,
-`timings`, `system_fingerprint`, tool calls) reaches the client unchanged.
+`timings`, `system_fingerprint`, tool calls) reaches the client unchanged. What the answer said
+is read by `kioku.wire`, the parser kioku's own client uses too. A request the upstream refuses
+(4xx) reaches the client with the upstream's status, message, `code` and `param`.
 
 Timeouts (seed: the backend waited 150 s while its front end gave up at 40 s). All three layers
 take their numbers from the profile (`kioku.profiles.Profile`):
@@ -21,7 +23,6 @@ profile.summary_timeout_s), so a turn's latency is kioku's few milliseconds plus
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,25 +32,16 @@ from typing import Any
 import httpx
 
 from kioku.client import api_root, server_message
-from kioku.models import Completion, Usage
+from kioku.errors import ModelError, UpstreamError
+from kioku.models import Completion
 from kioku.profiles import Profile
+from kioku.wire import StreamState, read_choices, read_json
+
+__all__ = ["Answer", "StreamState", "Upstream", "completion_of", "completions_of"]
 
 KEEPALIVE_S = 10.0
+UPSTREAM_MESSAGE_CHARS = 8000  # the upstream's own error reaches the client whole
 DEFAULT_MAX_CONNECTIONS = 256
-
-
-class UpstreamError(Exception):
-    """The upstream failed; `status` is what kioku answers (502, 504, or the upstream's own
-    4xx when the request itself was refused)."""
-
-    def __init__(self, status: int, message: str, kind: str = "upstream_error") -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.kind = kind
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "code": self.status}}
 
 
 @dataclass(frozen=True)
@@ -58,68 +50,34 @@ class Answer:
     seconds: float
 
 
+def completions_of(payload: Any) -> list[Completion]:
+    """Every choice of a chat completion, choice 0 first (`kioku.wire` reads them)."""
+    try:
+        return read_choices(payload, "the upstream")
+    except ModelError as e:
+        raise UpstreamError(502, str(e)) from e
+
+
 def completion_of(payload: Any) -> Completion:
     """The first choice of a chat completion as kioku records it."""
+    return completions_of(payload)[0]
+
+
+def _refusal(r: httpx.Response) -> tuple[str | None, str | None, str | None]:
+    """The upstream's own `type`, `code` and `param`, so its error reaches the client as it
+    said it (a string code; an integer one is written as a string)."""
     try:
-        choice = payload["choices"][0]
-        text = (choice.get("message") or {}).get("content") or ""
-        usage = payload.get("usage") or {}
-        return Completion(
-            text=text if isinstance(text, str) else "",
-            finish_reason=str(choice.get("finish_reason") or "unknown"),
-            usage=Usage(
-                int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-            ),
-            model=str(payload.get("model") or ""),
-        )
-    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
-        raise UpstreamError(
-            502, f"the upstream answered without choices[0]: {str(payload)[:300]}"
-        ) from e
+        err = r.json().get("error")
+    except (ValueError, AttributeError):
+        return None, None, None
+    if not isinstance(err, dict):
+        return None, None, None
 
+    def text(key: str) -> str | None:
+        v = err.get(key)
+        return None if v is None or v == "" else str(v)
 
-class StreamState:
-    """What a relayed SSE stream said: its text, finish_reason and usage."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-        self.finish_reason: str | None = None
-        self.usage = Usage()
-        self.model = ""
-        self.done = False  # saw `data: [DONE]`
-
-    def take(self, line: str) -> None:
-        if not line.startswith("data:"):
-            return
-        data = line[5:].strip()
-        if data == "[DONE]":
-            self.done = True
-            return
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            return
-        if not isinstance(chunk, dict):
-            return
-        self.model = str(chunk.get("model") or self.model)
-        u = chunk.get("usage")
-        if isinstance(u, dict):
-            self.usage = Usage(
-                int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
-            )
-        for choice in chunk.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            if isinstance(delta, dict) and isinstance(delta.get("content"), str):
-                self.parts.append(delta["content"])
-            if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])
-
-    def completion(self) -> Completion | None:
-        if self.finish_reason is None:
-            return None
-        return Completion("".join(self.parts), self.finish_reason, self.usage, self.model)
+    return text("type"), text("code"), text("param")
 
 
 class Upstream:
@@ -157,7 +115,7 @@ class Upstream:
         await self.http.aclose()
 
     def _error(self, r: httpx.Response) -> UpstreamError:
-        msg = server_message(r)
+        msg = server_message(r, UPSTREAM_MESSAGE_CHARS)
         where = f"the upstream ({self.root})"
         if r.status_code in (401, 403):
             return UpstreamError(
@@ -169,8 +127,13 @@ class Upstream:
             return UpstreamError(429, f"{where} is rate limiting: {msg}", "rate_limit_error")
         if r.status_code >= 500:
             return UpstreamError(502, f"{where} failed with {r.status_code}: {msg}")
+        kind, code, param = _refusal(r)
         return UpstreamError(
-            r.status_code, f"{where} refused the request: {msg}", "invalid_request_error"
+            r.status_code,
+            f"{where} refused the request: {msg}",
+            kind or "invalid_request_error",
+            code,
+            param,
         )
 
     def _transport_error(self, e: httpx.HTTPError) -> UpstreamError:
@@ -210,11 +173,9 @@ class Upstream:
         if r.is_error:
             raise self._error(r)
         try:
-            payload = r.json()
-        except ValueError as e:
-            raise UpstreamError(
-                502, f"the upstream answered with something other than JSON: {r.text[:200]!r}"
-            ) from e
+            payload = read_json(r.text, "the upstream")
+        except ModelError as e:
+            raise UpstreamError(502, str(e)) from e
         if not isinstance(payload, dict):
             raise UpstreamError(502, f"the upstream answered {str(payload)[:200]!r}")
         return Answer(payload, time.monotonic() - started)

@@ -17,14 +17,15 @@ import threading
 import traceback
 from collections.abc import Callable
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kioku.store import DEFAULT_LEASE_S
-from kioku.worker import JobOutcome, Worker
+if TYPE_CHECKING:  # the command line imports the database stack only when a command runs
+    from kioku.worker import JobOutcome, Worker
 
 DEFAULT_POLL_S = 1.0
+DEFAULT_LEASE_S = 600.0  # kioku.queue.DEFAULT_LEASE_S, repeated so `--help` stays light
 
 Say = Callable[[str], None]
 
@@ -127,7 +128,8 @@ def worker_command(
 
     Example: kioku worker --db postgresql://kioku:secret@db/kioku --summarizer-upstream http://127.0.0.1:8080/v1
     """
-    from kioku.config import build_kioku, from_env
+    from kioku import terminal
+    from kioku.config import from_env
 
     def say(line: str) -> None:
         typer.echo(line, err=True)
@@ -141,7 +143,7 @@ def worker_command(
     )
     if not (settings.summarizer_url or settings.llm_url):
         say("no --summarizer-upstream: chapters will be extractive (excerpts, no LLM)")
-    kk = build_kioku(settings)
+    kk = terminal.open_kioku(settings, write=True)
     worker = kk.worker
     worker.lease_s = lease
     if name:

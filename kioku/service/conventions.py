@@ -1,0 +1,129 @@
+"""kioku's conventions on top of the chat-completions protocol: its headers and its error object.
+
+A client talks to kioku as to any OpenAI-compatible server, plus a few `X-Kioku-*` request
+headers. Those are kioku's own, so kioku checks them: a misspelled header or a value kioku does
+not know (`X-Kioku-Mode: banana`) is refused with 400 before anything is stored, never ignored
+(an ignored header silently changes what is stored). Every header is listed here once, with
+what it means; docs/service.md shows the same table and a test keeps the two in step.
+
+Errors follow OpenAI's error object, so every client library reads them:
+`{"error": {"message", "type", "param", "code"}}`, where `code` is a string or null and `param`
+names the field or header at fault (`kioku.errors.error_body` writes it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from kioku.errors import BadParameter
+
+PREFIX = "x-kioku-"
+
+
+def header_text(value: str | None) -> str | None:
+    """A header as its sender meant it: HTTP carries bytes, clients send UTF-8 (a Japanese
+    conversation id), ASGI hands them over decoded as latin-1. A browser's fetch cannot send
+    raw UTF-8, so the SillyTavern extension sends RFC 8187's `utf-8''` + percent-encoding."""
+    if value is None:
+        return None
+    if value[:7].lower() == "utf-8''":
+        return unquote(value[7:])
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
+
+
+@dataclass(frozen=True)
+class Header:
+    name: str  # as the docs spell it
+    meaning: str
+    values: tuple[str, ...] = ()  # the values allowed (case-insensitive); empty: any text
+    max_length: int = 200
+
+    def check(self, value: str) -> None:
+        text = header_text(value) or ""
+        if not text.strip():
+            raise BadParameter(f"the header {self.name} is empty; {self.meaning}", self.name)
+        if len(text) > self.max_length:
+            raise BadParameter(
+                f"the header {self.name} is {len(text)} characters; at most "
+                f"{self.max_length} are allowed",
+                self.name,
+            )
+        if self.values and text.strip().lower() not in self.values:
+            raise BadParameter(
+                f"the header {self.name} is {value!r}; use one of: {', '.join(self.values)}",
+                self.name,
+            )
+
+
+REQUEST_HEADERS: tuple[Header, ...] = (
+    Header(
+        "X-Kioku-Conversation",
+        "names the conversation (percent-encoded or raw UTF-8; otherwise the `user` field does)",
+    ),
+    Header("X-Kioku-Character", "names the character when the conversation is created"),
+    Header(
+        "X-Kioku-Mode",
+        "`stateful` (the request holds only new messages) or `stateless` (it holds the whole "
+        "transcript); without it, a request with one message, or with only tool results, is "
+        "stateful",
+        values=("stateful", "stateless"),
+    ),
+    Header(
+        "X-Kioku-Generation",
+        "what the request asks for (the SillyTavern extension sends it): `normal`, `swipe`, "
+        "`regenerate` (the reply replaces the last one), `continue` (the reply extends it), "
+        "`impersonate` or `quiet` (answered with memory, nothing stored); it also says the "
+        "client names each chat itself",
+        values=("normal", "swipe", "regenerate", "continue", "impersonate", "quiet"),
+    ),
+    Header(
+        "X-Kioku-User",
+        "the name user messages are stored under (the user's persona); otherwise the name the "
+        "conversation already uses, or `user`",
+    ),
+)
+
+RESPONSE_HEADERS: tuple[Header, ...] = (
+    Header("X-Kioku-Conversation", "the conversation's id, percent-encoded UTF-8"),
+    Header("X-Kioku-Seq", "the seq of the stored message the reply answers"),
+    Header("X-Kioku-Memory-Version", "bumps at every fold: the memory exchange changed"),
+    Header("X-Kioku-Prompt-Tokens", "the prompt kioku built, in tokens as kioku counts them"),
+    Header("X-Kioku-Regenerated", "on a swipe or regeneration: the seq of the reply replaced"),
+    Header("X-Kioku-Continued", "on a continue: the seq of the reply the new text extends"),
+    Header("X-Kioku-Stored", "`false` on a side request (quiet, impersonate): nothing was stored"),
+    Header(
+        "X-Kioku-Upstream-Ms",
+        "milliseconds the upstream took to answer (non-streamed responses only: a streamed "
+        "response's headers leave before the upstream has finished)",
+    ),
+)
+
+_KNOWN = {h.name.lower(): h for h in REQUEST_HEADERS}
+
+
+def check_headers(headers: Mapping[str, str]) -> None:
+    """Refuse unknown `X-Kioku-*` request headers and values kioku cannot act on."""
+    for name, value in headers.items():
+        key = name.lower()
+        if not key.startswith(PREFIX):
+            continue
+        header = _KNOWN.get(key)
+        if header is None:
+            known = ", ".join(h.name for h in REQUEST_HEADERS)
+            raise BadParameter(
+                f"kioku has no request header {name!r}; its headers are {known}", name
+            )
+        header.check(value)
+
+
+COMPLETIONS_REFUSED = (
+    "kioku gives memory to chat conversations: /v1/completions takes a bare prompt with no "
+    "messages to store, so kioku does not serve it (sending it through without memory would "
+    "look like it works while nothing is remembered). Use /v1/chat/completions: in LlamaIndex "
+    "set OpenAILike(is_chat_model=True), in LangChain use ChatOpenAI, not OpenAI."
+)
