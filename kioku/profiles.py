@@ -55,6 +55,11 @@ class Profile:
     # a past exchange is recalled only when it holds this much of the query's meaning (BM25
     # score ÷ the query's best possible score): chit-chat ("ok, see you") recalls nothing
     recall_relevance: float = 0.36
+    # A message that asks something (`salience.is_question`) is where the past is wanted: its
+    # recollections may take this share of the room left instead of `recall_share`, as many as
+    # fit (not `recall_limit`), down to `question_relevance`: recall uses the budget there
+    question_share: float = 1.0
+    question_relevance: float = 0.0
     summary_ceiling: int = DEFAULT_SUMMARY_CEILING_TOKENS
     summary_delay_s: float = DEFAULT_SUMMARY_DELAY_S
     summary_duration_s: float = DEFAULT_SUMMARY_DURATION_S
@@ -76,8 +81,11 @@ class Profile:
             )
         if self.headroom >= self.trigger:
             raise ConfigError(f"profile {self.name!r}: headroom must be below the trigger")
-        if not 0 <= self.recall_share <= 1 or not 0 <= self.extras_share <= 1:
-            raise ConfigError(f"profile {self.name!r}: recall_share and extras_share are 0 to 1")
+        shares = (self.recall_share, self.extras_share, self.question_share)
+        if not all(0 <= s <= 1 for s in shares):
+            raise ConfigError(
+                f"profile {self.name!r}: recall_share, extras_share and question_share are 0 to 1"
+            )
 
     @property
     def prompt_budget(self) -> int:
