@@ -37,12 +37,12 @@ def recs(n: int) -> list[Recollection]:
 
 
 def _prompt(text: str):
-    raw = [entry(1000 + i, f"we talked about the weather and tea, part {i}") for i in range(320)]
+    raw = [entry(1000 + i, f"we talked about the weather and tea, part {i}") for i in range(352)]
     args = dict(
         system_prompt="You are Mika.",
         memory=Memory(),
         raw=raw,
-        new=entry(1320, text),
+        new=entry(1352, text),
         profile=LOCAL_8K,
         counter=COUNTER,
     )
