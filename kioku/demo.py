@@ -58,7 +58,7 @@ EXPLAINED: Mapping[str, str] = {
     "rolling": "one summary, rewritten at every fold (the seed's first design)",
     "rolling-long": "the same, given as many tokens as kioku's memory holds at the end",
     "truncation": "a sliding window: only the newest messages that fit",
-    "full": "every message, no limit: the upper bound (it does not fit a real window)",
+    "full": "every message, no limit: the reference, not an arm (it does not fit a real window)",
 }
 
 
