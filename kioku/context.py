@@ -45,6 +45,7 @@ from kioku.models import ChatMessage, ChatRequest
 from kioku.profiles import Profile
 from kioku.protocol import chat_message
 from kioku.recollection import Recollection
+from kioku.salience import is_question
 from kioku.tokens import TokenCounter
 
 # The template's tokens per message when the counter does not say (see `kioku.budget`).
@@ -161,6 +162,12 @@ class Plan:
     raw_gists: frozenset[str] = frozenset()  # what the raw window says (`gist`)
     kept: Extras | None = None  # this message's extras, when it was answered before
     new_line: str = ""  # the new message's date line
+    asks: bool = False  # the new message asks something: recall may use the room left
+
+    @property
+    def recall_ratio(self) -> float:
+        """The share of the room left that recollections may take this turn."""
+        return self.profile.question_share if self.asks else self.profile.recall_share
 
     @property
     def fixed(self) -> int:
@@ -177,7 +184,7 @@ class Plan:
         what turns were shown (`Profile.extras_share`)."""
         if self.kept is not None:
             return 0
-        share = int(self.room * self.profile.recall_share)
+        share = int(self.room * self.recall_ratio)
         left = int(self.budget * self.profile.extras_share) - self.parts.get("carried", 0)
         return max(0, min(share, left) - LABEL_TOKENS)
 
@@ -293,6 +300,7 @@ def plan(
         raw_gists=frozenset(gist(e.message.text) for e in raw),
         kept=extras_of(new),
         new_line=new_line,
+        asks=new.role == "user" and is_question(new.message.text),
     )
     if p.room < 0:
         raise ContextOverflow(
@@ -332,7 +340,7 @@ def finish(
                     "recollections",
                     p.recall_room + LABEL_TOKENS,
                     priority=1,
-                    ratio=p.profile.recall_share,
+                    ratio=p.recall_ratio,
                 ),
             ],
         )

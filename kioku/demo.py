@@ -58,7 +58,7 @@ EXPLAINED: Mapping[str, str] = {
     "rolling": "one summary, rewritten at every fold (the seed's first design)",
     "rolling-long": "the same, given as many tokens as kioku's memory holds at the end",
     "truncation": "a sliding window: only the newest messages that fit",
-    "full": "every message, no limit: the upper bound (it does not fit a real window)",
+    "full": "every message, no limit: the reference, not an arm (it does not fit a real window)",
 }
 
 
@@ -295,12 +295,17 @@ def _print_lang(console: Console, r: LangResult, quiet: bool) -> None:
         )
     console.print(f)
     a = r.audit
+    claims = a["claims_as_fact"]  # "n/a" where memory has no claims to judge (extractive)
     console.print(
         f"{r.lang}: {plural(r.counters.get('folds', 0), 'fold')}, "
         f"{plural(r.counters.get('major_gcs', 0), 'major GC')}, "
         f"{plural(r.counters.get('forced_cuts', 0), 'forced cut')} · audit: "
-        f"{plural(a['claims_as_fact'], 'claim')} written as facts, "
-        f"{plural(a['tic_phrases_in_memory'], 'tic phrase')} in memory "
+        + (
+            f"{plural(claims, 'claim')} written as facts, "
+            if isinstance(claims, int)
+            else f"claims written as facts: {claims}, "
+        )
+        + f"{plural(a['tic_phrases_in_memory'], 'tic phrase')} in memory "
         f"(of {a['tic_phrases_found']} found) · {r.seconds:.0f} s",
         highlight=False,
     )

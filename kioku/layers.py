@@ -26,8 +26,9 @@ from kioku.errors import ConfigError
 from kioku.lang import detect_lang
 from kioku.messages import LogEntry
 from kioku.models import ChatModel
-from kioku.recall import RecallIndexes
+from kioku.recall import EXCHANGE_TOKENS, RecallIndexes
 from kioku.recollection import Recollection
+from kioku.salience import is_question
 from kioku.store import Store
 
 TIC_WINDOW = 20
@@ -78,14 +79,16 @@ class Layers:
         if self.recall is None or raw_start == 0 or budget <= 0:
             return []
         p = conv.kioku.profile
+        # a question may fill the room it was given (`context.Plan.recall_ratio`)
+        asks = is_question(entry.message.text)
         return self.recall.recall(
             conv.id,
             entry.message.text,
             before_seq=raw_start,
             budget_tokens=budget,
             counter=conv.kioku.counter,
-            limit=p.recall_limit,
-            min_relevance=p.recall_relevance,
+            limit=max(p.recall_limit, budget // EXCHANGE_TOKENS) if asks else p.recall_limit,
+            min_relevance=p.question_relevance if asks else p.recall_relevance,
         )
 
     def tic_alerts(self, conversation_id: str) -> list[tics_layer.TicAlert]:

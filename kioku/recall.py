@@ -34,6 +34,9 @@ from kioku.tokens import TokenCounter
 DEFAULT_SEGMENT_SIZE = 512  # messages per persisted segment
 DEFAULT_MAX_SEGMENTS = 8  # more than this on load: merge them into one
 DEFAULT_LIMIT = 3  # recollections per user message
+# what one recalled exchange (a turn and its neighbours) takes, about: how many recollections
+# a question's room holds
+EXCHANGE_TOKENS = 48
 MIN_CUT_TOKENS = 24  # below this, a cut-down recollection says too little to be worth it
 
 

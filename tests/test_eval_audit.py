@@ -6,7 +6,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from kioku.eval.audit import audit_store, content_terms, count_phrases
+from kioku.eval.audit import audit_store, content_terms, count_phrases, tic_phrases
 from kioku.eval.cli import register
 from kioku.eval.report import markdown
 from kioku.eval.strategies import CONVERSATION_ID, KiokuArm, close_all, replay
@@ -96,12 +96,15 @@ def test_extractive_chapters_are_checked_line_by_line() -> None:
     (row,) = r["items"]
     assert row["unattributed_lines"] == 1
     assert row["misattributed"] == 1
+    assert row["narrated_speech"] == 1
     assert row["not_in_source"] == 0
-    assert row["claims_as_fact"] == 2
     assert row["fact_phrases"] == 1
     t = r["totals"]
-    assert t["claims_as_fact"] == 2 and t["fact_phrases_in_memory"] == 1
-    assert r["threads"]["tracked"] is False and t["resolved_left_open"] == 0
+    assert t["quotes_unattributed"] == 1 and t["quotes_narrated_speech"] == 1
+    assert t["fact_phrases_in_memory"] == 1
+    # quotes state no claims and record no threads: nothing of that kind to judge
+    assert t["claims_as_fact"] == "n/a" and t["resolved_left_open"] == "n/a"
+    assert r["threads"]["tracked"] is False
     assert any("tide" in p.lower() for p in r["tics"]["phrases"])
     assert t["tic_phrases_in_memory"] == 0  # the extractive line above has no tic
 
@@ -158,6 +161,8 @@ def test_structured_chapters_threads_tics_and_attribution() -> None:
     ]
     t = r["totals"]
     assert t["resolved_left_open"] == 1
+    assert t["claims_as_fact"] == 2  # the structured items' (the plain chapter states none)
+    assert t["quotes_unattributed"] == 1  # "plain" is not a quote
     assert t["tic_phrases_in_memory"] >= 1
     assert t["attribution_phrases_in_memory"] >= 1  # "Mina told Ren: …"
     assert t["llm_claims_as_fact"] == 3  # one per chapter the model read
@@ -181,9 +186,102 @@ def test_audit_of_a_replayed_story() -> None:
     assert isinstance(arm, KiokuArm)
     r = audit_store(arm.kk.store, CONVERSATION_ID)
     close_all(arms)
-    assert r["totals"]["claims_as_fact"] == 0  # every extractive line is attributed and sourced
+    t = r["totals"]
+    assert t["claims_as_fact"] == "n/a"  # quotes, no claims
+    assert t["quotes_unattributed"] == t["quotes_not_in_source"] == 0  # attributed, sourced
     assert all(x["not_in_source"] == 0 for x in r["items"])
     assert r["totals"]["tic_phrases_found"] >= 1
+
+
+def test_quoted_questions_and_promises_whose_resolution_memory_lost() -> None:
+    store = Store.open("sqlite://")
+    _conversation(store, "q")
+    text = "\n".join(
+        [
+            "[2] Ren: Will you take me to the festival?",  # answered at 3, which is kept
+            "[3] Mina: I promise I'll take you to the lantern festival.",  # kept at 5: lost
+        ]
+    )
+    store.add_item("q", _item("chapter", 0, 59, text, "active"))
+    r = audit_store(store, "q")
+    loose = r["quoted_threads"]
+    assert loose["judged"] == 2 and loose["questions"] == 1 and loose["promises"] == 1
+    (left,) = loose["examples"]
+    assert left["kind"] == "promise" and left["seq"] == 3 and left["resolved_at"] == 5
+    assert "went to the lantern festival" in left["resolution"]
+    assert r["totals"]["quoted_threads_resolved_left_open"] == 1
+    # with the keeping quoted too, nothing is left open
+    kept = Store.open("sqlite://")
+    _conversation(kept, "q")
+    both = text + "\n[5] narration: They went to the lantern festival."
+    kept.add_item("q", _item("chapter", 0, 59, both, "active"))
+    assert audit_store(kept, "q")["totals"]["quoted_threads_resolved_left_open"] == 0
+
+
+def test_memory_without_questions_or_promises_is_not_judged() -> None:
+    store = Store.open("sqlite://")
+    _conversation(store, "n")
+    store.add_item("n", _item("chapter", 0, 59, "[0] Ren: I moved here from Otaru.", "active"))
+    t = audit_store(store, "n")["totals"]
+    assert t["quoted_threads"] == "n/a" and t["quoted_threads_resolved_left_open"] == "n/a"
+    assert t["notes"] == 0 and t["notes_keep_share"] == "n/a"
+
+
+def test_notes_are_audited() -> None:
+    from kioku.notes import NoteDraft, add_notes
+
+    store = Store.open("sqlite://")
+    _conversation(store, "m")
+    store.add_item("m", _item("chapter", 0, 59, "[0] Ren: I moved here from Otaru.", "active"))
+    add_notes(
+        store,
+        "m",
+        [
+            NoteDraft("Ren", "fact", "moved here from Otaru", 0),
+            NoteDraft("CP", "preference", "なにが好き"),  # a question
+            NoteDraft("CP", "preference", "のが好き"),  # a fragment
+            NoteDraft("AI", "preference", "つ鍋が子供が好き"),  # whose preference?
+            NoteDraft("Caroline", "preference", "likes that you chose pottery"),  # no referent
+            NoteDraft("CP", "preference", "ミステリーが好き"),
+            NoteDraft("Mina", "fact", "runs the lighthouse", 0),  # not what message 0 says
+        ],
+        origin="test",
+    )
+    r = audit_store(store, "m")
+    flags = {n["line"]: n["flags"] for n in r["notes"]}
+    assert flags["- [fact] Ren: moved here from Otaru"] == []
+    assert flags["- [preference] CP: ミステリーが好き"] == []
+    assert "question" in flags["- [preference] CP: なにが好き"]
+    assert "fragment" in flags["- [preference] CP: のが好き"]
+    assert "owner_unclear" in flags["- [preference] AI: つ鍋が子供が好き"]
+    assert "fragment" in flags["- [preference] Caroline: likes that you chose pottery"]
+    assert "not_in_source" in flags["- [fact] Mina: runs the lighthouse"]
+    t = r["totals"]
+    assert t["notes"] == 7 and t["notes_flagged"] == 5
+    assert t["notes_keep_share"] == pytest.approx(2 / 7, abs=1e-3)
+
+
+def test_dataset_markup_is_not_a_verbal_tic() -> None:
+    store = Store.open("sqlite://")
+    store.ensure_conversation("p", character="Mel")
+    for i in range(24):
+        store.append("p", Message.user(f"What did you do on day {i}?", "Caro"), 10)
+        store.append(
+            "p",
+            Message.assistant(
+                f"Day {i} was about the {('garden', 'lake', 'market')[i % 3]} "
+                f"number {i}. [shares a photo: a photo of a dog number {i}]",
+                "Mel",
+            ),
+            10,
+        )
+    store.add_item(
+        "p", _item("chapter", 0, 47, "[1] Mel: [shares a photo: a photo of a dog]", "active")
+    )
+    r = audit_store(store, "p")
+    replies = [e.text for e in store.entries("p") if e.role == "assistant"]
+    assert any("photo" in p for p in tic_phrases(replies))  # what the markup would look like
+    assert not any("shares" in p or "photo" in p for p in r["tics"]["phrases"])
 
 
 def test_cli_audits_a_story_and_a_database(tmp_path) -> None:

@@ -8,11 +8,16 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from kioku.datasets import load_locomo
+from kioku.errors import ContextOverflow
 from kioku.eval import locomo
-from kioku.eval.cli import register
+from kioku.eval.answers import normalize
+from kioku.eval.cli import HEADLINE_DEFAULT, register
 from kioku.eval.plots import answer_by_age
 from kioku.eval.report import markdown
-from kioku.models import ChatRequest, ScriptedModel
+from kioku.eval.strategies import HEADLINE, Context
+from kioku.models import ChatMessage, ChatRequest, ScriptedModel
+from kioku.profiles import get_profile
 from kioku.tokens import ScriptEstimator
 
 SESSIONS = 20
@@ -67,23 +72,34 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_locomo(tmp_path_factory.mktemp("locomo") / "locomo.json")
 
 
+def _options(**kw) -> locomo.Options:
+    return locomo.Options(**{"budget": 2048, "conversations": (0, 5), **kw})
+
+
 @pytest.fixture(scope="module")
 def result(data: Path):
-    return locomo.run(
-        data, budget=2048, conversations=(0, 5), counter=ScriptEstimator(), progress=False
-    )
+    return locomo.run(data, _options(samples=4), counter=ScriptEstimator(), progress=False)
 
 
 @pytest.mark.slow
 def test_json_shape(result) -> None:
-    assert result["kind"] == "kioku.eval.locomo/1"
+    assert result["kind"] == "kioku.eval.locomo/2"
     assert result["questions"] == 2 * SESSIONS  # category 5 is left out
     assert result["age_buckets"] == ["0-2", "3-5", "6-9", "10-14", "15-19", "20+"]
+    assert result["arms"] == [
+        "generational",
+        "generational-norecall",
+        "rolling",
+        "rolling+recall",
+        "rolling-long",
+        "truncation",
+        "retrieval",
+    ]
+    assert result["reference"] == "full"
+    keys = {"answer_in_context", "f1", "bag_of_words", "by_age", "old", "context_tokens"}
     for s in result["strategies"].values():
         for part in (s, s["dev"], s["heldout"]):
-            assert {"answer_in_context", "by_age", "old", "context_tokens", "by_category"} <= set(
-                part
-            )
+            assert keys | {"by_category", "old_f1", "old_bag_of_words", "prompt"} <= set(part)
             assert set(part["by_age"]) <= set(result["age_buckets"])
         assert s["dev"]["questions"] == s["heldout"]["questions"] == SESSIONS
         assert s["old_questions"] == 2 * 10  # sessions 1..10 are 10+ sessions before session 20
@@ -99,9 +115,18 @@ def test_the_arithmetic(result) -> None:
     assert s["truncation"]["by_age"]["0-2"] == 1.0
     # archive recall finds old evidence the memory folded away
     assert s["generational"]["old"] > s["truncation"]["old"]
-    assert s["generational"]["old"] > s["rolling"]["old"]
-    for name in ("generational", "rolling", "rolling-long", "truncation"):
+    assert s["generational"]["old"] >= s["rolling"]["old"]
+    assert s["generational"]["old"] >= s["generational-norecall"]["old"]
+    assert s["rolling+recall"]["old"] >= s["rolling"]["old"]
+    # each answer is in exactly one turn, which the question names: retrieval finds them all
+    assert s["retrieval"]["answer_in_context"] == 1.0
+    for name in result["arms"]:
         assert s[name]["context_tokens_max"] + 256 <= 2048, name
+        for split in ("dev", "heldout"):
+            d = s[name][split]
+            # strict ≤ bag of words; F1 is 1.0 on every strict hit
+            assert d["answer_in_context"] <= d["bag_of_words"] + 1e-9
+            assert d["f1"] >= d["answer_in_context"] - 1e-9
     assert s["full"]["context_tokens"] > 2048
     # rates are means of the rows: dev and heldout average to the whole here (same sizes)
     g = s["generational"]
@@ -111,11 +136,65 @@ def test_the_arithmetic(result) -> None:
 
 
 @pytest.mark.slow
+def test_the_diagnosis_says_where_answers_come_from(result) -> None:
+    d = result["diagnosis"]["dev"]
+    gen = d["sources"]["generational"]["old"]
+    assert gen["hits"] > 0
+    # every hit is found somewhere, and "only" in at most one part
+    assert max(gen["memory"], gen["raw"], gen["recall"]) > 0
+    assert gen["only_memory"] + gen["only_raw"] + gen["only_recall"] <= 1.0 + 1e-9
+    assert d["sources"]["generational-norecall"]["all"]["recall"] == 0.0
+    assert d["sources"]["truncation"]["all"]["only_raw"] == 1.0
+    v = d["vs_retrieval"]["truncation"]
+    assert v["only_other"] > 0 and v["questions"] == SESSIONS
+    lost = v["lost"]
+    assert sum(lost["by_evidence_rank"].values()) == v["only_other"]
+    assert lost["evidence_in"] == {"nowhere": v["only_other"]}  # the window never had it
+    ranks = d["evidence_rank"]["retrieval"]
+    assert ranks["1-3"]["questions"] == SESSIONS and ranks["1-3"]["hit"] == 1.0
+    prompt = result["strategies"]["generational"]["dev"]["prompt"]
+    assert prompt["memory"] > 0 and prompt["recollections"] > 0
+    assert prompt["unused"] >= 0
+    m = result["margins"]["heldout"]
+    assert set(m) >= {"minus_retrieval", "minus_truncation", "share_of_full"}
+
+
+@pytest.mark.slow
+def test_samples_show_each_arm_around_the_answer(result) -> None:
+    samples = result["samples"]
+    assert len(samples) == 4  # two per conversation
+    s = samples[0]
+    assert {"question", "answer", "evidence", "evidence_rank", "arms"} <= set(s)
+    full = s["arms"]["full"]
+    assert full["strict"] and full["found_in"] == ["raw"]
+    assert normalize(s["answer"]) in full["around"]
+
+
+def test_a_prompt_over_the_budget_is_an_error_not_a_row(data: Path) -> None:
+    t = load_locomo(data, 0)
+    questions = locomo.questions_of(t, 0, limit=1)
+    assert questions[0].evidence == (2,)  # D1:3, the third message
+
+    class Greedy:
+        name = "truncation"
+
+        def context(self, q: str) -> Context:
+            return Context(self.name, (ChatMessage("user", q),), q, tokens=10_000)
+
+    conv = locomo.ConversationRun(0, t, questions)
+    with pytest.raises(ContextOverflow, match="exceeds the budget"):
+        conv.ask({"truncation": Greedy()}, get_profile("local-64k", 2048), None, lambda: None)
+    assert conv.rows == []
+
+
+@pytest.mark.slow
 def test_plot_and_report(result, tmp_path: Path) -> None:
     png = answer_by_age(result, tmp_path / "locomo.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
     md = markdown(result)
     assert "## Dev (conversations 0–4)" in md and "## Held out (5–9)" in md
+    assert "| strategy | strict | f1 | bag |" in md
+    assert "What each arm loses against retrieval (dev)" in md
 
 
 def _answerer(r: ChatRequest) -> str:
@@ -137,17 +216,14 @@ def test_with_a_model_answers_are_scored_by_f1_and_judge(data: Path) -> None:
     judge = ScriptedModel(default=_answerer, name="judge")
     r = locomo.run(
         data,
-        budget=2048,
-        conversations=(0,),
-        strategies=("truncation", "full"),
+        _options(conversations=(0,), strategies=("truncation", "full")),
         counter=ScriptEstimator(),
-        model=model,
-        judge_model=judge,
+        models=locomo.Models(answer=model, judge=judge),
         progress=False,
     )
     full, trunc = r["strategies"]["full"], r["strategies"]["truncation"]
-    assert full["f1"] == 1.0 and full["judge"] == 1.0
-    assert trunc["f1_old"] == 0.0 and trunc["judge"] < 1.0
+    assert full["answer_f1"] == 1.0 and full["judge"] == 1.0
+    assert trunc["answer_f1_old"] == 0.0 and trunc["judge"] < 1.0
     assert len(model.history) == 2 * SESSIONS and len(judge.history) == 2 * SESSIONS
     asked = model.history[0].messages[-1].content
     assert "Question about the conversation so far: What kite did Ann buy" in asked
@@ -171,6 +247,14 @@ def test_cli(data: Path, tmp_path: Path) -> None:
     assert set(out["strategies"]) == {"generational", "truncation"}
     assert "dev" not in out["strategies"]["generational"]
     assert png.exists()
+    res = CliRunner().invoke(
+        app, ["eval", "locomo", "--data", str(data), "--strategies", "generational,bogus"]
+    )
+    assert res.exit_code != 0 and "bogus" in str(res.exception)
+
+
+def test_the_cli_default_is_every_headline_arm() -> None:
+    assert HEADLINE_DEFAULT.split(",") == list(HEADLINE)
 
 
 def test_evidence_age() -> None:

@@ -4,11 +4,13 @@ from dataclasses import replace
 
 import pytest
 
-from kioku.context import MESSAGE_OVERHEAD
-from kioku.errors import InputError
+from kioku.errors import ContextOverflow, InputError
+from kioku.eval.baselines import RetrievalArm, WindowArm, entry_seqs
 from kioku.eval.strategies import (
+    ARMS,
+    HEADLINE,
     KiokuArm,
-    WindowArm,
+    View,
     check_strategies,
     close_all,
     fit_profile,
@@ -30,7 +32,13 @@ def arms():
     t = story("en", 500)
     counter = ScriptEstimator()
     profile, _ = fit_profile(get_profile("local-64k", 4096))
-    out = replay(t, profile=profile, counter=counter, summarizer=ExtractiveSummarizer(counter))
+    out = replay(
+        t,
+        profile=profile,
+        counter=counter,
+        summarizer=ExtractiveSummarizer(counter),
+        strategies=HEADLINE,
+    )
     yield t, profile, out
     close_all(out)
 
@@ -53,14 +61,68 @@ def test_fit_profile_leaves_room_for_memory_and_the_minimum_raw_window() -> None
 @pytest.mark.slow
 def test_every_arm_answers_with_a_prompt_that_fits(arms) -> None:
     t, profile, out = arms
-    assert list(out) == ["generational", "rolling", "rolling-long", "truncation", "full"]
+    assert list(out) == [*ARMS, "full"]
     for name, arm in out.items():
         ctx = arm.context("What is the name of the user's cat?")
+        assert ctx.strategy == name
         assert ctx.messages[-1].content.endswith(ctx.question)
         assert ctx.question not in ctx.text
+        # every arm's prompt was assembled by the product's allocator, which accounts for it
+        assert ctx.account is not None and ctx.account.total == ctx.tokens, name
+        assert ctx.messages[0].role == "system" and ctx.messages[0].content == t.system_prompt
         if name != "full":
             assert ctx.tokens + profile.response_reserve <= profile.window, name
     assert out["full"].context("q").tokens > profile.window  # no limit
+
+
+@pytest.mark.slow
+def test_arms_that_differ_only_at_the_question_share_a_replay(arms) -> None:
+    _, _, out = arms
+    gen, norecall = out["generational"], out["generational-norecall"]
+    rolling, plus = out["rolling"], out["rolling+recall"]
+    assert isinstance(norecall, View) and norecall.base is gen
+    assert isinstance(plus, View) and plus.base is rolling
+    q = "Whose cat gets grumpy if dinner is late?"
+    with_recall, without = gen.context(q), norecall.context(q)
+    assert with_recall.extra and not without.extra
+    assert without.before == with_recall.before  # the same memory and raw window
+    assert "Mochi" in plus.context(q).extra and not rolling.context(q).extra
+    assert gen.context(q).extra == with_recall.extra  # asking again changes nothing
+
+
+@pytest.mark.slow
+def test_retrieval_fills_the_budget_with_the_best_turns_and_their_neighbours(arms) -> None:
+    t, profile, out = arms
+    ret = out["retrieval"]
+    assert isinstance(ret, RetrievalArm)
+    q = "Whose cat gets grumpy if dinner is late?"
+    ranking = ret.ranking(q)
+    best = ranking[0]
+    assert "Mochi" in ret.entries[best].text or "cat" in ret.entries[best].text.lower()
+    ctx = ret.context(q)
+    shown = ctx.parts()["raw"]
+    for s in (best - 1, best, best + 1):
+        assert ret.entries[s].text in shown  # the hit and both neighbours
+    # it fills the budget with what BM25 found: every ranked turn is shown, or the allocator
+    # refuses one more message
+    unshown = [e for e in ret.entries if e.text not in shown]
+    smallest = min(unshown, key=lambda e: e.tokens)
+    kept = [e for e in ret.entries if e.text in shown]
+    if not all(ret.entries[s].text in shown for s in ranking):
+        with pytest.raises(ContextOverflow):
+            ret._prompt(sorted([*kept, smallest], key=lambda e: e.seq), ret._entry(q), profile)
+    # shown in log order, not rank order
+    seqs = [e.seq for e in ret.entries if e.text in shown]
+    assert seqs == sorted(seqs)
+    assert ret.ranking("zzzz qqqq") == []
+
+
+def test_entry_seqs_skip_replies_before_the_first_user_message() -> None:
+    t = story("en", 500)
+    opening = Message.assistant("Once upon a time.", author="Mina")
+    t2 = replace(t, messages=(opening, *t.messages), meta=({}, *t.meta))
+    seqs = entry_seqs(t2)
+    assert seqs[0] == -1 and seqs[1:] == list(range(len(t.messages)))
 
 
 @pytest.mark.slow
@@ -73,13 +135,14 @@ def test_full_keeps_everything_and_truncation_the_newest(arms) -> None:
     assert t.messages[0].text not in trunc.text
     assert trunc.tokens <= profile.prompt_budget
     assert isinstance(out["truncation"], WindowArm)
-    # no room left for one more message
+    # no room left for one more message: the allocator refuses it
+    arm = out["truncation"]
+    assert isinstance(arm, WindowArm)
     kept = len(trunc.messages) - 2  # system + question
-    older = t.messages[len(t.messages) - kept - 1]
-    assert (
-        trunc.tokens + ScriptEstimator().count(older.text) + MESSAGE_OVERHEAD
-        > profile.prompt_budget
-    )
+    assert trunc.account is not None and trunc.account.raw_messages == kept
+    shown = arm.entries[len(arm.entries) - kept - 1 :]
+    with pytest.raises(ContextOverflow):
+        arm._prompt(shown, arm._entry("anything"), profile)
 
 
 @pytest.mark.slow
@@ -100,8 +163,11 @@ def test_kioku_arms_fold_and_rolling_long_is_length_matched(arms) -> None:
 
 def test_strategy_names_are_checked() -> None:
     assert check_strategies(["full"]) == ("full",)
+    assert check_strategies(["rolling+recall", "retrieval"]) == ("rolling+recall", "retrieval")
     with pytest.raises(InputError):
         check_strategies(["generational", "bogus"])
+    with pytest.raises(InputError):
+        check_strategies([])
     with pytest.raises(InputError):
         check_strategies(["rolling-long"])  # nothing to match its length to
 

@@ -2,17 +2,24 @@
 
 Seed 000 §4: 44 of 57 production chapters said "established fact" about what a lying character
 had only claimed; resolved threads stayed open (10 → 11 after a prompt fix). A recall number does
-not show either, so the audit counts them, per memory item, against the item's source range:
+not show either, so the audit counts them, per memory item, against the item's source range —
+and says "n/a" where the memory has nothing of the kind to judge, never a clean zero:
 
-- claims written as facts. Extractive chapters are checked line by line: every line must be
-  "[seq] Speaker: text", the text must be in message `seq`, and the speaker must be the one who
-  said it (speech rendered as narration is a claim turned into fact). LLM chapters are checked on
-  their structured data: claims without a speaker, and events that restate a character's speech
-  line without attribution (and without narration or a thought that bears it out).
-- resolved threads left open: a thread some item (a later chapter, even one folded away since)
-  resolved, that the memory as rendered still shows open.
+- claims written as facts, on an LLM chapter's structured data: claims without a speaker, and
+  events that restate a character's speech line without attribution (and without narration or a
+  thought that bears it out). Memory written without a model quotes lines instead of stating
+  claims; its lines are checked as quotes: each must be "[seq] Speaker: text", the text must be
+  in message `seq`, and the speaker must be the one who said it (speech shown as narration is a
+  claim turned into fact).
+- resolved threads left open: a thread some item resolved (a later chapter, even one folded away
+  since) that the memory as rendered still shows open; and, without a model, questions and
+  promises quoted in memory whose answer or keeping the log has and memory lost
+  (`kioku.eval.threads`).
+- notes: each note in force, checked for questions, fragments, lost referents, unclear owners,
+  crowding and its source (`kioku.eval.notecheck`).
 - verbal tics in memory: phrases `kioku.tics.detect_tics` finds across the source replies, then
-  searched in the memory text.
+  searched in the memory text. Dataset markup in brackets (LoCoMo's "[shares a photo: a …]") is
+  not the character's voice and is left out of both.
 - attribution phrases ("said", "told", "claimed", 「と言った」「と語った」「主張」…) and fact phrases
   ("established fact", 「確定した事実」…), counted in the memory text.
 
@@ -36,7 +43,9 @@ from kioku.tics import detect_tics
 from kioku.transcript import render_transcript
 
 from . import qa
+from .notecheck import check_notes
 from .report import pins
+from .threads import check_threads
 
 KIND = "kioku.eval.audit/1"
 TIC_WINDOW = 20
@@ -49,6 +58,8 @@ FACT_PHRASES = re.compile(
     r"established fact|confirmed fact|it is a fact|確定した事実|確定事項|事実として|已确认的事实",
     re.IGNORECASE,
 )
+NA = "n/a"  # nothing of the kind in memory to judge
+_MARKUP = re.compile(r"\[[^\]]*\]")  # dataset markup: "[shares a photo: a …]"
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]+|\d+")
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]+")
 RESOLVED = frozenset(["resolved", "closed", "done", "settled"])
@@ -128,7 +139,7 @@ def check_extractive(item: MemoryItem, entries: Sequence[LogEntry]) -> dict[str,
         "unattributed_lines": len(lines) - len(parsed),
         "misattributed": 0,
         "not_in_source": 0,
-        "claims_as_fact": 0,
+        "narrated_speech": 0,
     }
     for ln in parsed:
         cands = by_seq.get(ln.seq, [])
@@ -139,8 +150,7 @@ def check_extractive(item: MemoryItem, entries: Sequence[LogEntry]) -> dict[str,
         elif ln.speaker not in match:
             out["misattributed"] += 1
             if ln.speaker == "narration" or ln.speaker.endswith("(thought)"):
-                out["claims_as_fact"] += 1  # speech shown as what happened
-    out["claims_as_fact"] += out["unattributed_lines"]
+                out["narrated_speech"] += 1  # speech shown as what happened
     return out
 
 
@@ -279,18 +289,23 @@ def audit_store(
 
     threads = _threads(items, active)
     log_entries = store.entries(conversation_id)
-    replies = [e.text for e in log_entries if e.role == "assistant"]
+    loose = check_threads(log_entries, memory_text, content_terms)
+    by_seq = {e.seq: e for e in log_entries}
+    notes = check_notes(_notes_in_force(store, conversation_id), by_seq.get, content_terms)
+    replies = [_MARKUP.sub(" ", e.text) for e in log_entries if e.role == "assistant"]
     # a reply opening on the speaker's name ("Mina wiped the counter") is narration, not a tic
     names = {_core(e.message.author) for e in log_entries if e.message.author}
     phrases = [p for p in tic_phrases(replies) if _core(p) not in names]
-    in_memory = count_phrases(memory_text, phrases)
+    in_memory = count_phrases(_MARKUP.sub(" ", memory_text), phrases)
     current = [r for r in rows if r["status"] == "active"]
     totals: dict[str, Any] = {
         "items": len(rows),
         "active_items": len(current),
-        "claims_as_fact": sum(r["claims_as_fact"] for r in rows),
-        "claims_as_fact_in_memory": sum(r["claims_as_fact"] for r in current),
-        "resolved_left_open": len(threads["resolved_left_open"]),
+        **_claims(rows, current),
+        "resolved_left_open": len(threads["resolved_left_open"]) if threads["tracked"] else NA,
+        "quoted_threads": loose["judged"] or NA,
+        "quoted_threads_resolved_left_open": loose["resolved_left_open"] if loose["judged"] else NA,
+        **notes["totals"],
         "tic_phrases_found": len(phrases),
         "tic_phrases_in_memory": sum(1 for v in in_memory.values() if v),
         "tic_occurrences_in_memory": sum(in_memory.values()),
@@ -313,10 +328,40 @@ def audit_store(
         "memory_chars": len(memory_text),
         "items": rows,
         "threads": threads,
+        "quoted_threads": loose,
+        "notes": notes["notes"],
+        "notes_crowding": notes["crowding"],
         "tics": {"phrases": phrases, "in_memory": in_memory},
         "totals": totals,
         "pins": pins(models={"audit": qa.model_name(model) if model else None}),
     }
+
+
+def _claims(rows: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> dict:
+    """Claims as fact where there are claims (structured items); quote checks where memory
+    quotes lines (extractive items); "n/a" for a kind the memory does not have."""
+    structured = [r for r in rows if "claims" in r]
+    quoted = [r for r in rows if "lines" in r]
+    out: dict[str, Any] = {}
+    if structured:
+        out["claims_as_fact"] = sum(r["claims_as_fact"] for r in structured)
+        out["claims_as_fact_in_memory"] = sum(r["claims_as_fact"] for r in current if "claims" in r)
+    else:
+        out["claims_as_fact"] = out["claims_as_fact_in_memory"] = NA
+    for key, field in (
+        ("quotes_unattributed", "unattributed_lines"),
+        ("quotes_misattributed", "misattributed"),
+        ("quotes_narrated_speech", "narrated_speech"),
+        ("quotes_not_in_source", "not_in_source"),
+    ):
+        out[key] = sum(r[field] for r in quoted) if quoted else NA
+    return out
+
+
+def _notes_in_force(store: Store, conversation_id: str) -> list[Any]:
+    from kioku.notes import notes
+
+    return notes(store, conversation_id)
 
 
 def _notes(item: MemoryItem) -> list[tuple[str, str, str, int]]:

@@ -19,6 +19,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 from kioku.datasets import Transcript
@@ -112,6 +113,109 @@ def _spread(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
+def write_quizzes(
+    model: ChatModel,
+    gen: KiokuArm,
+    transcript: Transcript,
+    segments: Sequence[Segment],
+    *,
+    n: int,
+    seed: int,
+    advance: Callable[[], None],
+    say: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """One quiz per segment, from that segment's messages only. A segment whose questions stay
+    unusable is kept with its error (and no questions), never dropped."""
+    quizzes = []
+    for seg in segments:
+        entries = gen.kk.store.entries(CONVERSATION_ID, seg.first_seq, seg.last_seq)
+        quiz: dict[str, Any] = {**asdict(seg), "questions": []}
+        try:
+            asked = qa.write_questions(
+                model,
+                render_transcript(entries, gen.conv.lang),
+                first=seg.first_seq,
+                last=seg.last_seq,
+                user=transcript.user,
+                character=transcript.character,
+                n=n,
+                seed=seed,
+            )
+            quiz["questions"] = asked.value
+            quiz["attempts"] = asked.attempts
+        except ModelError as e:
+            quiz["error"] = f"{type(e).__name__}: {e}"
+            say(f"segment {seg.index} (#{seg.first_seq}–{seg.last_seq}): no questions: {e}")
+        quizzes.append(quiz)
+        advance()
+    return quizzes
+
+
+def answer_quizzes(
+    arm: Arm,
+    quizzes: Sequence[Mapping[str, Any]],
+    answering: qa.Answering,
+    *,
+    advance: Callable[[], None],
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """One arm answers every quiz from its final context: recall per segment, and each answer."""
+    per_segment: list[float | None] = []
+    answers: list[dict[str, Any]] = []
+    for quiz in quizzes:
+        grades: list[bool] = []
+        for k, q in enumerate(quiz["questions"]):
+            ctx = arm.context(q["question"])
+            graded = answering(ctx, q["question"], q["answer"])
+            row: dict[str, Any] = {"segment": quiz["index"], "question": k}
+            if graded.given:
+                row["answer"] = graded.given
+            if graded.error:
+                row["error"] = graded.error
+                say(f"{arm.name}, segment {quiz['index']} question {k}: {graded.error}")
+            else:
+                row["correct"] = graded.correct
+                grades.append(bool(graded.correct))
+            row["context_tokens"] = ctx.tokens
+            answers.append(row)
+            advance()
+        per_segment.append(mean(float(g) for g in grades))
+    graded_all = [a["correct"] for a in answers if "correct" in a]
+    mem = arm.memory()
+    return {
+        "recall_per_segment": per_segment,
+        "mean_recall": mean(float(g) for g in graded_all),
+        "memory_tokens": mem.tokens,
+        "memory_chars": mem.chars,
+        "memory_rendered_tokens": mem.rendered_tokens,
+        "errors": sum(1 for a in answers if "error" in a),
+        "answers": answers,
+        **arm.counters(),
+    }
+
+
+def tally(reps: Sequence[Mapping[str, Any]], segments: int) -> dict[str, Any]:
+    """One arm's repeats: the mean curve, and the spread the seed warned about."""
+    recalls = [x["mean_recall"] for x in reps if x["mean_recall"] is not None]
+    per_seg = [
+        mean(x["recall_per_segment"][i] for x in reps if x["recall_per_segment"][i] is not None)
+        for i in range(segments)
+    ]
+    return {
+        "recall_per_segment": per_seg,
+        "mean_recall": mean(recalls),
+        "memory_tokens": mean(x["memory_tokens"] for x in reps),
+        "memory_chars": mean(x["memory_chars"] for x in reps),
+        "errors": sum(x["errors"] for x in reps),
+        "spread": {
+            "mean_recall": _spread(recalls),
+            "memory_tokens": _spread([x["memory_tokens"] for x in reps]),
+            "memory_chars": _spread([x["memory_chars"] for x in reps]),
+        },
+        "repeats": list(reps),
+    }
+
+
 def run(
     transcript: Transcript,
     *,
@@ -129,6 +233,7 @@ def run(
     log: Callable[[str], None] | None = None,
     data: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """Replay, cut into segments, quiz, answer (`repeats` times), tally."""
     started = time.monotonic()
     names = check_strategies(strategies)
     if "generational" not in names:
@@ -141,10 +246,10 @@ def run(
         from kioku.chronicler import LLMChronicler
 
         summarizer = LLMChronicler(model, counter, fallback=ExtractiveSummarizer(counter))
+    # the extractive chronicler writes the same memory every time: one replay serves all repeats
     deterministic = isinstance(summarizer, ExtractiveSummarizer)
     say = log or (lambda _s: None)
 
-    segments: list[Segment] = []
     quizzes: list[dict[str, Any]] = []
     repeats_out: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     arms: dict[str, Arm] | None = None
@@ -164,112 +269,47 @@ def run(
                 bar.remove_task(task)
             if r == 0:
                 gen = arms["generational"]
-                assert isinstance(gen, KiokuArm)
+                if not isinstance(gen, KiokuArm):
+                    raise InputError("generational must replay kioku itself to cut segments")
                 segments = fold_segments(gen, min_segment_tokens)
                 qtask = bar.add_task("writing questions", total=len(segments))
-                for seg in segments:
-                    entries = gen.kk.store.entries(CONVERSATION_ID, seg.first_seq, seg.last_seq)
-                    text = render_transcript(entries, gen.conv.lang)
-                    quiz: dict[str, Any] = {**asdict(seg), "questions": []}
-                    try:
-                        asked = qa.write_questions(
-                            model,
-                            text,
-                            first=seg.first_seq,
-                            last=seg.last_seq,
-                            user=transcript.user,
-                            character=transcript.character,
-                            n=questions_per_segment,
-                            seed=seed,
-                        )
-                        quiz["questions"] = asked.value
-                        quiz["attempts"] = asked.attempts
-                    except ModelError as e:
-                        quiz["error"] = f"{type(e).__name__}: {e}"
-                        say(
-                            f"segment {seg.index} (#{seg.first_seq}–{seg.last_seq}): no questions: {e}"
-                        )
-                    quizzes.append(quiz)
-                    bar.advance(qtask)
+                quizzes = write_quizzes(
+                    model,
+                    gen,
+                    transcript,
+                    segments,
+                    n=questions_per_segment,
+                    seed=seed,
+                    advance=partial(bar.advance, qtask),
+                    say=say,
+                )
                 bar.remove_task(qtask)
+            answering = qa.Answering(
+                model,
+                user=transcript.user,
+                character=transcript.character,
+                card=transcript.system_prompt,
+                judge_model=judge_model,
+                seed=seed + r,
+                judge_seed=seed,
+            )
             total = sum(len(q["questions"]) for q in quizzes) * len(names)
             atask = bar.add_task(f"answering {r + 1}/{repeats}", total=total)
             for name, arm in arms.items():
-                per_segment: list[float | None] = []
-                answers: list[dict[str, Any]] = []
-                errors = 0
-                for quiz in quizzes:
-                    grades: list[bool] = []
-                    for k, q in enumerate(quiz["questions"]):
-                        ctx = arm.context(q["question"])
-                        row: dict[str, Any] = {"segment": quiz["index"], "question": k}
-                        try:
-                            given = qa.answer(
-                                model,
-                                ctx,
-                                user=transcript.user,
-                                character=transcript.character,
-                                card=transcript.system_prompt,
-                                seed=seed + r,
-                            )
-                            row["answer"] = given
-                            grade = qa.judge(
-                                judge_model, q["question"], q["answer"], given, seed=seed
-                            )
-                            row["correct"] = grade.value
-                            grades.append(bool(grade.value))
-                        except ModelError as e:
-                            row["error"] = f"{type(e).__name__}: {e}"
-                            errors += 1
-                            say(f"{name}, segment {quiz['index']} question {k}: {row['error']}")
-                        row["context_tokens"] = ctx.tokens
-                        answers.append(row)
-                        bar.advance(atask)
-                    per_segment.append(mean(float(g) for g in grades))
-                graded = [a["correct"] for a in answers if "correct" in a]
-                mem = arm.memory()
                 repeats_out[name].append(
-                    {
-                        "recall_per_segment": per_segment,
-                        "mean_recall": mean(float(g) for g in graded),
-                        "memory_tokens": mem.tokens,
-                        "memory_chars": mem.chars,
-                        "memory_rendered_tokens": mem.rendered_tokens,
-                        "errors": errors,
-                        "answers": answers,
-                        **arm.counters(),
-                    }
+                    answer_quizzes(
+                        arm, quizzes, answering, advance=partial(bar.advance, atask), say=say
+                    )
                 )
             bar.remove_task(atask)
     if arms is not None:
         close_all(arms)
 
-    out_strategies: dict[str, Any] = {}
-    for name in names:
-        reps = repeats_out[name]
-        recalls = [x["mean_recall"] for x in reps if x["mean_recall"] is not None]
-        per_seg = [
-            mean(x["recall_per_segment"][i] for x in reps if x["recall_per_segment"][i] is not None)
-            for i in range(len(quizzes))
-        ]
-        out_strategies[name] = {
-            "recall_per_segment": per_seg,
-            "mean_recall": mean(recalls),
-            "memory_tokens": mean(x["memory_tokens"] for x in reps),
-            "memory_chars": mean(x["memory_chars"] for x in reps),
-            "errors": sum(x["errors"] for x in reps),
-            "spread": {
-                "mean_recall": _spread(recalls),
-                "memory_tokens": _spread([x["memory_tokens"] for x in reps]),
-                "memory_chars": _spread([x["memory_chars"] for x in reps]),
-            },
-            "repeats": reps,
-        }
     return {
         "kind": KIND,
         "segments": quizzes,
         "failed_segments": sum(1 for q in quizzes if "error" in q),
-        "strategies": out_strategies,
+        "strategies": {n: tally(repeats_out[n], len(quizzes)) for n in names},
         "runtime_s": round(time.monotonic() - started, 1),
         "pins": pins(
             profile=profile,

@@ -20,6 +20,8 @@ STYLE: Mapping[str, dict[str, Any]] = {
     "rolling": {"color": "#1f77b4", "lw": 1.6, "marker": "s"},
     "rolling-long": {"color": "#17becf", "lw": 1.6, "marker": "D"},
     "generational-norecall": {"color": "#ff9896", "lw": 1.6, "ls": ":", "marker": "o"},
+    "rolling+recall": {"color": "#9467bd", "lw": 1.6, "marker": "P"},
+    "retrieval": {"color": "#2ca02c", "lw": 1.8, "marker": "^"},
     "truncation": {"color": "#7f7f7f", "lw": 1.6, "marker": "v"},
     "sliding_window": {"color": "#7f7f7f", "lw": 1.2, "label": "sliding window"},
     "summary_in_system": {"color": "#1f77b4", "lw": 1.2, "label": "summary in system prompt"},
@@ -29,7 +31,7 @@ STYLE: Mapping[str, dict[str, Any]] = {
         "lw": 1.2,
         "ls": "--",
         "marker": "x",
-        "label": "full (upper bound)",
+        "label": "full (reference)",
     },
 }
 
@@ -127,7 +129,7 @@ def answer_by_age(result: Mapping[str, Any], path: Path | str) -> Path:
         counts = first.get("by_age_questions")
         _age_panel(ax, part, buckets, title, counts)
         ax.set_xlabel("age of the evidence (sessions before the end)")
-    axes[0].set_ylabel("gold answer in the context (%)")
+    axes[0].set_ylabel("gold answer in the context, as a phrase (%)")
     for ax in axes:
         if ax.get_lines():
             ax.legend(
@@ -136,7 +138,7 @@ def answer_by_age(result: Mapping[str, Any], path: Path | str) -> Path:
         else:
             ax.text(0.5, 0.5, "no conversations in this half", ha="center", transform=ax.transAxes)
     fig.suptitle(
-        f"LoCoMo answer-in-context at a {result['budget']}-token budget (categories 1–4)",
+        f"LoCoMo answer-in-context (strict) at a {result['budget']}-token budget (categories 1–4)",
         fontsize=11,
     )
     return _save(fig, path)

@@ -18,7 +18,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, TypeVar
 
-from kioku.errors import BadEvalReply, ConfigError
+from kioku.errors import BadEvalReply, ConfigError, ModelError
 from kioku.models import ChatMessage, ChatModel, ChatRequest
 from kioku.prompts import PromptTemplate
 
@@ -217,6 +217,48 @@ def answer(
         ChatRequest(messages, max_tokens=128, temperature=0.0, purpose="eval", extra=extra)
     )
     return c.text.strip()
+
+
+@dataclass(frozen=True)
+class Graded:
+    """One question answered from one context, and graded when a judge is given."""
+
+    given: str = ""
+    correct: bool | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Answering:
+    """Who answers and who grades, for every question of one conversation: the answer loop of
+    both `kioku eval forgetting` and `kioku eval locomo`."""
+
+    model: ChatModel
+    user: str
+    character: str
+    card: str
+    judge_model: ChatModel | None = None
+    seed: int | None = None  # the answers' (a repeat may change it)
+    judge_seed: int | None = None
+
+    def __call__(self, ctx: Context, question: str, gold: str) -> Graded:
+        """A model error is recorded in the result, never raised and never a wrong answer."""
+        given = ""
+        try:
+            given = answer(
+                self.model,
+                ctx,
+                user=self.user,
+                character=self.character,
+                card=self.card,
+                seed=self.seed,
+            )
+            if self.judge_model is None:
+                return Graded(given)
+            grade = judge(self.judge_model, question, gold, given, seed=self.judge_seed)
+            return Graded(given, bool(grade.value))
+        except ModelError as e:
+            return Graded(given, None, f"{type(e).__name__}: {e}")
 
 
 # grades -------------------------------------------------------------------------------------------

@@ -107,8 +107,10 @@ def locomo_markdown(result: Mapping[str, Any]) -> str:
         "",
         f"Budget {result['budget']} tokens, profile `{result['profile']['name']}`, "
         f"{result['questions']} questions (categories 1–4) in {len(result['conversations'])} "
-        f"conversations, {result['runtime_s']:.0f} s. Rates in %; `old` = evidence "
-        f"{result['old_age']}+ sessions before the end.",
+        f"conversations, {result['runtime_s']:.0f} s. Rates in %. `strict`: the gold answer as a "
+        "contiguous normalized phrase (the headline); `f1`: token F1 of the best window; `bag`: "
+        f"every answer word anywhere (the old, lenient match); `old` = evidence "
+        f"{result['old_age']}+ sessions before the end. `full` is the reference, not an arm.",
         "",
     ]
     for split in ("dev", "heldout", "all"):
@@ -122,24 +124,78 @@ def locomo_markdown(result: Mapping[str, Any]) -> str:
             d = s if split == "all" else s.get(split)
             if not d or not d.get("questions"):
                 continue
+            prompt = d.get("prompt") or {}
             rows.append(
                 [
                     name,
                     _pct(d["answer_in_context"]),
+                    _pct(d.get("f1")),
+                    _pct(d.get("bag_of_words")),
                     _pct(d["old"]),
                     *[_pct(d["by_age"].get(b)) for b in buckets],
                     f"{d['context_tokens']:.0f}",
+                    f"{prompt.get('recollections', 0):.0f}",
                 ]
             )
         if rows:
             out += [f"## {label}", ""]
             out.append(
                 _table(
-                    ["strategy", "overall", "old", *[f"age {b}" for b in buckets], "ctx tok"], rows
+                    [
+                        "strategy",
+                        "strict",
+                        "f1",
+                        "bag",
+                        "old",
+                        *[f"age {b}" for b in buckets],
+                        "ctx tok",
+                        "recall tok",
+                    ],
+                    rows,
                 )
             )
             out.append("")
+    out += _diagnosis_markdown(result)
     return "\n".join(out)
+
+
+def _diagnosis_markdown(result: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    for split, d in (result.get("diagnosis") or {}).items():
+        versus = d.get("vs_retrieval") or {}
+        if not versus:
+            continue
+        out += [f"## What each arm loses against retrieval ({split})", ""]
+        rows = []
+        for name, v in versus.items():
+            lost = v.get("lost", {})
+            ranks = lost.get("by_evidence_rank", {})
+            where = lost.get("evidence_in", {})
+            rows.append(
+                [
+                    name,
+                    str(v["only_this"]),
+                    str(v["only_other"]),
+                    " ".join(f"{k}:{n}" for k, n in ranks.items()) or "–",
+                    " ".join(f"{k}:{n}" for k, n in where.items()) or "–",
+                    str(lost.get("recall_tokens_mean", "–")),
+                ]
+            )
+        out.append(
+            _table(
+                [
+                    "arm",
+                    "only this arm",
+                    "only retrieval",
+                    "lost, by evidence BM25 rank",
+                    "lost, evidence was in",
+                    "recall tok",
+                ],
+                rows,
+            )
+        )
+        out.append("")
+    return out
 
 
 def forgetting_markdown(result: Mapping[str, Any]) -> str:
@@ -177,7 +233,7 @@ def forgetting_markdown(result: Mapping[str, Any]) -> str:
 
 
 def audit_markdown(result: Mapping[str, Any]) -> str:
-    t = result["totals"]
+    t = result["totals"]  # "n/a": memory holds nothing of that kind to judge
     rows = [[k.replace("_", " "), str(v)] for k, v in t.items()]
     return "\n".join(
         [

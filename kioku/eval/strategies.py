@@ -1,33 +1,46 @@
 """kioku and its baselines, replayed side by side on one conversation at one budget.
 
-  generational  kioku as shipped: chapters never rewritten, a major GC now and then, notes, and
-                archive recall for the question (`kioku.layers.Layers`)
-  rolling       one summary rewritten at each fold (seeds 002/004): `Kioku(strategy="rolling")`
-  rolling-long  the same, given the memory `generational` ended up with (the profile's
-                `synopsis_tokens` set to it), so the comparison is length-matched
-  truncation    a sliding window: no memory, the newest messages that fit
-  full          every message, no limit: the upper bound
+The headline arms (`ARMS`), every one held to the same budget:
+  generational           kioku as shipped: chapters never rewritten, a major GC now and then,
+                         notes, and archive recall for the question (`kioku.layers.Layers`)
+  generational-norecall  the same memory, no recall for the question: what the chapters, the
+                         synopsis and the notes hold by themselves
+  rolling                one summary rewritten at each fold (seeds 002/004):
+                         `Kioku(strategy="rolling")`
+  rolling+recall         the same summary, with kioku's archive recall for the question
+  rolling-long           rolling, given the memory `generational` ended up with (the profile's
+                         `synopsis_tokens` set to it), so the comparison is length-matched
+  truncation             a sliding window: no memory, the newest messages that fit
+  retrieval              no memory: the question's best BM25 turns ±1, filling the budget
+And the reference (`REFERENCE`), which is not an arm:
+  full                   every message, no limit (see `kioku.eval.baselines`)
 
 Every arm sees the same turns (`kioku.bench.prefix.turns_of`) on the same simulated clock, and the
 kioku arms are built by the prefix benchmark's `kioku_driver`, with the same summarizer. The
 question is asked at the END of the conversation, after whatever summary was still running has
 landed: `Arm.context(question)` is the prompt that arm would send for it, built without storing
-the question (so one replay serves every question).
+the question (so one replay serves every question), by the product's own allocator
+(`Conversation.prompt_for` → `kioku.context.build`) for every arm — so the same budget split,
+the same rendering of messages and of their dates. The question carries the date of the last
+message (it is asked that day). Arms that differ only at the question share one replay:
+`generational-norecall` reads `generational`'s final state, `rolling+recall` `rolling`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kioku.bench.prefix import Turn, kioku_driver, sliding_driver, turns_of
-from kioku.context import MESSAGE_OVERHEAD
+from kioku.bench.prefix import Turn, kioku_driver, turns_of
+from kioku.context import Account, Prompt
 from kioku.datasets import Transcript
 from kioku.engine import Conversation, Kioku
+from kioku.errors import InputError
 from kioku.layers import Layers
 from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
@@ -38,10 +51,28 @@ from kioku.store import Store
 from kioku.summarizer import Summarizer
 from kioku.tokens import TokenCounter
 
+ARMS: tuple[str, ...] = (
+    "generational",
+    "generational-norecall",
+    "rolling",
+    "rolling+recall",
+    "rolling-long",
+    "truncation",
+    "retrieval",
+)
+REFERENCE = "full"
+HEADLINE: tuple[str, ...] = (*ARMS, REFERENCE)  # `kioku eval locomo`'s default
+# the demo's and the forgetting curve's default (each arm there costs model calls)
 STRATEGIES: tuple[str, ...] = ("generational", "rolling", "rolling-long", "truncation", "full")
-# ablation, not run by default: kioku's memory and notes without archive recall for the question
-ABLATIONS: tuple[str, ...] = ("generational-norecall",)
-KIOKU_ARMS = ("generational", "rolling", "rolling-long")
+KNOWN: tuple[str, ...] = HEADLINE
+# arms that read another arm's replay, with or without recall for the question
+VIEWS: dict[str, tuple[str, bool]] = {
+    "generational": ("generational", True),
+    "generational-norecall": ("generational", False),
+    "rolling": ("rolling", False),
+    "rolling+recall": ("rolling", True),
+    "rolling-long": ("rolling-long", False),
+}
 DEFAULT_TURN_SECONDS = 30.0
 CONVERSATION_ID = "bench"  # what kioku_driver names its conversation
 
@@ -55,6 +86,7 @@ class Context:
     question: str
     tokens: int  # prompt tokens, by the replay's counter
     extra: str = ""  # recollections (and their label) in front of the question
+    account: Account | None = None  # where the allocator put the tokens
 
     @property
     def before(self) -> tuple[ChatMessage, ...]:
@@ -65,6 +97,28 @@ class Context:
     def text(self) -> str:
         """Everything the model would see except the question itself."""
         return "\n".join(m.content for m in self.before) + ("\n" + self.extra if self.extra else "")
+
+    def parts(self) -> dict[str, str]:
+        """The text of each part of the prompt, in SPEC §2's order (the question left out)."""
+        before = list(self.before)
+        system = before.pop(0).content if before and before[0].role == "system" else ""
+        n_memory = 2 if self.account is not None and self.account.memory > 0 else 0
+        memory = "\n".join(m.content for m in before[:n_memory])
+        raw = "\n".join(m.content for m in before[n_memory:])
+        return {"system": system, "memory": memory, "raw": raw, "recall": self.extra}
+
+
+def context_of(name: str, prompt: Prompt, question: str) -> Context:
+    last = prompt.messages[-1].content
+    extra = last[: -len(question)].strip() if last.endswith(question) else ""
+    return Context(name, prompt.messages, question, prompt.tokens, extra, prompt.account)
+
+
+def question_entry(
+    question: str, seq: int, author: str, at: datetime | None, counter: TokenCounter
+) -> LogEntry:
+    """The question as the next message of the log (never stored), dated like the last one."""
+    return LogEntry(seq, Message.user(question, author=author, at=at), counter.count(question))
 
 
 @dataclass(frozen=True)
@@ -119,20 +173,17 @@ def fit_profile(profile: Profile) -> tuple[Profile, dict[str, Any]]:
     return fitted, changed
 
 
-def _chat(m: Message) -> ChatMessage:
-    return ChatMessage("user" if m.role == "user" else "assistant", m.text)
-
-
 class _ReplayLayers(Layers):
     """Recollections and the anti-repetition line go at the end of a turn's prompt: they never
     change memory, so the replay skips them unless asked for every turn (they cost a search and
-    a tic count per turn); the question at the end gets its recollection (`question_recall`),
-    never an anti-repetition line (a question is not a turn)."""
+    a tic count per turn); a question at the end gets its recollection when `question_recall`
+    says so (a view of the same replay may ask without), never an anti-repetition line (a
+    question is not a turn)."""
 
-    def __init__(self, store: Store, per_turn: bool, question_recall: bool) -> None:
-        super().__init__(store)
+    def __init__(self, store: Store, per_turn: bool, *, notes: bool = True) -> None:
+        super().__init__(store, notes=notes, tics=notes)
         self.per_turn = per_turn
-        self.question_recall = question_recall
+        self.question_recall = False
         self.answering = False  # set once the replay is over and the questions come
 
     def recollections(
@@ -158,20 +209,22 @@ class KiokuArm:
     strategy: str = "generational"
     layers: bool = False
     per_turn_recall: bool = False  # recollections in every turn's prompt (the demo shows them)
-    recall: bool = True  # archive recall for the question at the end (with layers)
+    recall: bool = True  # archive recall for the question at the end
     kk: Kioku = field(init=False)
     conv: Conversation = field(init=False)
 
     def __post_init__(self) -> None:
         store = Store.open("sqlite://")
-        self._layers = _ReplayLayers(store, self.per_turn_recall and self.recall, self.recall)
+        # a rolling arm has no notes and no tic guard, only the archive recall a view of it may
+        # ask for at the question (`rolling+recall`): recall never changes memory
+        self._layers = _ReplayLayers(store, self.per_turn_recall and self.recall, notes=self.layers)
         self._drive, self.kk = kioku_driver(
             self.transcript,
             self.profile,
             self.counter,  # type: ignore[arg-type]
             self.clock,
             store,
-            layers=self._layers if self.layers else False,
+            layers=self._layers,
             strategy=self.strategy,
             summarizer=self.summarizer,
         )
@@ -185,6 +238,8 @@ class KiokuArm:
     def finish(self) -> None:
         """The question comes later: every summary still running lands and is folded in (as
         the first turn after it would), until nothing is left to do."""
+        if self._final is not None:
+            return
         p = self.profile
         for _ in range(100):
             self.clock[0] += p.summary_delay_s + p.summary_duration_s + 1.0
@@ -196,20 +251,16 @@ class KiokuArm:
         self._final = (self.conv.memory(), self.conv.raw_window(), info)
         self._layers.answering = True
 
-    def context(self, question: str) -> Context:
-        if self._final is None:
-            self.finish()
+    def context(self, question: str, *, recall: bool | None = None) -> Context:
+        self.finish()
         assert self._final is not None
         memory, raw, info = self._final
-        entry = LogEntry(
-            seq=info.next_seq,
-            message=Message.user(question, author=self.transcript.user),
-            tokens=self.counter.count(question),
-        )
+        use_recall = self.recall if recall is None else recall
+        self._layers.question_recall = use_recall
+        at = raw[-1].message.at if raw else None
+        entry = question_entry(question, info.next_seq, self.transcript.user, at, self.counter)
         prompt = self.conv.prompt_for(entry, info=info, window=raw, memory=memory)
-        last = prompt.messages[-1].content
-        extra = last[: -len(question)].strip() if last.endswith(question) else ""
-        return Context(self.name, prompt.messages, question, prompt.tokens, extra)
+        return context_of(self.name, prompt, question)
 
     def memory(self) -> MemoryStats:
         m = self._final[0] if self._final else self.conv.memory()
@@ -236,64 +287,36 @@ class KiokuArm:
 
 
 @dataclass
-class WindowArm:
-    """No memory: `truncation` keeps the newest messages that fit, `full` keeps them all."""
+class View:
+    """An arm that asks its questions of another arm's replay, with or without recall."""
 
     name: str
-    transcript: Transcript
-    profile: Profile
-    counter: TokenCounter
-    limit: bool = True
-    history: list[tuple[ChatMessage, int]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self._sliding = (
-            sliding_driver(self.transcript, self.profile, self.counter)  # type: ignore[arg-type]
-            if self.limit
-            else None
-        )
-        sp = self.transcript.system_prompt
-        self._system = [ChatMessage("system", sp)] if sp else []
-        self._system_tokens = self.counter.count(sp) if sp else 0
+    base: KiokuArm
+    recall: bool
 
     def feed(self, turn: Turn, want_prompt: bool = False) -> list[ChatMessage] | None:
-        users, replies = turn
-        for m in [*users, *replies]:
-            self.history.append((_chat(m), self.counter.count(m.text)))
-        if self._sliding is not None and want_prompt:
-            return self._sliding(turn).messages
-        if want_prompt:
-            return self._system + [c for c, _ in self.history[: -len(replies) or None]]
-        return None
+        return None  # the base is fed
 
     def finish(self) -> None:
-        pass
+        self.base.finish()
 
     def context(self, question: str) -> Context:
-        q_t = self.counter.count(question)
-        used = self._system_tokens + q_t + (len(self._system) + 1) * MESSAGE_OVERHEAD
-        kept = 0
-        if self.limit:
-            for _, t in reversed(self.history):
-                if used + t + MESSAGE_OVERHEAD > self.profile.prompt_budget:
-                    break
-                used += t + MESSAGE_OVERHEAD
-                kept += 1
-        else:
-            kept = len(self.history)
-            used += sum(t + MESSAGE_OVERHEAD for _, t in self.history)
-        tail = [c for c, _ in self.history[len(self.history) - kept :]]
-        messages = (*self._system, *tail, ChatMessage("user", question))
-        return Context(self.name, messages, question, used)
+        self.finish()
+        return replace(self.base.context(question, recall=self.recall), strategy=self.name)
 
     def memory(self) -> MemoryStats:
-        return MemoryStats()
+        return self.base.memory()
 
     def counters(self) -> dict[str, int]:
-        return {}
+        return self.base.counters()
 
-    def close(self) -> None:
-        pass
+    @property
+    def kk(self) -> Kioku:
+        return self.base.kk
+
+    @property
+    def conv(self) -> Conversation:
+        return self.base.conv
 
 
 TurnHook = Callable[[str, int, list[ChatMessage] | None, "Arm"], None]
@@ -309,6 +332,9 @@ def make_arm(
     *,
     per_turn_recall: bool = False,
 ) -> Arm:
+    """The arm that replays for `name` (a view's base: `generational`, `rolling`, …)."""
+    from .baselines import RetrievalArm, WindowArm
+
     if name == "generational":
         return KiokuArm(
             name,
@@ -320,30 +346,28 @@ def make_arm(
             layers=True,
             per_turn_recall=per_turn_recall,
         )
-    if name == "generational-norecall":
-        return KiokuArm(
-            name, transcript, profile, counter, summarizer, clock, layers=True, recall=False
-        )
     if name in ("rolling", "rolling-long"):
-        return KiokuArm(name, transcript, profile, counter, summarizer, clock, strategy="rolling")
+        return KiokuArm(
+            name, transcript, profile, counter, summarizer, clock, strategy="rolling", recall=False
+        )
     if name == "truncation":
         return WindowArm(name, transcript, profile, counter)
-    if name == "full":
+    if name == "retrieval":
+        return RetrievalArm(name, transcript, profile, counter)
+    if name == REFERENCE:
         return WindowArm(name, transcript, profile, counter, limit=False)
-    raise ValueError(f"unknown strategy {name!r}; use one of {', '.join(STRATEGIES)}")
+    raise InputError(f"unknown strategy {name!r}; use some of {', '.join(KNOWN)}")
 
 
 def check_strategies(names: Iterable[str]) -> tuple[str, ...]:
-    from kioku.errors import InputError
-
     out = tuple(names)
-    bad = [n for n in out if n not in STRATEGIES + ABLATIONS]
+    bad = [n for n in out if n not in KNOWN]
     if bad:
-        raise InputError(
-            f"unknown strategy {bad[0]!r}; use some of {', '.join(STRATEGIES + ABLATIONS)}"
-        )
+        raise InputError(f"unknown strategy {bad[0]!r}; use some of {', '.join(KNOWN)}")
     if "rolling-long" in out and "generational" not in out:
         raise InputError("rolling-long is matched to generational's memory: run both")
+    if not out:
+        raise InputError(f"name at least one strategy: {', '.join(KNOWN)}")
     return out
 
 
@@ -362,8 +386,9 @@ def replay(
     """Replay `transcript` through each strategy and settle it; the arms are ready for
     `context(question)`. `rolling-long` runs second, matched to `generational`'s final memory.
     `on_turn(name, index, prompt, arm)` is called after every turn (prompt only for the arms
-    named in `want_prompts`)."""
+    named in `want_prompts`), under the name of the arm that replays."""
     names = check_strategies(strategies)
+    replayers = list(dict.fromkeys(VIEWS.get(n, (n, False))[0] for n in names))
     turns = turns_of(transcript)
     arms: dict[str, Arm] = {}
 
@@ -391,15 +416,28 @@ def replay(
             arm.finish()
         arms.update(live)
 
-    run([n for n in names if n != "rolling-long"], lambda _: profile)
-    if "rolling-long" in names:
+    run([n for n in replayers if n != "rolling-long"], lambda _: profile)
+    if "rolling-long" in replayers:
         target = max(profile.synopsis_tokens, arms["generational"].memory().tokens)
         run(["rolling-long"], lambda _: replace(profile, synopsis_tokens=target))
-    return {n: arms[n] for n in names}
+    out: dict[str, Arm] = {}
+    for n in names:
+        base, recall = VIEWS.get(n, (n, False))
+        arm = arms[base]
+        if isinstance(arm, KiokuArm) and (n != base or recall != arm.recall):
+            view = View(n, arm, recall)
+            view.finish()
+            out[n] = view
+        else:
+            out[n] = arm
+    return out
 
 
 def close_all(arms: dict[str, Arm]) -> None:
+    closed: set[int] = set()
     for arm in arms.values():
-        close = getattr(arm, "close", None)
-        if close is not None:
+        target = arm.base if isinstance(arm, View) else arm
+        close = getattr(target, "close", None)
+        if close is not None and id(target) not in closed:
+            closed.add(id(target))
             close()
