@@ -19,6 +19,7 @@ from typing import Literal
 from kioku import policy, rolling
 from kioku.context import Prompt, build
 from kioku.errors import ConfigError, InputError, ModelError, StoreError, TruncatedReply
+from kioku.fit import refuse_if_never_fits
 from kioku.generations import chapter_task, chunks, item_from_summary
 from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.lang import detect_lang
@@ -175,6 +176,7 @@ class Conversation:
         self._raw: list[LogEntry] = []  # cache of the raw window; the log is append-only
         self._lang: str | None = None
         self._character: str | None = None
+        self._system_tokens: int | None = None
 
     # reading ---------------------------------------------------------------------------------
 
@@ -192,6 +194,15 @@ class Conversation:
             sample = [e.text for e in self.store.entries(self.id, 0, 30)]
             self._lang = detect_lang([info.system_prompt, *sample]) if sample else "en"
         return self._lang
+
+    @property
+    def system_tokens(self) -> int:
+        """The system prompt's tokens (for `kioku.fit`). `Kioku.conversation` makes a new
+        `Conversation` when it changes the system prompt, so read once."""
+        if self._system_tokens is None:
+            system = self.info().system_prompt
+            self._system_tokens = self.kioku.counter.count(system) if system else 0
+        return self._system_tokens
 
     @property
     def character(self) -> str:
@@ -251,9 +262,27 @@ class Conversation:
         self._raw = []
         return done
 
+    def append_all(
+        self, messages: Sequence[Message], tokens: Sequence[int] | None = None
+    ) -> list[LogEntry]:
+        """Store messages (of `tokens` each, counted here if not given) under consecutive seqs
+        in one transaction: a stateless client's first request may carry thousands, and one
+        transaction per message took 2 ms each."""
+        if any(m.is_empty() for m in messages):
+            raise InputError("empty message: nothing to store (send some text)")
+        if tokens is None:
+            k = self.kioku
+            tokens = [message_tokens(m, k.counter, k.profile.image_tokens) for m in messages]
+        return self.store.append_many(self.id, list(zip(messages, tokens, strict=True)))
+
     def prepare(self, user_message: str | Message) -> Prompt:
-        """Store the user message, apply what is ready, and build the prompt for the reply."""
-        return self.prepare_for(self.append(as_message(user_message, "user", "user")))
+        """Store the user message, apply what is ready, and build the prompt for the reply. A
+        message that could never fit the window is refused before it is stored."""
+        message = as_message(user_message, "user", "user")
+        k = self.kioku
+        tokens = message_tokens(message, k.counter, k.profile.image_tokens)
+        refuse_if_never_fits(self, [tokens])
+        return self.prepare_for(self.append_all([message], [tokens])[0])
 
     def prepare_for(self, entry: LogEntry) -> Prompt:
         """Apply what is ready and build the prompt answering a stored message (`prepare` after
@@ -303,13 +332,16 @@ class Conversation:
             memory_in_system=k.memory_in_system,
         )
 
-    def record(self, reply: str | Message | Completion, author: str = "") -> LogEntry:
-        """Store the model's reply. A cut reply (finish_reason "length") is stored, marked and
-        counted; `chat()` raises on it so it is never passed off as complete."""
-        meta: dict | None = None
+    def record(
+        self, reply: str | Message | Completion, author: str = "", meta: dict | None = None
+    ) -> LogEntry:
+        """Store the model's reply (with `meta`, e.g. the request it answers). A cut reply
+        (finish_reason "length") is stored, marked and counted; `chat()` raises on it so it is
+        never passed off as complete."""
+        meta = dict(meta) if meta else None
         if isinstance(reply, Completion):
             if reply.truncated:
-                meta = {"finish_reason": "length"}
+                meta = {**(meta or {}), "finish_reason": "length"}
                 self.store.incr(self.id, "truncated_replies")
                 self.store.log(
                     self.id,

@@ -405,12 +405,18 @@ class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKe
 
     def append_many(
         self, conversation_id: str, messages: Sequence[tuple[Message, int]], batch: int = 5000
-    ) -> int:
-        """Store many (message, tokens) at once, in one transaction, under the next seqs; return
-        the next seq after them. For laying out long histories (benchmarks, tests)."""
+    ) -> list[LogEntry]:
+        """Store many (message, tokens) at once, in one transaction, under consecutive gap-free
+        seqs, oldest first. A stateless client's first request may carry thousands (one
+        transaction each took 2 ms per message); benchmarks lay out long histories with it."""
+        if not messages:
+            return []
         c = s.conversations.c
         with self.atomic() as conn:
-            row = conn.execute(select(c.next_seq).where(c.id == conversation_id)).first()
+            q = select(c.next_seq).where(c.id == conversation_id)
+            if self.is_postgres:
+                q = q.with_for_update()  # gap-free: one writer of next_seq at a time
+            row = conn.execute(q).first()
             if row is None:
                 raise NotFound(f"no conversation {conversation_id!r}")
             first, now = int(row.next_seq), time.time()
@@ -433,11 +439,12 @@ class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKe
             ]
             for k in range(0, len(rows), batch):
                 conn.execute(insert(s.messages), rows[k : k + batch])
-            after = first + len(rows)
             conn.execute(
-                update(s.conversations).where(c.id == conversation_id).values(next_seq=after)
+                update(s.conversations)
+                .where(c.id == conversation_id)
+                .values(next_seq=first + len(rows))
             )
-            return after
+        return [LogEntry(seq=first + i, message=m, tokens=t) for i, (m, t) in enumerate(messages)]
 
     # the command line and the console (issue 15) --------------------------------------------
 

@@ -176,15 +176,19 @@ def test_major_gc_folds_older_half_into_synopsis() -> None:
     assert coverage_ok(kk, "c") == []
 
 
-def test_message_larger_than_window_is_stored_and_reported() -> None:
+def test_message_that_can_never_fit_is_refused_before_it_is_stored() -> None:
     kk = make(Clock())
-    conv = kk.conversation("c")
-    with pytest.raises(MessageTooLarge):
-        conv.prepare("word " * 50000)
-    assert kk.store.count_messages("c") == 1
-    # the conversation goes on: the giant message is folded away by the ceiling
+    conv = kk.conversation("c", system_prompt="You are Mika. " * 200)
+    giant = "word " * 50000
+    for _ in range(2):  # a retry stores nothing either
+        with pytest.raises(MessageTooLarge, match="nothing was stored") as e:
+            conv.prepare(giant)
+        assert e.value.seq is None and e.value.limit < e.value.tokens
+    assert kk.store.count_messages("c") == 0
+    # the limit counts the system prompt: a message just over what is left beside it is refused
+    assert e.value.limit == kk.profile.prompt_budget - conv.system_tokens - 12
     p = conv.prepare("still there?")
-    assert p.account.fits
+    assert p.account.fits and p.messages[-1].content == "still there?"
     assert coverage_ok(kk, "c") == []
 
 

@@ -149,6 +149,22 @@ def bench_serve(
         terminal.text("\n".join(terminal.outline(result)))
 
 
+def bench_sync(
+    sizes: Annotated[str, typer.Option("--sizes", help="Transcript lengths, comma-separated.")] = (
+        "2000,20000"
+    ),
+    as_json: JsonOpt = True,
+) -> None:
+    """CPU a stateless client's transcript costs to sync (first request, next turn, and a chat
+    of repeated messages), per transcript length: it must grow linearly.
+
+    Example: kioku bench sync --sizes 2000,20000 --json
+    """
+    from kioku.bench.sync import run
+
+    emit(run([int(x) for x in sizes.split(",") if x.strip()]))
+
+
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
     app.command("worker")(worker_command)
@@ -156,3 +172,4 @@ def register(app: typer.Typer) -> None:
     for group in app.registered_groups:
         if group.name == "bench" and group.typer_instance is not None:
             group.typer_instance.command("serve")(bench_serve)
+            group.typer_instance.command("sync")(bench_sync)
