@@ -20,6 +20,11 @@ if TYPE_CHECKING:  # imported when an engine is built, not with the settings
 
 DEFAULT_DB = "sqlite:///kioku.db"
 DEFAULT_PROFILE = "local-64k"
+# What `kioku serve` admits (see kioku.service.limits): a body over the size is refused with 413
+# before it is read (images in content parts need a few MB), and so is a transcript with more
+# messages (a stateless client resends its window; kioku keeps the rest).
+DEFAULT_MAX_BODY_BYTES = 8 * 2**20
+DEFAULT_MAX_MESSAGES = 20_000
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,8 @@ class Settings:
     # Some chat templates (llama-cpp-python's "gemma") silently drop system messages: with False
     # the chronicler's instructions open the user turn instead.
     system_role: bool = True
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_messages: int = DEFAULT_MAX_MESSAGES
 
     def with_(self, **changes: Any) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -62,6 +69,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         tokenizer=env.get("KIOKU_TOKENIZER", "estimate"),
         tenant=env.get("KIOKU_TENANT", "default"),
         system_role=env.get("KIOKU_SYSTEM_ROLE", "1") not in ("0", "false", "no"),
+        max_body_bytes=int(env.get("KIOKU_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES),
+        max_messages=int(env.get("KIOKU_MAX_MESSAGES") or DEFAULT_MAX_MESSAGES),
     )
 
 

@@ -335,3 +335,41 @@ reply_choices = Table(
 )
 
 MIGRATIONS.append(("0007_i13_blobs_reply_choices", _create(blobs, reply_choices)))
+
+# one turn at a time, and requests that change nothing twice (issue 11) ------------------------
+
+# The turn lock of a conversation, by tenant and the id the client sent (a lock can be taken
+# before the conversation exists). On SQLite the row is the lock: `owner` holds it until
+# `lease_until` (renewed while the turn runs; a dead owner's lock is taken over). On PostgreSQL a
+# session advisory lock is the lock and the row only records what the turns did. Either way the
+# row says which request ran last (`done`, with the seq of its reply) so a duplicate that waited
+# gets the same reply, and which request was running when its owner died (`running`).
+turn_locks = Table(
+    "turn_locks",
+    metadata,
+    Column("tenant", String(200), primary_key=True),
+    Column("conversation", String(200), primary_key=True),
+    Column("owner", String(200), nullable=True),
+    Column("lease_until", Float, nullable=True),
+    Column("running", String(64), nullable=True),
+    Column("done", String(64), nullable=True),
+    Column("done_seq", BigInteger, nullable=True),
+    Column("done_at", Float, nullable=True),
+    Column("last_owner", String(200), nullable=True),
+)
+
+# `Idempotency-Key`s a client sent, per tenant (only a hash of the key is kept), with the reply
+# they produced; a key sent again with the same request gets that reply, with another request 422.
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("tenant", String(200), primary_key=True),
+    Column("key", String(64), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("conversation", String(200), nullable=False),
+    Column("reply_seq", BigInteger, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_idempotency_keys_created", "created_at"),
+)
+
+MIGRATIONS.append(("0008_i11_turn_locks_idempotency", _create(turn_locks, idempotency_keys)))

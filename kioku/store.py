@@ -32,6 +32,7 @@ from sqlalchemy.sql.elements import BindParameter
 from kioku import schema as s
 from kioku.db import DEFAULT_URL, make_engine, new_id
 from kioku.errors import FoldRefused, NotFound, StoreError
+from kioku.ids import check_id
 from kioku.memory import ItemStatus, MemoryItem, coverage_gaps
 from kioku.messages import LogEntry, Message, parts_from_json
 from kioku.queue import DEFAULT_LEASE_S, Job, JobQueue
@@ -41,6 +42,7 @@ from kioku.store_log import EventLog
 from kioku.store_notes import NotesLedger
 from kioku.store_protocol import ProtocolParts
 from kioku.store_recall import RecallSegments
+from kioku.store_turns import TurnLocks
 
 __all__ = [
     "DEFAULT_LEASE_S",
@@ -125,8 +127,11 @@ _ALL_ITEMS = (
 _ITEMS = _ALL_ITEMS.where(_mi.status.in_(bindparam("statuses", expanding=True)))
 
 
-class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKeys, ProtocolParts):
-    """The log and memory items (the rest: the bases)."""
+class Store(
+    TurnLocks, JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKeys, ProtocolParts
+):
+    """The log and memory items (the rest: the bases; turn locks and idempotency keys:
+    `TurnLocks`)."""
 
     # conversations -----------------------------------------------------------------------
 
@@ -144,6 +149,7 @@ class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKe
                 select(s.conversations).where(s.conversations.c.id == conversation_id)
             ).first()
             if row is None:
+                check_id(conversation_id)  # only new ids: ones stored before the rule stay
                 # ON CONFLICT DO NOTHING: two first turns of one conversation may race here
                 conn.execute(
                     self._insert_ignore(s.conversations).values(

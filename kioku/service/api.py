@@ -18,6 +18,7 @@ from kioku.errors import StoreError
 from kioku.memory import MemoryItem
 from kioku.revisions import versions
 from kioku.service.auth import tenant_of
+from kioku.service.limits import StrictJSONRoute
 from kioku.structure import is_structured, merge_threads
 
 if TYPE_CHECKING:
@@ -154,7 +155,7 @@ class LogOut(BaseModel):
     data: list[LogRow]
 
 
-router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+router = APIRouter(prefix="/v1/conversations", tags=["conversations"], route_class=StrictJSONRoute)
 
 
 def _kioku(request: Request, tenant: str) -> Kioku:

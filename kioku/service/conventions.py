@@ -57,6 +57,12 @@ REQUEST_HEADERS: tuple[Header, ...] = (
         "stateful",
         values=("stateful", "stateless"),
     ),
+    Header(
+        "Idempotency-Key",
+        "names the request (a UUID, say) so that sending it again gets the same reply for "
+        "24 h, even after a crash; the same key with another body is refused (422)",
+        max_length=255,
+    ),
 )
 
 RESPONSE_HEADERS: tuple[Header, ...] = (
@@ -65,6 +71,15 @@ RESPONSE_HEADERS: tuple[Header, ...] = (
     Header("X-Kioku-Memory-Version", "bumps at every fold: the memory exchange changed"),
     Header("X-Kioku-Prompt-Tokens", "the prompt kioku built, in tokens as kioku counts them"),
     Header("X-Kioku-Regenerated", "on a swipe or regeneration: the seq of the reply replaced"),
+    Header(
+        "X-Kioku-Reply-Seq",
+        "the seq of the stored reply (not on a stream: its headers leave before the reply)",
+    ),
+    Header(
+        "X-Kioku-Replayed",
+        "`true` on a reply another run of the same request got (a duplicate that waited for "
+        "it, or a repeated Idempotency-Key)",
+    ),
     Header(
         "X-Kioku-Upstream-Ms",
         "milliseconds the upstream took to answer (non-streamed responses only: a streamed "

@@ -3,9 +3,11 @@ record the reply.
 
 Store first: the request's new messages are stored (and the turn's compaction applied) before
 the upstream is called, so an upstream failure or a client that hangs up loses nothing the
-client wrote. The reply is recorded while the response leaves, under the conversation's lock
-(taken before the last byte is sent, released once the reply is stored), so the client's next
-request always finds it in the log and no client waits for the store.
+client wrote. The reply is committed before the last byte of the response: before responding,
+or, streaming, before the event that carries `finish_reason` and `[DONE]`, so a process killed
+at any point never loses a reply a client received, and a read right after a 200 sees it. The
+whole turn holds the conversation's turn lock (`kioku.service.turns`): one turn at a time,
+across processes, and a duplicate or a retry gets the reply its first run got.
 
 The client's leading system messages are the character card (the conversation's system prompt,
 the prefix-cache base); system messages further down (author's notes, post-history
@@ -36,11 +38,21 @@ from kioku import protocol
 from kioku.context import Prompt
 from kioku.engine import Conversation
 from kioku.errors import BadParameter, InputError, ModelError, UpstreamError
+from kioku.ids import check_id, is_valid_id
 from kioku.messages import LogEntry, Role
 from kioku.models import ChatMessage, Completion
 from kioku.service.conventions import check_headers
 from kioku.service.metrics import prefix_reuse
+from kioku.service.turns import (
+    IDEMPOTENCY_HEADER,
+    REQUEST_META,
+    Replay,
+    Ticket,
+    name_request,
+    replay_response,
+)
 from kioku.service.upstream import StreamState, completions_of
+from kioku.store_turns import HeldTurn
 from kioku.sync import Incoming, Synced, replace_reply, sync
 
 if TYPE_CHECKING:
@@ -171,10 +183,12 @@ def start_turn(
     stateful: bool | None,
     character: str,
     started: float,
+    fresh: bool = False,
 ) -> Turn:
-    """Store what is new and build the prompt (runs in a thread, under the slot's lock)."""
+    """Store what is new and build the prompt (runs in a thread, holding the turn lock).
+    `fresh`: another process ran the last turn, so what this one cached may be stale."""
     kk = svc.kioku(tenant)
-    if slot.conv is None or (split.system is not None and split.system != slot.system):
+    if fresh or slot.conv is None or (split.system is not None and split.system != slot.system):
         slot.conv = kk.conversation(
             conversation_id, system_prompt=split.system, character=character
         )
@@ -188,18 +202,20 @@ def start_turn(
 
 
 def finish_turn(
-    turn: Turn, completion: Completion, others: Sequence[Completion] = ()
+    turn: Turn, completion: Completion, others: Sequence[Completion] = (), request: str = ""
 ) -> LogEntry | None:
-    """Record the reply (a regeneration replaces the old one) and, with n > 1, the other
-    choices beside it; a reply with neither text nor tool calls is not stored."""
+    """Record the reply (a regeneration replaces the old one) with the name of the request it
+    answers and, with n > 1, the other choices beside it; a reply with neither text nor tool
+    calls is not stored."""
     conv = turn.conv
     if not completion.text.strip() and not completion.tool_calls:
         conv.store.log(conv.id, "reply", "not_stored", detail="no text and no tool calls")
         return None
+    meta = {REQUEST_META: request} if request else None
     if turn.regenerate is not None:
-        entry = replace_reply(conv, turn.regenerate, completion, turn.character)
+        entry = replace_reply(conv, turn.regenerate, completion, turn.character, meta)
     else:
-        entry = conv.record(completion, author=turn.character)
+        entry = conv.record(completion, author=turn.character, meta=meta)
     if others or turn.regenerate is not None:
         alternatives = [protocol.reply_message(c, turn.character) for c in others]
         conv.store.set_choices(conv.id, entry.seq, alternatives)
@@ -237,7 +253,9 @@ def header_text(value: str | None) -> str | None:
         return value
 
 
-def kioku_headers(turn: Turn, upstream_s: float | None = None) -> dict[str, str]:
+def kioku_headers(
+    turn: Turn, upstream_s: float | None = None, reply: LogEntry | None = None
+) -> dict[str, str]:
     h = {
         "X-Kioku-Conversation": quote(turn.conv.id, safe=""),  # percent-encoded UTF-8
         "X-Kioku-Seq": str(turn.entry.seq),
@@ -248,6 +266,8 @@ def kioku_headers(turn: Turn, upstream_s: float | None = None) -> dict[str, str]
         h["X-Kioku-Regenerated"] = str(turn.regenerate)
     if upstream_s is not None:
         h["X-Kioku-Upstream-Ms"] = f"{upstream_s * 1000:.2f}"
+    if reply is not None:
+        h["X-Kioku-Reply-Seq"] = str(reply.seq)
     return h
 
 
@@ -264,32 +284,73 @@ def _note_failure(turn: Turn, error: UpstreamError) -> None:
     conv.store.incr(conv.id, "upstream_errors")
 
 
-async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str]) -> Response:
-    started = time.monotonic()
+def _check_conversation(svc: Service, tenant: str, conversation_id: str, param: str) -> None:
+    """A new conversation's id must follow `kioku.ids`; one stored before the rule still works."""
+    if svc.gate.resolve(tenant, conversation_id) is None:
+        try:
+            check_id(conversation_id)
+        except InputError as e:
+            raise BadParameter(str(e), param) from None
+
+
+async def chat(
+    svc: Service, body: ChatBody, tenant: str, headers: dict[str, str], raw: bytes = b""
+) -> Response:
+    arrived, started = time.time(), time.monotonic()
     check_headers(headers)
     cid = header_text(headers.get(CONVERSATION_HEADER)) or body.user
     if not cid:
         raise InputError(
             "name the conversation: send the header X-Kioku-Conversation (or the `user` field)"
         )
+    if not is_valid_id(cid):
+        param = "X-Kioku-Conversation" if headers.get(CONVERSATION_HEADER) else "user"
+        await run_in_threadpool(_check_conversation, svc, tenant, cid, param)
     split = split_messages(body.messages)
     mode = headers.get(MODE_HEADER, "").lower()
     stateful = {"stateful": True, "stateless": False}.get(mode)
     character = header_text(headers.get(CHARACTER_HEADER)) or next(
         (m.name for m in split.chat if m.role == "assistant" and m.name), ""
     )
-    slot = svc.slot(tenant, cid)
-    async with slot.lock:
-        turn = await run_in_threadpool(
-            start_turn, svc, slot, tenant, cid, split, stateful, character, started
-        )
-        reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
-        slot.last_prompt = turn.prompt.messages
+    request = name_request(
+        header_text(headers.get(IDEMPOTENCY_HEADER)),
+        raw,
+        tenant=tenant,
+        conversation=cid,
+        shape=f"{mode}\0{character}",
+    )
+    replay = await svc.gate.replayed(tenant, cid, request)
+    if replay is None:
+        slot = svc.slot(tenant, cid)
+
+        def begin(held: HeldTurn) -> Turn:
+            # another process ran the last turn: what this one cached may be stale
+            last = held.previous.last_owner
+            fresh = last is not None and last != svc.gate.owner.name
+            return start_turn(svc, slot, tenant, cid, split, stateful, character, started, fresh)
+
+        held = await svc.gate.enter(slot, tenant, cid, request, arrived, then=begin)
+        if not isinstance(held, Replay):
+            try:
+                return await _run(svc, body, tenant, held, split)
+            except BaseException:
+                held.finish_soon()  # nothing if the turn already ended (or a stream took it)
+                raise
+        replay = held
+    return replay_response(cid, replay, stream=body.stream, model=body.model or "")
+
+
+async def _run(svc: Service, body: ChatBody, tenant: str, ticket: Ticket, split: Split) -> Response:
+    """The turn, holding its ticket (its message stored, its prompt built): upstream, commit
+    the reply, respond."""
+    slot, turn = ticket.slot, ticket.value
+    reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
+    slot.last_prompt = turn.prompt.messages
     svc.metrics.prompt_tokens.observe(tenant, turn.prompt.tokens)
     svc.metrics.prefix_reuse.observe(tenant, reuse)
     data = upstream_body(body, turn, split, svc.profile.response_reserve)
     if body.stream:
-        return await _stream(svc, slot, turn, data)
+        return await _stream(svc, turn, data, ticket)
     p = svc.profile
     try:
         async with asyncio.timeout(p.reply_timeout_s + p.connect_timeout_s):
@@ -306,11 +367,22 @@ async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str
     except UpstreamError as error:
         await _failed(svc, turn, error)
         raise
-    await _store_reply(svc, slot, turn, completion, answer.seconds, others)
-    return JSONResponse(answer.payload, headers=kioku_headers(turn, answer.seconds))
+    reply = await _commit(svc, ticket, turn, completion, answer.seconds, others)
+    return JSONResponse(answer.payload, headers=kioku_headers(turn, answer.seconds, reply))
 
 
 async def _failed(svc: Service, turn: Turn, error: UpstreamError) -> None:
+    """Count, log (with the cause: the access line only says 502) and record a failure."""
+    cause = error.__cause__
+    log.warning(
+        "upstream %s (%s) for conversation %r, message #%s: %s%s",
+        error.kind,
+        error.status,
+        turn.conv.id,
+        turn.entry.seq,
+        error.message,
+        f" (cause: {cause!r})" if cause is not None else "",
+    )
     svc.metrics.error(turn.tenant, error.kind)
     await run_in_threadpool(_note_failure, turn, error)
 
@@ -323,45 +395,51 @@ def _observe(svc: Service, turn: Turn, upstream_s: float) -> None:
     m.overhead_seconds.observe(turn.tenant, max(0.0, total - upstream_s))
 
 
-async def _store_reply(
+async def _commit(
     svc: Service,
-    slot: Slot,
+    ticket: Ticket,
     turn: Turn,
     completion: Completion,
     upstream_s: float,
     others: Sequence[Completion] = (),
-) -> None:
-    """Record the reply while the response leaves. The conversation's lock is taken now and
-    held until the reply is stored, so the client's next request (which waits for the lock)
-    always finds it in the log, and the client does not wait for the store. Then the tic guard
-    reads the new reply, so the next turn finds its alerts computed."""
-    await slot.lock.acquire()
+) -> LogEntry | None:
+    """Store the reply and end the turn (the lock then names the request that got it), before
+    the client sees the reply's last byte. Then the tic guard reads the new reply, off the
+    response's path, so the next turn finds its alerts computed."""
+
+    def store_and_end() -> LogEntry | None:
+        reply = finish_turn(turn, completion, others, ticket.request.name)
+        ticket.end(reply.seq if reply is not None else None)
+        return reply
+
+    try:
+        reply = await run_in_threadpool(store_and_end)  # one hop for both
+    except BaseException:
+        svc.metrics.error(turn.tenant, "reply_not_stored")
+        await ticket.finish(None)
+        raise
+    ticket.released()
     _observe(svc, turn, upstream_s)
 
-    async def store() -> None:
-        try:
-            await run_in_threadpool(finish_turn, turn, completion, others)
-        except Exception:
-            svc.metrics.error(turn.tenant, "reply_not_stored")
-            log.exception("the reply to %s #%s was not stored", turn.conv.id, turn.entry.seq)
-        finally:
-            slot.lock.release()
+    async def tics() -> None:
         try:
             await run_in_threadpool(turn.conv.kioku.layers.tic_alerts, turn.conv.id)
         except Exception:
             log.exception("tic detection failed for %s", turn.conv.id)
 
-    svc.spawn(store())
+    svc.spawn(tics())
+    return reply
 
 
 def _sse_error(error: UpstreamError) -> str:
     return f"data: {json.dumps(error.body())}\n\n"
 
 
-async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) -> Response:
+async def _stream(svc: Service, turn: Turn, data: dict[str, Any], ticket: Ticket) -> Response:
     """Relay the upstream's SSE. The status code is chosen once the upstream answered (or
     refused); an upstream slower than `svc.keepalive_s` gets a 200 with keep-alive comments,
-    and an error after that arrives as an SSE `error` event."""
+    and an error after that arrives as an SSE `error` event. From the event that carries
+    `finish_reason` on, the events are held back until the reply is stored."""
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
     opened = time.monotonic()
 
@@ -381,12 +459,31 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
     except TimeoutError:
         first = None
     if first is not None and first[0] == "error":
+        task.cancel()
         await _failed(svc, turn, first[1])
         raise first[1]
 
     async def relay() -> AsyncIterator[str]:
         state = StreamState("the upstream")
-        recorded = False
+        held_back: list[str] = []
+        commit: asyncio.Task[LogEntry | None] | None = None
+
+        async def commit_now() -> None:
+            nonlocal commit
+            completion = state.completion()
+            assert completion is not None
+            commit = asyncio.ensure_future(
+                _commit(
+                    svc,
+                    ticket,
+                    turn,
+                    completion,
+                    time.monotonic() - opened,
+                    state.completions()[1:],
+                )
+            )
+            await asyncio.shield(commit)
+
         try:
             if first is None:
                 yield ": kioku is waiting for the upstream\n\n"
@@ -406,8 +503,12 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
                     await _failed(svc, turn, UpstreamError(502, f"the upstream: {state.error}"))
                     return
                 if kind == "line":
-                    if state.done and not recorded:
-                        recorded = await _record(svc, slot, turn, state, opened)
+                    if commit is None and state.finish_reason is not None:
+                        held_back.append(value + "\n")
+                        if state.done:
+                            await commit_now()
+                            yield "".join(held_back)
+                        continue
                     yield value + "\n"
                 elif kind == "error":
                     await _failed(svc, turn, value)
@@ -415,7 +516,10 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
                     return
                 elif kind == "end":
                     break
-            if not recorded and not await _record(svc, slot, turn, state, opened):
+            if commit is None and state.completion() is not None:
+                await commit_now()  # the upstream ended without [DONE]
+                yield "".join(held_back)
+            elif commit is None:
                 error = UpstreamError(
                     502,
                     f"the upstream's stream ended without a finish_reason after "
@@ -426,7 +530,8 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
         finally:
             if not task.done():
                 task.cancel()
-            if not recorded and state.finish_reason is None:
+            ticket.finish_soon(after=commit)
+            if commit is None and state.finish_reason is None:
                 # the client hung up (or the upstream broke): the user message stays stored
                 conv = turn.conv
                 asyncio.get_running_loop().run_in_executor(
@@ -446,12 +551,3 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
         media_type="text/event-stream",
         headers={**kioku_headers(turn), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
-
-
-async def _record(svc: Service, slot: Slot, turn: Turn, state: StreamState, opened: float) -> bool:
-    completion = state.completion()
-    if completion is None:
-        return False
-    others = state.completions()[1:]
-    await _store_reply(svc, slot, turn, completion, time.monotonic() - opened, others)
-    return True
