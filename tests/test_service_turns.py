@@ -40,7 +40,10 @@ def post(
 
 def asked(service: Harness, text: str) -> int:
     """How often the upstream was asked to answer `text`."""
-    return sum(1 for b in service.up.chats() if b["messages"][-1]["content"] == text)
+    users = (
+        [m["content"] for m in b["messages"] if m["role"] == "user"] for b in service.up.chats()
+    )
+    return sum(1 for u in users if u and u[-1] == text)
 
 
 def at_once(n: int, send: Callable[[int], httpx.Response]) -> list[httpx.Response]:
