@@ -74,6 +74,28 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     )
 
 
+def to_env(settings: Settings) -> dict[str, str]:
+    """The environment `from_env` reads these settings back from (for processes a server
+    starts: `kioku serve --workers N`)."""
+    s = settings
+    pairs = {
+        "KIOKU_DB": s.db,
+        "KIOKU_PROFILE": s.profile,
+        "KIOKU_WINDOW": s.window,
+        "KIOKU_LLM_URL": s.llm_url,
+        "KIOKU_LLM_MODEL": s.llm_model,
+        "KIOKU_SUMMARIZER_URL": s.summarizer_url,
+        "KIOKU_SUMMARIZER_MODEL": s.summarizer_model,
+        "KIOKU_LLM_API_KEY": s.api_key,
+        "KIOKU_TOKENIZER": s.tokenizer,
+        "KIOKU_TENANT": s.tenant,
+        "KIOKU_SYSTEM_ROLE": "1" if s.system_role else "0",
+        "KIOKU_MAX_BODY_BYTES": s.max_body_bytes,
+        "KIOKU_MAX_MESSAGES": s.max_messages,
+    }
+    return {k: str(v) for k, v in pairs.items() if v is not None}
+
+
 def build_kioku(
     settings: Settings, *, store: Store | None = None, background: bool = False
 ) -> Kioku:
