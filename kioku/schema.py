@@ -28,8 +28,10 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     insert,
+    inspect,
     select,
     text,
+    update,
 )
 
 metadata = MetaData()
@@ -55,7 +57,10 @@ conversations = Table(
     # bumps at every fold: the memory exchange changed, the prompt cache breaks once
     Column("memory_version", Integer, nullable=False, default=0),
     Column("created_at", Float, nullable=False),
+    # the id the tenant named it by (issue 11): ids are per tenant, `id` is the row's key
+    Column("public_id", String(200), nullable=True),
     Index("ix_conversations_tenant", "tenant"),
+    Index("ux_conversations_tenant_public", "tenant", "public_id", unique=True),
 )
 
 messages = Table(
@@ -373,3 +378,25 @@ idempotency_keys = Table(
 )
 
 MIGRATIONS.append(("0008_i11_turn_locks_idempotency", _create(turn_locks, idempotency_keys)))
+
+
+def _conversation_ids_per_tenant(conn: Connection) -> None:
+    """Conversation ids become per tenant: the name a tenant gave a conversation moves to
+    `public_id`, unique per tenant; `id` stays the row's key every other table refers to (so no
+    other row changes). Ids were global until now, so every existing one keeps its key."""
+    if "public_id" not in {c["name"] for c in inspect(conn).get_columns("conversations")}:
+        conn.execute(text("ALTER TABLE conversations ADD COLUMN public_id VARCHAR(200)"))
+    conn.execute(
+        update(conversations)
+        .where(conversations.c.public_id.is_(None))
+        .values(public_id=conversations.c.id)
+    )
+    conn.execute(
+        text(
+            "CREATE UNIQUE INDEX IF NOT EXISTS ux_conversations_tenant_public "
+            "ON conversations (tenant, public_id)"
+        )
+    )
+
+
+MIGRATIONS.append(("0009_i11_conversation_ids_per_tenant", _conversation_ids_per_tenant))

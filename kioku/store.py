@@ -14,6 +14,7 @@ transaction.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -64,6 +65,7 @@ class ConversationInfo:
     next_seq: int
     raw_start: int
     memory_version: int
+    public_id: str = ""  # the id the tenant named it by; `id` is the store's key
 
 
 def _message_row(row: Any) -> LogEntry:
@@ -98,6 +100,10 @@ _CID: BindParameter[str] = bindparam("cid")
 _ROLE: BindParameter[str] = bindparam("role")
 _N: BindParameter[int] = bindparam("n")
 _CONVERSATION = select(s.conversations).where(s.conversations.c.id == _CID)
+_BY_NAME = select(s.conversations).where(
+    s.conversations.c.tenant == bindparam("tenant"),
+    s.conversations.c.public_id == bindparam("name"),
+)
 _ENTRIES_FROM = (
     select(s.messages)
     .where(_m.conversation_id == _CID, _m.seq >= bindparam("first"))
@@ -144,36 +150,51 @@ class Store(
         character: str = "",
         profile: str = "local-64k",
     ) -> ConversationInfo:
+        """The tenant's conversation named `conversation_id`, created if it is new. Ids are per
+        tenant: the row's key (what every other table refers to) is the id itself when no
+        conversation has that key yet, else a generated one, so a tenant can neither take nor
+        detect another tenant's id. Read it back as `ConversationInfo.id`."""
+        name = {"tenant": tenant, "name": conversation_id}
         with self.atomic() as conn:
-            row = conn.execute(
-                select(s.conversations).where(s.conversations.c.id == conversation_id)
-            ).first()
+            row = conn.execute(_BY_NAME, name).first()
             if row is None:
                 check_id(conversation_id)  # only new ids: ones stored before the rule stay
-                # ON CONFLICT DO NOTHING: two first turns of one conversation may race here
-                conn.execute(
-                    self._insert_ignore(s.conversations).values(
-                        id=conversation_id,
-                        tenant=tenant,
-                        character=character,
-                        system_prompt=system_prompt or "",
-                        profile=profile,
-                        next_seq=0,
-                        raw_start=0,
-                        memory_version=0,
-                        created_at=time.time(),
+                for key in (conversation_id, f"~{uuid.uuid4().hex}"):
+                    # ON CONFLICT DO NOTHING: two first turns of one conversation may race
+                    # here, and another tenant may hold the key
+                    conn.execute(
+                        self._insert_ignore(s.conversations).values(
+                            id=key,
+                            public_id=conversation_id,
+                            tenant=tenant,
+                            character=character,
+                            system_prompt=system_prompt or "",
+                            profile=profile,
+                            next_seq=0,
+                            raw_start=0,
+                            memory_version=0,
+                            created_at=time.time(),
+                        )
                     )
-                )
-            elif row.tenant != tenant:
-                # another tenant's conversation: answer as if it did not exist
-                raise NotFound(f"no conversation {conversation_id!r}")
+                    row = conn.execute(_BY_NAME, name).first()
+                    if row is not None:
+                        break
+                assert row is not None  # the generated key is new
             elif system_prompt is not None and system_prompt != row.system_prompt:
                 conn.execute(
                     update(s.conversations)
-                    .where(s.conversations.c.id == conversation_id)
+                    .where(s.conversations.c.id == row.id)
                     .values(system_prompt=system_prompt)
                 )
-        return self.conversation(conversation_id, tenant=tenant)
+        return self.conversation(row.id, tenant=tenant)
+
+    def find_conversation(self, tenant: str, conversation_id: str) -> ConversationInfo:
+        """The tenant's conversation by the id the tenant named it (NotFound if none)."""
+        with self.reading() as conn:
+            row = conn.execute(_BY_NAME, {"tenant": tenant, "name": conversation_id}).first()
+        if row is None:
+            raise NotFound(f"no conversation {conversation_id!r}; `kioku memory` lists them")
+        return self.conversation(row.id, tenant=tenant)
 
     def conversation(self, conversation_id: str, tenant: str | None = None) -> ConversationInfo:
         with self.reading() as conn:
@@ -189,6 +210,7 @@ class Store(
             next_seq=row.next_seq,
             raw_start=row.raw_start,
             memory_version=row.memory_version,
+            public_id=row.public_id or row.id,
         )
 
     def conversations(self, tenant: str | None = None) -> list[ConversationInfo]:

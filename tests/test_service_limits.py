@@ -211,6 +211,7 @@ def test_a_conversation_stored_before_the_rule_still_works(small: Harness) -> No
         conn.execute(
             insert(s.conversations).values(
                 id="legacy/1",
+                public_id="legacy/1",
                 tenant="acme",
                 character="",
                 system_prompt="",

@@ -121,7 +121,7 @@ def test_an_idempotency_key_replays_the_reply(service: Harness) -> None:
         assert post(h, "idem-1", msg, {"Idempotency-Key": ""}).status_code == 400
     # keys are per tenant: another tenant's identical key is its own request
     with service.http("zeta") as z:
-        mine = post(z, "idem-z", msg, key)
+        mine = post(z, "idem-1", msg, key)
         assert mine.status_code == 200 and "x-kioku-replayed" not in mine.headers
     assert service.texts("idem-1") == ["remember the comet", "(reply to: remember the comet)"]
 

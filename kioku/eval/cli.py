@@ -387,8 +387,8 @@ def audit(
 
         s = from_env()
         store = terminal.open_store(db or s.db, write=False)
-        terminal.find_conversation(store, conversation, s.tenant)
-        result = audit_store(store, conversation, model=chat, tenant=s.tenant, log=log)
+        key = terminal.find_conversation(store, conversation, s.tenant).id
+        result = audit_store(store, key, model=chat, tenant=s.tenant, log=log)
     if report:
         report.write_text(markdown(result), encoding="utf-8")
     if as_json:

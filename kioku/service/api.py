@@ -165,8 +165,8 @@ def _kioku(request: Request, tenant: str) -> Kioku:
 
 def _conversation(request: Request, tenant: str, conversation_id: str) -> Conversation:
     kk = _kioku(request, tenant)
-    kk.store.conversation(conversation_id, tenant=tenant)  # NotFound (404) for others' ids
-    return Conversation(kk, conversation_id)
+    # ids are per tenant: another tenant's conversation of the same id is another row
+    return Conversation(kk, kk.store.find_conversation(tenant, conversation_id).id)
 
 
 def _item(i: MemoryItem) -> ItemOut:
@@ -206,7 +206,7 @@ def list_conversations(
     return ConversationList(
         data=[
             ConversationOut(
-                id=c.id,
+                id=c.public_id or c.id,
                 character=c.character,
                 messages=c.next_seq,
                 raw_start=c.raw_start,

@@ -138,7 +138,7 @@ class Service:
     def conversation_key(self, tenant: str, conversation_id: str) -> str | None:
         """The store's key of a tenant's conversation, None if it has none by that id."""
         try:
-            return self.store.conversation(conversation_id, tenant=tenant).id
+            return self.store.find_conversation(tenant, conversation_id).id
         except NotFound:
             return None
 

@@ -164,6 +164,7 @@ class Turn:
     started: float
     character: str = ""
     media: Mapping[str, Any] = field(default_factory=dict)  # blob hash -> content part
+    conversation_id: str = ""  # as the client named it (the store's key may differ)
 
     @property
     def entry(self) -> LogEntry:
@@ -198,7 +199,7 @@ def start_turn(
     synced = sync(conv, split.chat, stateful=stateful, character=slot.character, blobs=split.blobs)
     prompt = conv.prepare_for(synced.entry)
     media = protocol.media_of(conv.store.blobs(protocol.refs_of(prompt.messages)))
-    return Turn(tenant, conv, synced, prompt, started, slot.character, media)
+    return Turn(tenant, conv, synced, prompt, started, slot.character, media, conversation_id)
 
 
 def finish_turn(
@@ -257,7 +258,8 @@ def kioku_headers(
     turn: Turn, upstream_s: float | None = None, reply: LogEntry | None = None
 ) -> dict[str, str]:
     h = {
-        "X-Kioku-Conversation": quote(turn.conv.id, safe=""),  # percent-encoded UTF-8
+        # percent-encoded UTF-8
+        "X-Kioku-Conversation": quote(turn.conversation_id or turn.conv.id, safe=""),
         "X-Kioku-Seq": str(turn.entry.seq),
         "X-Kioku-Memory-Version": str(turn.prompt.memory_version),
         "X-Kioku-Prompt-Tokens": str(turn.prompt.tokens),
@@ -375,10 +377,11 @@ async def _failed(svc: Service, turn: Turn, error: UpstreamError) -> None:
     """Count, log (with the cause: the access line only says 502) and record a failure."""
     cause = error.__cause__
     log.warning(
-        "upstream %s (%s) for conversation %r, message #%s: %s%s",
+        "upstream %s (%s) for tenant %r, conversation %r, message #%s: %s%s",
         error.kind,
         error.status,
-        turn.conv.id,
+        turn.tenant,
+        turn.conversation_id or turn.conv.id,
         turn.entry.seq,
         error.message,
         f" (cause: {cause!r})" if cause is not None else "",
