@@ -203,3 +203,37 @@ def test_two_services_on_one_database_take_turns_as_one(backend: str, tmp_path: 
         texts = b.texts("shared-2")
         assert sorted(texts[::2]) == ["m0", "m1", "m2", "m3"]
         assert texts[1::2] == [f"(reply to: {u})" for u in texts[::2]]
+
+
+def test_a_replayed_reply_that_calls_tools_keeps_its_tool_calls(service: Harness) -> None:
+    call = {
+        "id": "call_0",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Tokyo"}'},
+    }
+    service.up.reply = lambda body: {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "fake",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                "finish_reason": "tool_calls",
+            }
+        ],
+    }
+    msg = [{"role": "user", "content": "weather in Tokyo?"}]
+    key = {"Idempotency-Key": "tools-1"}
+    with service.http() as h:
+        first = post(h, "idem-tools", msg, key)
+        again = post(h, "idem-tools", msg, key)
+        streamed = post(h, "idem-tools", msg, {"Idempotency-Key": "tools-2"}, stream=True)
+        replayed_stream = post(h, "idem-tools", msg, {"Idempotency-Key": "tools-2"}, stream=True)
+    assert again.headers["x-kioku-replayed"] == "true"
+    choice = again.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["tool_calls"] == first.json()["choices"][0]["message"]["tool_calls"]
+    assert streamed.status_code == replayed_stream.status_code == 200
+    assert replayed_stream.headers["x-kioku-replayed"] == "true"
+    assert '"tool_calls": [{"index": 0, "id": "call_0"' in replayed_stream.text

@@ -41,6 +41,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kioku.errors import InputError, KeyReused, NotFound, TurnInProgress
 from kioku.messages import LogEntry
+from kioku.protocol import chat_message
 from kioku.store import Store
 from kioku.store_turns import DEFAULT_TURN_LEASE_S, HeldTurn, TurnState
 
@@ -363,8 +364,11 @@ class Gate:
 
 
 def replay_response(conversation: str, replay: Replay, *, stream: bool, model: str) -> Response:
+    """The stored reply as a completion (or a stream of one), tool calls included."""
     entry = replay.entry
-    finish = str(entry.meta.get("finish_reason") or "stop")
+    message = chat_message(entry.message).to_json()
+    calls = message.get("tool_calls") or []
+    finish = str(entry.meta.get("finish_reason") or ("tool_calls" if calls else "stop"))
     headers = {
         "X-Kioku-Conversation": quote(conversation, safe=""),
         "X-Kioku-Reply-Seq": str(entry.seq),
@@ -380,13 +384,7 @@ def replay_response(conversation: str, replay: Replay, *, stream: bool, model: s
             {
                 **base,
                 "object": "chat.completion",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": entry.text},
-                        "finish_reason": finish,
-                    }
-                ],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": {
                     "prompt_tokens": 0,
                     "completion_tokens": entry.tokens,
@@ -396,8 +394,11 @@ def replay_response(conversation: str, replay: Replay, *, stream: bool, model: s
             headers=headers,
         )
     chunk = {**base, "object": "chat.completion.chunk"}
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if calls:
+        delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
     deltas = [
-        {"index": 0, "delta": {"role": "assistant", "content": entry.text}},
+        {"index": 0, "delta": delta},
         {"index": 0, "delta": {}, "finish_reason": finish},
     ]
     events = [f"data: {json.dumps({**chunk, 'choices': [d]})}\n\n" for d in deltas]
