@@ -123,6 +123,24 @@ def test_more_messages_than_the_cap_are_refused(small: Harness) -> None:
     assert stored(small, "many-1") == []
 
 
+def test_a_message_that_can_never_fit_is_refused_and_stored_by_no_retry(small: Harness) -> None:
+    """It used to answer 400 "(stored as seq 0)", and each retry stored another copy."""
+    body = chat_body("word " * 6000)  # more tokens than the test profile's whole window
+    with small.http() as h:
+        for _ in range(3):
+            r = h.post(
+                "/v1/chat/completions", headers={"X-Kioku-Conversation": "huge-1"}, json=body
+            )
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["code"] == "context_length_exceeded"
+            assert "nothing was stored" in r.json()["error"]["message"]
+        r = h.post(
+            "/v1/chat/completions", headers={"X-Kioku-Conversation": "huge-1"}, json=chat_body()
+        )
+        assert r.status_code == 200
+    assert stored(small, "huge-1") == ["hello", "(reply to: hello)"]
+
+
 HOSTILE = {
     "lone surrogate in content": b'{"messages": [{"role": "user", "content": "hi \\udc80"}]}',
     "lone surrogate in name": b'{"messages": [{"role": "user", "content": "hi", "name": "\\ud800"}]}',
