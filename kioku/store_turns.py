@@ -151,7 +151,8 @@ class TurnLocks(Database):
                 row is not None
                 and held
                 and not self.is_postgres  # there the advisory lock already excludes the others
-                and row.owner != owner
+                # this process's own lock too: two `Slot`s of one conversation (one evicted
+                # while in use) must not both hold it; a release that failed waits for the lease
                 and (row.lease_until or 0.0) > now
                 and alive(row.owner)
             ):

@@ -326,8 +326,8 @@ class Gate:
                 key=(request.name, request.fingerprint) if request.keyed and done else None,
             )
         except Exception:
-            # the lock row keeps this owner; this process takes it over at its next turn of
-            # the conversation, others once the lease is over
+            # the lock row keeps this owner until its lease is over (PostgreSQL: the session
+            # that held the lock is closed, and the lock with it)
             log.exception("could not release the turn lock of %s", held.conversation)
 
     def _stored_by_the_dead(
