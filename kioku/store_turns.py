@@ -196,9 +196,12 @@ class TurnLocks(Database):
         done: str | None = None,
         done_seq: int | None = None,
         key: tuple[str, str] | None = None,
+        release: bool = True,
     ) -> None:
         """Release the lock; with `done`, record that request's reply (and with `key`, the
-        Idempotency-Key hash and fingerprint that name it for `IDEMPOTENCY_TTL_S`)."""
+        Idempotency-Key hash and fingerprint that name it for `IDEMPOTENCY_TTL_S`). Inside a
+        caller's `atomic()` pass `release=False` and `release_turn` once it has committed: on
+        PostgreSQL the advisory lock must outlive what the turn wrote."""
         t, k = s.turn_locks, s.idempotency_keys
         values: dict[str, Any] = dict(
             owner=None, lease_until=None, running=None, last_owner=held.owner
@@ -229,9 +232,14 @@ class TurnLocks(Database):
                         )
                     )
         finally:
-            if held.session is not None:
-                self._unlock(held.session, held.tenant, held.conversation)
-                held.session = None
+            if release:
+                self.release_turn(held)
+
+    def release_turn(self, held: HeldTurn) -> None:
+        """Let go of PostgreSQL's advisory lock (the row says the lock is free already)."""
+        if held.session is not None:
+            self._unlock(held.session, held.tenant, held.conversation)
+            held.session = None
 
     def _unlock(self, session: Connection, tenant: str, conversation: str) -> None:
         if session.closed or session.invalidated:

@@ -411,8 +411,12 @@ async def _commit(
     response's path, so the next turn finds its alerts computed."""
 
     def store_and_end() -> LogEntry | None:
-        reply = finish_turn(turn, completion, others, ticket.request.name)
-        ticket.end(reply.seq if reply is not None else None)
+        # the reply, its counters and the turn's end (with the request that got the reply)
+        # commit as one transaction; PostgreSQL's lock is let go once it has
+        with turn.conv.store.atomic():
+            reply = finish_turn(turn, completion, others, ticket.request.name)
+            ticket.end(reply.seq if reply is not None else None, release=False)
+        ticket.release_store()
         return reply
 
     try:

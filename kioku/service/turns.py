@@ -155,9 +155,14 @@ class Ticket:
     def previous(self) -> TurnState:
         return self.held.previous
 
-    def end(self, reply_seq: int | None) -> None:
-        """Release the store's lock, recording the reply (in a thread: it writes)."""
-        self.gate.end(self.held, self.request, reply_seq)
+    def end(self, reply_seq: int | None, release: bool = True) -> None:
+        """Release the store's lock, recording the reply (in a thread: it writes). With
+        `release=False` (inside the transaction that stores the reply) call `release_store`
+        once that has committed."""
+        self.gate.end(self.held, self.request, reply_seq, release)
+
+    def release_store(self) -> None:
+        self.gate.store.release_turn(self.held)
 
     def released(self) -> None:
         """After `end`: let the next turn of this process in."""
@@ -314,7 +319,9 @@ class Gate:
             self.end(held, request, None)
             raise
 
-    def end(self, held: HeldTurn, request: RequestName, reply_seq: int | None) -> None:
+    def end(
+        self, held: HeldTurn, request: RequestName, reply_seq: int | None, release: bool = True
+    ) -> None:
         """Release the store's lock of a turn, recording the reply that `request` got."""
         done = reply_seq is not None
         try:
@@ -324,6 +331,7 @@ class Gate:
                 done=request.name if done else None,
                 done_seq=reply_seq,
                 key=(request.name, request.fingerprint) if request.keyed and done else None,
+                release=release,
             )
         except Exception:
             # the lock row keeps this owner until its lease is over (PostgreSQL: the session
