@@ -111,6 +111,9 @@ def index_text(entry: LogEntry) -> str:
 class Hit:
     seq: int  # the turn the matching window is centred on
     score: float
+    # score ÷ the most any window could score for this query (every term, saturated): how much
+    # of the query's meaning, weighted by rarity, the window holds — comparable across queries
+    relevance: float = 0.0
 
 
 @runtime_checkable
@@ -191,14 +194,18 @@ class ArchiveIndex:
                 return []
             if len(wanted) > MAX_QUERY_TERMS:  # keep the rarest: they carry the meaning
                 wanted = sorted(wanted, key=lambda t: len(self._post[t][0]))[:MAX_QUERY_TERMS]
-            scores = self._score(wanted, n)
-        if scores is None:
+            scored = self._score(wanted, n)
+        if scored is None:
             return []
+        scores, ceiling = scored
         units = np.flatnonzero(scores > 0)
         if len(units) > k:
             units = units[np.argpartition(-scores[units], k - 1)[:k]]
         order = sorted(units.tolist(), key=lambda u: (-scores[u], -u))
-        return [Hit(seq=int(u), score=float(scores[u])) for u in order]
+        return [
+            Hit(seq=int(u), score=float(scores[u]), relevance=float(scores[u]) / ceiling)
+            for u in order
+        ]
 
     def _norms(self, n: int) -> tuple[np.ndarray, np.ndarray, int]:
         """Per window: BM25's length normaliser, whether it is a unit, and the unit count.
@@ -227,13 +234,15 @@ class ArchiveIndex:
         side = [wd for _, wd in self.params.shifts()]
         return np.array(side[::-1] + [1.0] + side)
 
-    def _score(self, wanted: list[str], n: int) -> np.ndarray | None:
+    def _score(self, wanted: list[str], n: int) -> tuple[np.ndarray, float] | None:
+        """Window scores, and the most a window could score (every term saturated)."""
         norm, is_unit, n_units = self._norms(n)
         if n_units == 0:
             return None
         k1, shifts = self.params.k1, self.params.shifts()
         spread = 1 + 2 * len(shifts)
         scores = np.zeros(n)
+        ceiling = 0.0
         for term in wanted:
             seqs_a, tfs_a = self._post[term]
             all_seqs = np.frombuffer(seqs_a, dtype=np.int32)
@@ -252,6 +261,7 @@ class ArchiveIndex:
                 u, tfu = u[keep].astype(np.int64), tfu[keep]
                 df = len(u)
                 idf = math.log(1 + (n_units - df + 0.5) / (df + 0.5))
+                ceiling += idf * (k1 + 1)
                 scores[u] += idf * tfu * (k1 + 1) / (tfu + norm[u])
             else:  # a common term: dense vectors over all n windows beat sorting
                 turn = np.bincount(sq, weights=tf, minlength=n)
@@ -261,11 +271,12 @@ class ArchiveIndex:
                 win *= is_unit
                 df = int(np.count_nonzero(win))
                 idf = math.log(1 + (n_units - df + 0.5) / (df + 0.5))
+                ceiling += idf * (k1 + 1)
                 part = win + norm  # in place from here: these vectors are n long
                 np.divide(win, part, out=part)
                 part *= idf * (k1 + 1)
                 scores += part
-        return scores
+        return (scores, ceiling) if ceiling > 0 else None
 
     # segments: how the index is persisted ---------------------------------------------------
 

@@ -116,23 +116,38 @@ def import_(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     window: WindowOpt = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", help="The tenant (of your `kioku serve` key) it belongs to."),
+    ] = None,
+    append: Annotated[
+        bool,
+        typer.Option(
+            "--append", help="Add to a conversation that has messages (only what it lacks)."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Import a conversation into the log and compact it as it would have been live.
+    """Import a conversation into the log and compact it as it would have been live. Into an
+    existing conversation only with --append; importing the same file again changes nothing.
 
-    Example: kioku import --data chat.jsonl --format sillytavern --db kioku.db
+    Example: kioku import --data "Seraphina - 2024-11-12@10h11m12s.jsonl" --format sillytavern
+    --tenant acme --db kioku.db
     """
-    from kioku.importer import read, replay
+    from kioku.importer import import_into, read
 
     transcript = read(data, fmt, speaker=speaker, index=index)  # before any database opens
-    kk = terminal.open_kioku(settings(db, profile, window), write=True)
-    result = replay(kk, conversation or data.stem, transcript)
+    kk = terminal.open_kioku(settings(db, profile, window, tenant=tenant), write=True)
+    result = import_into(kk, conversation or data.stem, transcript, append=append)
     if as_json:
         emit(result)
         return
+    kept = result["already_there"]
     terminal.text(
-        f"imported {plural(result['imported'], 'message')} into {result['conversation']!r}: "
-        f"{plural(result['messages'], 'message')} in all, raw window from seq "
+        f"imported {plural(result['imported'], 'message')} into {result['conversation']!r}"
+        + (f" (tenant {result['tenant']!r})" if result["tenant"] != "default" else "")
+        + (f", {plural(kept, 'message')} of the file already there" if kept else "")
+        + f": {plural(result['messages'], 'message')} in all, raw window from seq "
         f"{result['raw_start']}, memory version {result['memory_version']}"
     )
 
@@ -526,12 +541,30 @@ def bench_prefix(
     max_turns: Annotated[
         int | None, typer.Option("--max-turns", help="Only the first N turns.")
     ] = None,
+    max_messages: Annotated[
+        int | None, typer.Option("--max-messages", help="Replay only the first N messages.")
+    ] = None,
+    via: Annotated[
+        str,
+        typer.Option(
+            "--via",
+            help="process: the engine in this process; serve: a real `kioku serve` over HTTP "
+            "(stateless and stateful clients) beside it.",
+        ),
+    ] = "process",
+    layers: Annotated[
+        bool,
+        typer.Option(
+            "--layers/--no-layers",
+            help="Recall, notes and the tic guard on (as shipped) or off (the ablation).",
+        ),
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """Prefix-cache reuse of kioku's prompts against sliding window, summary-in-system and
-    immediate fold, replayed on a real tokenizer.
+    """Prefix-cache reuse and window use of kioku's prompts against sliding window,
+    summary-in-system and immediate fold, replayed on a real tokenizer.
 
-    Example: kioku bench prefix --format locomo --conversation 0 --window 16384 --json
+    Example: kioku bench prefix --format locomo --conversation 0 --profile local-8k --via serve
     """
     from kioku.bench.prefix import run
 
@@ -544,6 +577,9 @@ def bench_prefix(
             profile=profile,
             window=window,
             max_turns=max_turns,
+            max_messages=max_messages,
+            via=via,
+            layers=layers,
         ),
         as_json,
     )

@@ -7,10 +7,12 @@ database" is decided in one place. Nothing happens at import.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from kioku.errors import ConfigError
 from kioku.profiles import Profile, get_profile
 
 if TYPE_CHECKING:  # imported when an engine is built, not with the settings
@@ -45,18 +47,27 @@ class Settings:
     system_role: bool = True
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_messages: int = DEFAULT_MAX_MESSAGES
+    # seconds a summary job waits before it runs (None: the profile's, 30 s): replays, tests
+    # and benchmarks set 0 so they need not wait for the GPU-sharing delay
+    summary_delay_s: float | None = None
+    # browser origins allowed to call the REST API (the SillyTavern extension's page)
+    cors_origins: tuple[str, ...] = ()
 
     def with_(self, **changes: Any) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     @property
     def profile_obj(self) -> Profile:
-        return get_profile(self.profile, self.window)
+        p = get_profile(self.profile, self.window)
+        if self.summary_delay_s is not None:
+            p = replace(p, summary_delay_s=self.summary_delay_s)
+        return p
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     window = env.get("KIOKU_WINDOW")
+    delay = env.get("KIOKU_SUMMARY_DELAY")
     return Settings(
         db=env.get("KIOKU_DB", DEFAULT_DB),
         profile=env.get("KIOKU_PROFILE", DEFAULT_PROFILE),
@@ -71,7 +82,21 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         system_role=env.get("KIOKU_SYSTEM_ROLE", "1") not in ("0", "false", "no"),
         max_body_bytes=int(env.get("KIOKU_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES),
         max_messages=int(env.get("KIOKU_MAX_MESSAGES") or DEFAULT_MAX_MESSAGES),
+        summary_delay_s=_seconds("KIOKU_SUMMARY_DELAY", delay) if delay else None,
+        cors_origins=tuple(
+            o.strip() for o in env.get("KIOKU_CORS_ORIGINS", "").split(",") if o.strip()
+        ),
     )
+
+
+def _seconds(name: str, value: str) -> float:
+    try:
+        s = float(value)
+    except ValueError:
+        s = -1.0
+    if not s >= 0:
+        raise ConfigError(f"{name}={value!r}: give a number of seconds, 0 or more")
+    return s
 
 
 def to_env(settings: Settings) -> dict[str, str]:
@@ -92,14 +117,22 @@ def to_env(settings: Settings) -> dict[str, str]:
         "KIOKU_SYSTEM_ROLE": "1" if s.system_role else "0",
         "KIOKU_MAX_BODY_BYTES": s.max_body_bytes,
         "KIOKU_MAX_MESSAGES": s.max_messages,
+        "KIOKU_SUMMARY_DELAY": s.summary_delay_s,
+        "KIOKU_CORS_ORIGINS": ",".join(s.cors_origins) or None,
     }
     return {k: str(v) for k, v in pairs.items() if v is not None}
 
 
 def build_kioku(
-    settings: Settings, *, store: Store | None = None, background: bool = False
+    settings: Settings,
+    *,
+    store: Store | None = None,
+    background: bool = False,
+    clock: Callable[[], float] | None = None,
+    simulated_duration_s: float = 0.0,
 ) -> Kioku:
-    """A `Kioku` with the models, tokenizer and layers the settings name."""
+    """A `Kioku` with the models, tokenizer and layers the settings name. `clock` and
+    `simulated_duration_s` are for replays on simulated time (benchmarks)."""
     from kioku.counters import counter_from_spec
     from kioku.engine import Kioku
     from kioku.hooks import NO_LAYERS
@@ -146,5 +179,7 @@ def build_kioku(
         summarizer=summarizer,
         tenant=settings.tenant,
         background=background,
+        clock=clock or time.time,
+        simulated_duration_s=simulated_duration_s,
         layers=layers,
     )

@@ -1,20 +1,43 @@
-"""Building the prompt: a pure function from memory state to messages, with an account in tokens.
+"""Building the prompt: pure functions from memory state to messages, with an account in tokens.
 
 Order is what keeps the serving engine's prefix cache warm:
   1. system prompt (the character card; byte-identical every turn, shared across conversations)
-  2. memory exchange (a synthetic user/assistant pair; changes only at a fold)
+  2. memory exchange (a synthetic user/assistant pair; changes only at a fold, and a fold that
+     only adds a chapter keeps everything up to the previous chapter byte-identical)
   3. raw window (verbatim from the current start)
-  4. recollections and per-turn instructions, then the new user message (the only part that
-     changes every turn, so it goes last)
-Invariant: prompt tokens + response reserve ≤ window, or an error — never a silent overflow.
+  4. the new user message, with what kioku adds to this turn in front of it: recollections and
+     per-turn instructions.
+
+Between folds the prompt only grows. What a turn was shown beside its message (its `Extras`)
+stays with that message, rendered exactly as it was, for as long as the message is raw: so the
+prompt the server cached plus its reply is a prefix of the next prompt, and the model still sees
+what it answered. A recollection already visible is not shown again.
+
+`plan` measures the fixed parts (everything but this turn's additions) in tokens of the rendered
+prompt (`kioku.budget`); `finish` gives this turn's additions what is left. Nothing here does
+I/O, so the engine can ask retrieval for exactly the room `plan` found.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
+from kioku import dates
+from kioku.budget import (
+    DEFAULT_TEMPLATE,
+    ESTIMATE_MARGIN,
+    Account,
+    Template,
+    Want,
+    is_exact,
+    share,
+    template_of,
+    usable,
+)
 from kioku.errors import ContextOverflow, MessageTooLarge
 from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
@@ -24,42 +47,69 @@ from kioku.protocol import chat_message
 from kioku.recollection import Recollection
 from kioku.tokens import TokenCounter
 
-# Chat templates wrap every message in a few special tokens (role markers, separators).
-MESSAGE_OVERHEAD = 6
+# The template's tokens per message when the counter does not say (see `kioku.budget`).
+MESSAGE_OVERHEAD = round(DEFAULT_TEMPLATE.per_message)
+
+RECOLLECTION_LABEL = {
+    "en": "(A memory from earlier in this conversation that may be relevant:)",
+    "ja": "(この会話の以前の部分から、関係がありそうな記憶:)",
+    "zh": "(本次对话早先的一段可能相关的记忆:)",
+}
 
 
 @dataclass(frozen=True)
-class Account:
-    """Where the prompt's tokens went, and what was left out."""
+class Extras:
+    """What kioku put in front of one user message when answering it: kept with the message
+    (in its `meta`) and shown the same way on every later turn while the message is raw."""
 
-    system: int
-    memory: int
-    raw: int
-    recollections: int
-    instructions: int
-    new: int
-    overhead: int
-    reserve: int
-    window: int
-    raw_messages: int
-    raw_start: int
-    dropped_recollections: int = 0
+    text: str
+    tokens: int  # what the extras add to the message's rendered content
+    version: int  # the memory version they were first shown under
+    recalled: tuple[tuple[int, int], ...] = ()  # seq ranges of the recollections shown
+    instructions: tuple[str, ...] = ()
 
-    @property
-    def total(self) -> int:
-        return (
-            self.system
-            + self.memory
-            + self.raw
-            + self.recollections
-            + self.instructions
-            + self.new
-            + self.overhead
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "tokens": self.tokens,
+            "version": self.version,
+            "recalled": [list(r) for r in self.recalled],
+            "instructions": list(self.instructions),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Extras:
+        return cls(
+            text=str(data.get("text", "")),
+            tokens=int(data.get("tokens", 0)),
+            version=int(data.get("version", -1)),
+            recalled=tuple((int(a), int(b)) for a, b in data.get("recalled") or ()),
+            instructions=tuple(str(i) for i in data.get("instructions") or ()),
         )
 
-    @property
-    def fits(self) -> bool:
-        return self.total + self.reserve <= self.window
+
+EXTRAS_KEY = "shown"
+# what the recollections' label and the blank lines around it cost, at most (en/ja/zh)
+LABEL_TOKENS = 32
+
+
+def extras_of(entry: LogEntry) -> Extras | None:
+    """What this message was shown with when it was answered, if anything."""
+    data = entry.meta.get(EXTRAS_KEY) if entry.meta else None
+    return Extras.from_json(data) if data else None
+
+
+_NOT_WORDS = re.compile(r"[\W\d_]+")
+
+
+def gist(text: str) -> str:
+    """A line's words without numbers, punctuation or case: "Reply 12." and "reply 31" are
+    the same line said again."""
+    return _NOT_WORDS.sub("", text).casefold()
+
+
+def with_extras(extras: str, text: str) -> str:
+    return f"{extras}\n\n{text}" if extras else text
 
 
 @dataclass(frozen=True)
@@ -67,6 +117,7 @@ class Prompt:
     messages: tuple[ChatMessage, ...]
     account: Account
     memory_version: int = 0
+    extras: Extras | None = None  # what this turn added (to keep with its message)
 
     @property
     def tokens(self) -> int:
@@ -76,21 +127,290 @@ class Prompt:
         return ChatRequest(messages=self.messages, max_tokens=self.account.reserve, purpose=purpose)
 
 
-RECOLLECTION_LABEL = {
-    "en": "(A memory from earlier in this conversation that may be relevant:)",
-    "ja": "(この会話の以前の部分から、関係がありそうな記憶:)",
-    "zh": "(本次对话早先的一段可能相关的记忆:)",
-}
-
-
-def entry_message(e: LogEntry) -> ChatMessage:
-    return _chat_message(e.message)
+def entry_message(e: LogEntry, extras: Extras | None = None, line: str = "") -> ChatMessage:
+    """A stored message as the prompt shows it: what its turn was shown, then its date line
+    (`kioku.dates`), then the message itself."""
+    m = _chat_message(e.message)
+    if line:
+        m = m.prefixed(line)
+    return m.prefixed(with_extras(extras.text, "")) if extras is not None else m
 
 
 # Every turn renders the whole raw window again; a message renders the same every time.
 @lru_cache(maxsize=16384)
 def _chat_message(message: Message) -> ChatMessage:
     return chat_message(message)  # tool calls, tool results and images as the protocol has them
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The fixed part of a prompt, measured; `room` is what this turn's additions may use."""
+
+    head: tuple[ChatMessage, ...]  # system prompt, memory exchange, raw window
+    new: LogEntry
+    parts: Mapping[str, int]  # tokens of the fixed parts, template included
+    budget: int  # usable prompt tokens
+    template: Template
+    profile: Profile
+    lang: str
+    memory_version: int
+    raw_messages: int
+    raw_start: int
+    visible: frozenset[int]  # seqs a recollection must not repeat (shown as extras already)
+    shown_instructions: frozenset[str]
+    raw_gists: frozenset[str] = frozenset()  # what the raw window says (`gist`)
+    kept: Extras | None = None  # this message's extras, when it was answered before
+    new_line: str = ""  # the new message's date line
+
+    @property
+    def fixed(self) -> int:
+        return sum(self.parts.values())
+
+    @property
+    def room(self) -> int:
+        return self.budget - self.fixed
+
+    @property
+    def recall_room(self) -> int:
+        """Tokens recollections may take this turn: a share of what is left, by profile, less
+        the label that introduces them; and never more than the raw window may still hold of
+        what turns were shown (`Profile.extras_share`)."""
+        if self.kept is not None:
+            return 0
+        share = int(self.room * self.profile.recall_share)
+        left = int(self.budget * self.profile.extras_share) - self.parts.get("carried", 0)
+        return max(0, min(share, left) - LABEL_TOKENS)
+
+
+def head_tokens(
+    system_prompt: str,
+    memory: Memory,
+    counter: TokenCounter,
+    lang: str = "en",
+    memory_in_system: bool = False,
+) -> tuple[int, int]:
+    """(tokens of the prompt besides its raw window and new message — system prompt, memory
+    exchange, their template tokens, the reply's opening —, tokens the memory exchange's frame
+    costs when memory is empty now): what the policy needs to size a fold on the rendered
+    prompt, counted as `plan` counts it."""
+    tmpl = template_of(counter)
+    n = 1 if system_prompt else 0
+    sys_t = counter.count(system_prompt) if system_prompt else 0
+    user_text, ack = render_memory(memory, lang)
+    if memory.is_empty():
+        frame = counter.count(user_text) + counter.count(ack) + round(2 * tmpl.per_message)
+        return sys_t + tmpl.messages(n), frame
+    if memory_in_system:
+        joined = f"{system_prompt}\n\n{user_text}" if system_prompt else user_text
+        return counter.count(joined) + tmpl.messages(1), 0
+    mem_t = counter.count(user_text) + counter.count(ack)
+    return sys_t + mem_t + tmpl.messages(n + 2), 0
+
+
+def plan(
+    *,
+    system_prompt: str,
+    memory: Memory,
+    raw: Sequence[LogEntry],
+    new: LogEntry,
+    profile: Profile,
+    counter: TokenCounter,
+    lang: str = "en",
+    memory_version: int = 0,
+    memory_in_system: bool = False,
+    margin: float | None = None,
+) -> Plan:
+    """Measure everything but this turn's additions. `margin`: the share of the budget kept
+    back for counting error (`budget.Margin`; by default none for an exact counter, 4 % for an
+    estimate). `raw` is the raw window before the new
+    message, oldest first. Raises `ContextOverflow` when even that does not fit: the policy
+    cuts before it comes to this, so it means a message or card too large for the window."""
+    tmpl = template_of(counter)
+    # the policy keeps the prompt under the ceiling (the budget, in kioku's profiles): what a
+    # turn adds stays under it too
+    if margin is None:
+        margin = 0.0 if is_exact(counter) else ESTIMATE_MARGIN
+    budget = min(usable(profile.prompt_budget, margin), profile.ceiling)
+    head: list[ChatMessage] = []
+    sys_t = counter.count(system_prompt) if system_prompt else 0
+    new_line = dates.line_for(new.message, raw[-1].message if raw else None, lang, new.seq > 0)
+    new_t = (new.tokens or counter.count(new.message.text)) + dates.line_tokens(
+        new_line, new.message, counter
+    )
+    alone = budget - sys_t - tmpl.messages(2 if system_prompt else 1)
+    if new_t > alone:
+        raise MessageTooLarge(new_t, alone, seq=new.seq)
+    mem_t = 0
+    if memory_in_system and not memory.is_empty():
+        # the summary_in_system baseline: every fold rewrites the cache's base
+        user_text, _ = render_memory(memory, lang)
+        system_prompt = f"{system_prompt}\n\n{user_text}" if system_prompt else user_text
+        mem_t = counter.count(system_prompt) - sys_t
+    if system_prompt:
+        head.append(ChatMessage("system", system_prompt))
+    if not memory_in_system and not memory.is_empty():
+        user_text, ack = render_memory(memory, lang)
+        head += [ChatMessage("user", user_text), ChatMessage("assistant", ack)]
+        mem_t = counter.count(user_text) + counter.count(ack)
+    raw_t = carried = 0
+    visible: set[int] = set()
+    told: set[str] = set()
+    previous: Message | None = None
+    for e in raw:
+        x = extras_of(e)
+        line = dates.line_for(e.message, previous, lang, e.seq > 0)  # dated by day
+        head.append(entry_message(e, x, line))
+        raw_t += (e.tokens or counter.count(e.message.text)) + dates.line_tokens(
+            line, e.message, counter
+        )
+        previous = e.message
+        if x is not None:
+            carried += x.tokens
+            for lo, hi in x.recalled:
+                visible.update(range(lo, hi + 1))
+            told.update(x.instructions)
+    parts = {
+        "system": sys_t,
+        "memory": mem_t,
+        "raw": raw_t,
+        "carried": carried,
+        "new": new_t,
+        "template": tmpl.messages(len(head) + 1),
+    }
+    p = Plan(
+        head=tuple(head),
+        new=new,
+        parts=parts,
+        budget=budget,
+        template=tmpl,
+        profile=profile,
+        lang=lang,
+        memory_version=memory_version,
+        raw_messages=len(raw),
+        raw_start=raw[0].seq if raw else new.seq,
+        visible=frozenset(visible),
+        shown_instructions=frozenset(told),
+        raw_gists=frozenset(gist(e.message.text) for e in raw),
+        kept=extras_of(new),
+        new_line=new_line,
+    )
+    if p.room < 0:
+        raise ContextOverflow(
+            f"the prompt needs {p.fixed} tokens but {budget} fit beside the response reserve "
+            f"({profile.response_reserve} of a {profile.window}-token window): system "
+            f"{sys_t}, memory {mem_t}, raw {raw_t + carried} in {len(raw)} messages, new "
+            f"message {new_t}; the raw window must be folded first",
+            excess=-p.room,
+        )
+    return p
+
+
+def finish(
+    p: Plan,
+    counter: TokenCounter,
+    recollections: Sequence[Recollection] = (),
+    instructions: Sequence[str] = (),
+) -> Prompt:
+    """The prompt: the fixed part, then the new message with what this turn adds in front of
+    it, as much as the room allows. A message answered before (a retry, a regeneration) keeps
+    exactly the additions it was shown the first time."""
+    text = p.new.message.text
+    dropped: dict[str, int] = {}
+    got_r = got_i = 0
+    extras = p.kept
+    # extras go next to a user message; a tool result must reach the model as returned
+    if extras is None and p.new.role == "user":
+        fresh = [i for i in instructions if i and i not in p.shown_instructions]
+        recs = [r for r in (_unseen(r, p) for r in recollections) if r is not None]
+        instr_text = "\n".join(fresh)
+        instr_t = _added(counter, instr_text, text) if instr_text else 0
+        allowed = share(
+            p.room,
+            [
+                Want("instructions", instr_t, priority=2, minimum=instr_t),
+                Want(
+                    "recollections",
+                    p.recall_room + LABEL_TOKENS,
+                    priority=1,
+                    ratio=p.profile.recall_share,
+                ),
+            ],
+        )
+        if instr_t and not allowed["instructions"]:
+            dropped["instructions"] = instr_t
+            instr_text, fresh = "", []
+        got_i = allowed["instructions"]
+        label = RECOLLECTION_LABEL.get(p.lang, RECOLLECTION_LABEL["en"])
+        kept: list[Recollection] = []
+        for r in recs:
+            trial = _extras_text([*kept, r], instr_text, label)
+            cost = _added(counter, trial, text) - got_i
+            if cost <= allowed["recollections"]:
+                kept.append(r)
+                got_r = cost
+            else:
+                dropped["recollections"] = dropped.get("recollections", 0) + (
+                    r.tokens or counter.count(r.text)
+                )
+        body = _extras_text(kept, instr_text, label)
+        if body:
+            extras = Extras(
+                text=body,
+                tokens=_added(counter, body, text),
+                version=p.memory_version,
+                recalled=tuple((r.first_seq, r.last_seq) for r in kept),
+                instructions=tuple(fresh),
+            )
+            got_r = extras.tokens - got_i
+    messages = (*p.head, entry_message(p.new, extras, p.new_line))
+    parts = dict(p.parts)
+    if extras is not None and p.kept is not None:
+        parts["recollections"] = p.kept.tokens  # shown before: the same tokens again
+    else:
+        parts["recollections"] = got_r
+        parts["instructions"] = got_i
+    account = Account(
+        parts=parts,
+        reserve=p.profile.response_reserve,
+        window=p.profile.window,
+        raw_messages=p.raw_messages,
+        raw_start=p.raw_start,
+        dropped=dropped,
+    )
+    new_extras = extras if (extras is not None and p.kept is None) else None
+    return Prompt(messages, account, p.memory_version, new_extras)
+
+
+def _unseen(r: Recollection, p: Plan) -> Recollection | None:
+    """The recollection without the lines the model already sees: lines an earlier turn
+    recalled (still raw with their turn), and the same words said again in the raw window."""
+    if not r.lines:  # a recollection made of text only
+        return r
+    fresh = tuple(
+        ln for ln in r.lines if ln.seq not in p.visible and gist(ln.text) not in p.raw_gists
+    )
+    if not fresh:
+        return None
+    if len(fresh) == len(r.lines):
+        return r
+    return Recollection(fresh[0].seq, fresh[-1].seq, r.score, fresh)
+
+
+def _extras_text(recs: Sequence[Recollection], instructions: str, label: str) -> str:
+    pieces = []
+    if recs:
+        pieces.append(label + "\n" + "\n\n".join(r.text for r in recs))
+    if instructions:
+        pieces.append(instructions)
+    return "\n\n".join(pieces)
+
+
+def _added(counter: TokenCounter, extras: str, text: str) -> int:
+    """Tokens the extras add to a message's rendered content (counted whole, so the account
+    adds up to the rendered prompt even where a tokenizer merges across the seam)."""
+    if not extras:
+        return 0
+    return max(0, counter.count(with_extras(extras, text)) - counter.count(text))
 
 
 def build(
@@ -106,88 +426,19 @@ def build(
     lang: str = "en",
     memory_version: int = 0,
     memory_in_system: bool = False,
+    margin: float | None = None,
 ) -> Prompt:
-    """Assemble the prompt. `raw` is the raw window before the new message, oldest first."""
-    if new.role == "tool":
-        # extras go next to a user message; a tool result must reach the model as returned
-        recollections, instructions = (), ()
-    budget = profile.prompt_budget
-    sys_t = counter.count(system_prompt) if system_prompt else 0
-    new_t = new.tokens or counter.count(new.message.text)
-    if new_t + sys_t + 2 * MESSAGE_OVERHEAD > budget:
-        raise MessageTooLarge(new_t, budget - sys_t - 2 * MESSAGE_OVERHEAD, seq=new.seq)
-
-    messages: list[ChatMessage] = []
-    mem_t = 0
-    if memory_in_system and not memory.is_empty():
-        # the summary_in_system baseline: every fold rewrites the cache's base
-        user_text, _ = render_memory(memory, lang)
-        system_prompt = f"{system_prompt}\n\n{user_text}" if system_prompt else user_text
-        mem_t = counter.count(system_prompt) - sys_t
-    if system_prompt:
-        messages.append(ChatMessage("system", system_prompt))
-    if not memory_in_system and not memory.is_empty():
-        user_text, ack = render_memory(memory, lang)
-        messages.append(ChatMessage("user", user_text))
-        messages.append(ChatMessage("assistant", ack))
-        mem_t = counter.count(user_text) + counter.count(ack)
-    raw_t = 0
-    for e in raw:
-        messages.append(entry_message(e))
-        raw_t += e.tokens or counter.count(e.message.text)
-    n_messages = len(messages) + 1
-    base = sys_t + mem_t + raw_t + new_t + n_messages * MESSAGE_OVERHEAD
-    if base > budget:
-        raise ContextOverflow(
-            f"prompt needs {base} tokens but the window leaves {budget} beside the response "
-            f"reserve; the raw window must be folded first (ceiling {profile.ceiling})"
-        )
-
-    # Per-turn extras fill what is left, recollections within their own budget; whatever does
-    # not fit is dropped and accounted for, never squeezed in.
-    room = budget - base
-    instr_text = "\n".join(i for i in instructions if i)
-    instr_t = counter.count(instr_text) if instr_text else 0
-    if instr_t > room:
-        instr_text, instr_t = "", 0
-    room -= instr_t
-    kept: list[Recollection] = []
-    rec_t = dropped = 0
-    label = RECOLLECTION_LABEL.get(lang, RECOLLECTION_LABEL["en"])
-    label_t = counter.count(label) + 2
-    rec_budget = min(profile.recollection_tokens, room)
-    for r in recollections:
-        cost = r.tokens or counter.count(r.text)
-        if rec_t + cost + label_t <= rec_budget:
-            kept.append(r)
-            rec_t += cost
-        else:
-            dropped += cost
-    if kept:
-        rec_t += label_t
-
-    pieces = []
-    if kept:
-        pieces.append(label + "\n" + "\n\n".join(r.text for r in kept))
-    if instr_text:
-        pieces.append(instr_text)
-    last = entry_message(new)
-    if pieces:
-        last = last.prefixed("\n\n".join(pieces) + "\n\n")
-    messages.append(last)
-
-    account = Account(
-        system=sys_t,
-        memory=mem_t,
-        raw=raw_t,
-        recollections=rec_t,
-        instructions=instr_t,
-        new=new_t,
-        overhead=n_messages * MESSAGE_OVERHEAD,
-        reserve=profile.response_reserve,
-        window=profile.window,
-        raw_messages=len(raw),
-        raw_start=raw[0].seq if raw else new.seq,
-        dropped_recollections=dropped,
+    """`plan` and `finish` in one call, for callers that already hold their recollections."""
+    p = plan(
+        system_prompt=system_prompt,
+        memory=memory,
+        raw=raw,
+        new=new,
+        profile=profile,
+        counter=counter,
+        lang=lang,
+        memory_version=memory_version,
+        memory_in_system=memory_in_system,
+        margin=margin,
     )
-    return Prompt(messages=tuple(messages), account=account, memory_version=memory_version)
+    return finish(p, counter, recollections, instructions)

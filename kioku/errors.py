@@ -4,6 +4,7 @@
     ├── ConfigError            a profile, URL or option that cannot work; fix the configuration
     ├── InputError             bad input from a caller (empty message, unknown role); nothing was lost
     │   ├── MessageTooLarge    one message cannot fit the window even alone; refused, not stored
+    │   ├── CardTooLarge       a system prompt that leaves no room for the minimum raw window
     │   ├── BadParameter       one named header or field is wrong (`param` names it)
     │   ├── SyncConflict       a client's transcript shares nothing with the log it names
     │   ├── RequestTooLarge    a body or a message list over the service's limits (413)
@@ -57,6 +58,21 @@ class MessageTooLarge(InputError):
         )
 
 
+class CardTooLarge(InputError):
+    """A system prompt (the character card) so large that the minimum raw window and a minimal
+    memory no longer fit beside it: refused when the card is first seen, nothing stored."""
+
+    def __init__(self, tokens: int, limit: int, profile: Any) -> None:
+        self.tokens = tokens
+        self.limit = limit
+        super().__init__(
+            f"the system prompt is {tokens} tokens but at most {limit} fit in profile "
+            f"{profile.name} (window {profile.window}, response reserve "
+            f"{profile.response_reserve}, minimum raw window {profile.min_raw}); shorten the "
+            "card or use a profile with a larger window (--profile / --window)"
+        )
+
+
 class BadParameter(InputError):
     """One named part of a request is wrong: `param` names it (a header, a field), as in
     OpenAI's error object, and `code` says how."""
@@ -95,7 +111,12 @@ class LeaseLost(StoreError):
 
 
 class ContextOverflow(KiokuError):
-    pass
+    """A prompt that cannot be made to fit: raised instead of sending it. `excess` says by how
+    many tokens (0 when unknown)."""
+
+    def __init__(self, message: str, excess: int = 0) -> None:
+        super().__init__(message)
+        self.excess = excess
 
 
 class ModelError(KiokuError):

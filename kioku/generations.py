@@ -7,7 +7,7 @@ Which job to run when is `policy`'s business; running it is the worker's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal, TypeVar
 
 from kioku.memory import ItemStatus, MemoryItem
@@ -84,6 +84,19 @@ def synopsis_task(
     )
 
 
+def period(task: SummaryTask) -> tuple[str, str] | None:
+    """The first and last day (ISO) of what a task records: its messages' dates, or the
+    periods of the items a synopsis folds."""
+    days = [e.message.at.date().isoformat() for e in task.entries if e.message.at]
+    # a chapter task may carry the memory so far for its threads: only a synopsis records it
+    folded = ([task.previous] if task.previous else []) + list(task.chapters)
+    for item in folded if task.kind == "synopsis" else ():
+        span = item.data.get("period") if isinstance(item.data, Mapping) else None
+        if isinstance(span, list | tuple) and len(span) == 2:
+            days.extend(str(d) for d in span)
+    return (min(days), max(days)) if days else None
+
+
 def item_from_summary(
     task: SummaryTask, summary: Summary, *, ready_at: float, status: ItemStatus = "ready"
 ) -> MemoryItem:
@@ -95,6 +108,10 @@ def item_from_summary(
             for i in ([task.previous] if task.previous else []) + list(task.chapters)
             if i.id is not None
         )
+    data = dict(summary.data)
+    span_dates = period(task)
+    if span_dates:
+        data["period"] = list(span_dates)
     return MemoryItem(
         kind="synopsis" if task.kind == "synopsis" else "chapter",
         first_seq=first,
@@ -104,7 +121,7 @@ def item_from_summary(
         source=summary.source,
         model=summary.model,
         prompt_version=summary.prompt_version,
-        data=summary.data,
+        data=data,
         status=status,
         ready_at=ready_at,
         replaces=replaces,

@@ -28,9 +28,10 @@ if TYPE_CHECKING:
 
 class MemoryLayers(Protocol):
     def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int
+        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
     ) -> Sequence[Recollection]:
-        """Past exchanges (all before `raw_start`) to show beside the new message `entry`."""
+        """Past exchanges (all before `raw_start`) to show beside the new message `entry`,
+        together within `budget` tokens (the share of the turn's room the profile gives)."""
         ...
 
     def instructions(self, conv: Conversation) -> Sequence[str]:
@@ -47,6 +48,11 @@ class MemoryLayers(Protocol):
 
     def chapter_written(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
         """A chapter over `entries` was stored (notes are extracted from them)."""
+        ...
+
+    def cut_written(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
+        """A forced or operator cut folded `entries` without a summary job (their notes are
+        extracted now, inside the turn, so without a model)."""
         ...
 
     def tic_alerts(self, conversation_id: str) -> Sequence[TicAlert]:
@@ -69,7 +75,7 @@ class NoLayers:
     edit is still written to the ledger (it shows once a notes layer renders it)."""
 
     def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int
+        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
     ) -> Sequence[Recollection]:
         return ()
 
@@ -83,6 +89,9 @@ class NoLayers:
         return ()
 
     def chapter_written(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
+        return None
+
+    def cut_written(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
         return None
 
     def tic_alerts(self, conversation_id: str) -> Sequence[TicAlert]:

@@ -5,7 +5,8 @@ Each layer is its own module; `Layers` puts them behind the `kioku.hooks.MemoryL
 and n-grams:
 - recall: for each user message, the closest past exchange outside the raw window becomes a
   recollection at the end of the prompt (never in front of the raw window: the cache survives);
-- notes: extracted in the background after each chapter, rendered into the memory exchange at
+- notes: extracted in the background after each chapter (and at once, without a model, from what
+  a forced or operator cut folds), rendered into the memory exchange at
   the next fold (an operator edit shows at once);
 - tics: a phrase repeated across the last 20 replies raises an alert, adds an anti-repetition line
   at the end of the request, and is kept out of every summary.
@@ -22,6 +23,7 @@ from kioku import tics as tics_layer
 from kioku.archive import Hit
 from kioku.engine import Conversation
 from kioku.errors import ConfigError
+from kioku.lang import detect_lang
 from kioku.messages import LogEntry
 from kioku.models import ChatModel
 from kioku.recall import RecallIndexes
@@ -71,16 +73,19 @@ class Layers:
         self._tics: dict[str, tuple[Any, list[tics_layer.TicAlert]]] = {}
 
     def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int
+        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
     ) -> list[Recollection]:
-        if self.recall is None or raw_start == 0:
+        if self.recall is None or raw_start == 0 or budget <= 0:
             return []
+        p = conv.kioku.profile
         return self.recall.recall(
             conv.id,
             entry.message.text,
             before_seq=raw_start,
-            budget_tokens=conv.kioku.profile.recollection_tokens,
+            budget_tokens=budget,
             counter=conv.kioku.counter,
+            limit=p.recall_limit,
+            min_relevance=p.recall_relevance,
         )
 
     def tic_alerts(self, conversation_id: str) -> list[tics_layer.TicAlert]:
@@ -134,12 +139,22 @@ class Layers:
         if not self.notes_on:
             return None
         current = notes_layer.notes(conv.store, conv.id)
-        budget = conv.kioku.profile.notes_tokens
-        return notes_layer.render_notes(current, budget, conv.kioku.counter).text
+        budget = conv.profile.notes_tokens
+        return notes_layer.render_notes(current, budget, conv.kioku.counter, conv.lang).text
 
     def chapter_written(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
         if self.notes_on:
-            notes_layer.update_notes(self.store, conversation_id, entries, self.notes_extractor)
+            lang = detect_lang([e.text for e in entries[:20]])
+            notes_layer.update_notes(
+                self.store, conversation_id, entries, self.notes_extractor, lang
+            )
+
+    def cut_written(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
+        """A cut folded these messages without a chapter job: their facts go to the ledger now,
+        by the model-free extractor (no model call inside a turn)."""
+        if self.notes_on:
+            lang = detect_lang([e.text for e in entries[:20]])
+            notes_layer.update_notes(self.store, conversation_id, entries, None, lang)
 
     def edit_notes(
         self, conv: Conversation, edited: str, base: str | None = None

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any, Literal
 
+from kioku.dates import day_text
 from kioku.rendering import render_labels, render_story, render_threads, render_user
 from kioku.structure import UserFact, is_structured, merge_threads, record_from_data
 
@@ -120,6 +122,18 @@ HEADERS: Mapping[str, Mapping[str, str]] = {
 }
 
 
+def when(item: MemoryItem, lang: str = "en") -> str:
+    """ ", 8 May 2023 – 9 June 2023": the days an item records, for its heading."""
+    span = item.data.get("period") if isinstance(item.data, Mapping) else None
+    if not isinstance(span, list | tuple) or len(span) != 2:
+        return ""
+    try:
+        first, last = (day_text(date.fromisoformat(str(d)), lang) for d in span)
+    except ValueError:
+        return ""
+    return f", {first}" if first == last else f", {first} – {last}"
+
+
 def render_memory(memory: Memory, lang: str = "en") -> tuple[str, str]:
     """The memory exchange: (synthetic user message, synthetic assistant acknowledgement).
 
@@ -146,9 +160,11 @@ def render_memory(memory: Memory, lang: str = "en") -> tuple[str, str]:
 
     if memory.synopsis:
         s = memory.synopsis
-        blocks.append(f"## {h['synopsis']} (#{s.first_seq}–{s.last_seq})\n{body(s)}")
+        head = f"{h['synopsis']} (#{s.first_seq}–{s.last_seq}{when(s, lang)})"
+        blocks.append(f"## {head}\n{body(s)}")
     for n, c in enumerate(memory.chapters, 1):
-        blocks.append(f"## {h['chapter']} {n} (#{c.first_seq}–{c.last_seq})\n{body(c)}")
+        head = f"{h['chapter']} {n} (#{c.first_seq}–{c.last_seq}{when(c, lang)})"
+        blocks.append(f"## {head}\n{body(c)}")
     if facts:
         blocks.append(f"## {lab.user}\n{render_user(facts)}")
     threads = merge_threads(memory.items)

@@ -12,16 +12,22 @@ subject and kind no longer show: the person wins over the extractor.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import date
 from typing import TYPE_CHECKING, Literal
 
+from kioku.dates import day_text, day_with_weekday
 from kioku.errors import BadNotes, InputError
+from kioku.facts import Fact, facts_in
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, ChatModel, ChatRequest
+from kioku.relative_dates import resolve
 from kioku.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -37,8 +43,8 @@ NOTE_KINDS: tuple[str, ...] = (
     "fact",
 )  # also the order in which notes are kept when the budget is short
 Author = Literal["extractor", "operator"]
-NOTES_PROMPT_VERSION = "notes-1"
-HEURISTIC_VERSION = "notes-heuristic-1"
+NOTES_PROMPT_VERSION = "notes-2"
+HEURISTIC_VERSION = "notes-heuristic-2"
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,9 @@ class NoteDraft:
     text: str
     source_seq: int | None = None
     supersedes: int | None = None
+    said_by: str = ""  # who said it (the subject is whom it is about)
+    on_date: str | None = None  # ISO date of what it records
+    slot: str = ""  # a newer fact in the same slot (and subject, kind) supersedes the older
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,10 @@ class Note:
     retracted: bool = False
     origin: str = ""
     created_at: float = 0.0
+    said_by: str = ""
+    on_date: str | None = None
+    slot: str = ""
+    mentions: int = 1  # how many messages stated it, across the whole conversation
 
     @property
     def key(self) -> tuple[str, str]:
@@ -73,6 +86,20 @@ class Note:
 
     def line(self) -> str:
         return f"- [{self.kind}] {self.subject}: {self.text}"
+
+    def shown(self, lang: str = "en") -> str:
+        """The line the memory exchange shows: with the date of what it records, and who said
+        it when that is not the person it is about."""
+        extra = []
+        if self.on_date and not re.search(r"\d{4}", self.text):  # a dated fact says it already
+            with contextlib.suppress(ValueError):
+                extra.append(day_text(date.fromisoformat(self.on_date), lang))
+        if self.said_by and self.said_by.casefold() != _norm(self.subject).casefold():
+            extra.append(SAID_BY.get(lang, SAID_BY["en"]).format(self.said_by))
+        return self.line() + (f" ({', '.join(extra)})" if extra else "")
+
+
+SAID_BY = {"en": "said by {}", "ja": "{}の話", "zh": "{}说"}
 
 
 def _norm(text: str) -> str:
@@ -105,7 +132,8 @@ def current_notes(ledger: Iterable[Note]) -> list[Note]:
 
 
 def ledger(store: Store, conversation_id: str) -> list[Note]:
-    """Every entry ever written for the conversation, superseded and retracted ones included."""
+    """Every entry ever written for the conversation, superseded and retracted ones included,
+    with who said it, its date, its slot and how often it was stated."""
     return store.note_ledger(conversation_id)
 
 
@@ -140,20 +168,40 @@ def add_notes(
     author: Author = "extractor",
     origin: str = "",
 ) -> list[int]:
-    """Append drafts to the ledger in one transaction; return the new ids. A draft identical to
-    a note in force (same subject, kind and text) is skipped."""
+    """Append drafts to the ledger in one transaction; return the new ids.
+
+    A draft identical to a note in force (same subject, kind and text) adds nothing but a
+    mention of it (facts that come up again rank higher). A draft with a slot that a note in
+    force about the same subject and kind already fills, with other text, supersedes that note:
+    the newest statement is the one in force, the older stays in the ledger, marked."""
     for d in drafts:
         _check(d)
     with store.atomic():
         in_force = current_notes(store.note_ledger(conversation_id))
-        have = {(n.key, _norm(n.text).casefold()) for n in in_force}
+        have = {(n.key, _norm(n.text).casefold()): n.id for n in in_force}
+        slots = {(n.key, n.slot): n.id for n in in_force if n.slot}
         ids = []
         for d in drafts:
-            sig = ((_norm(d.subject).casefold(), d.kind), _norm(d.text).casefold())
+            key = (_norm(d.subject).casefold(), d.kind)
+            sig = (key, _norm(d.text).casefold())
             if sig in have:
+                store.add_note_mention(conversation_id, have[sig], d.source_seq)
                 continue
-            have.add(sig)
-            ids.append(_insert(store, conversation_id, d, author, origin))
+            if d.slot and d.supersedes is None and (key, d.slot) in slots:
+                d = replace(d, supersedes=slots[(key, d.slot)])
+            nid = _insert(store, conversation_id, d, author, origin)
+            have[sig] = nid
+            if d.slot:
+                slots[(key, d.slot)] = nid
+            store.add_note_facts(
+                conversation_id,
+                nid,
+                said_by=d.said_by,
+                on_date=d.on_date,
+                slot=d.slot,
+                seq=d.source_seq,
+            )
+            ids.append(nid)
         return ids
 
 
@@ -185,25 +233,52 @@ class RenderedNotes:
     dropped: int  # notes left out for the budget
 
 
+KIND_WEIGHT = {
+    "name": 4.0,
+    "relation": 3.5,
+    "anniversary": 3.5,
+    "promise": 3.0,
+    "preference": 2.0,
+    "habit": 2.0,
+    "fact": 2.0,
+}
+
+
+def rank(notes_in_force: Sequence[Note]) -> list[Note]:
+    """The notes in the order they earn their place when the budget is short, across the
+    whole conversation: the operator's first, then by kind (names before habits), how often
+    the fact was stated, and how much the conversation is about its subject (the person in
+    every dialogue before a one-off partner); the oldest first among equals, since what is
+    recent is still in the chapters and the raw window, and the notes are what outlives them."""
+    about: Counter[str] = Counter()
+    for n in notes_in_force:
+        about[n.key[0]] += n.mentions
+
+    def score(n: Note) -> float:
+        return (
+            KIND_WEIGHT.get(n.kind, 1.0)
+            + 1.5 * math.log2(1 + n.mentions)
+            + 0.5 * math.log2(1 + about[n.key[0]])
+        )
+
+    return sorted(notes_in_force, key=lambda n: (n.author != "operator", -score(n), n.id))
+
+
 def render_notes(
-    notes_in_force: Sequence[Note], budget_tokens: int, counter: TokenCounter
+    notes_in_force: Sequence[Note], budget_tokens: int, counter: TokenCounter, lang: str = "en"
 ) -> RenderedNotes:
-    """The notes for the memory exchange within `budget_tokens`. When they do not all fit, the
-    operator's notes go first, then by kind (names before habits), newest first."""
-    priority = sorted(
-        notes_in_force,
-        key=lambda n: (n.author != "operator", _order(n)[0], -n.id),
-    )
+    """The notes for the memory exchange within `budget_tokens`, each with its date and who
+    said it (`Note.shown`). When they do not all fit, `rank` decides which stay."""
     chosen: list[Note] = []
     used = 0
-    for n in priority:
-        cost = counter.count(n.line()) + 1
+    for n in rank(notes_in_force):
+        cost = counter.count(n.shown(lang)) + 1
         if used + cost <= budget_tokens:
             chosen.append(n)
             used += cost
     chosen.sort(key=_order)
     while chosen:
-        text = "\n".join(n.line() for n in chosen)
+        text = "\n".join(n.shown(lang) for n in chosen)
         tokens = counter.count(text)
         if tokens <= budget_tokens:
             return RenderedNotes(text, tokens, len(chosen), len(notes_in_force) - len(chosen))
@@ -305,7 +380,8 @@ _PROMPTS = {
         'messages: {{"subject": "<who it is about>", "kind": "<{kinds}>", "text": "<the fact, '
         'one short sentence>", "seq": <seq of the message>}}. Add "supersedes": <id> when it '
         "replaces a note in force. Skip facts already in the notes. If there is nothing new, "
-        "write exactly NONE.",
+        "write exactly NONE. Messages are dated: write a date as the date it means "
+        '("yesterday" in a message of 8 May 2023 is 7 May 2023).',
     ),
     "ja": (
         "あなたは一つの長い会話のメモ係です。名前、関係、習慣、記念日や日付、約束、好みなど、"
@@ -315,9 +391,26 @@ _PROMPTS = {
         "新しい安定した事実ごとに JSON オブジェクトを1行ずつ、それ以外は何も書かずに出力してください: "
         '{{"subject": "<誰についてか>", "kind": "<{kinds}>", "text": "<事実を短い一文で>", '
         '"seq": <メッセージの seq>}}。現在のメモを置き換える場合は "supersedes": <id> を加えます。'
-        "既にあるメモは書きません。新しい事実がなければ NONE とだけ書いてください。",
+        "既にあるメモは書きません。新しい事実がなければ NONE とだけ書いてください。"
+        "メッセージには日付があります。日付は実際の日付で書いてください"
+        "(2023年5月8日の「昨日」は2023年5月7日)。",
     ),
 }
+
+
+def dated_lines(entries: Sequence[LogEntry], lang: str = "en") -> str:
+    """Messages as `[seq] author: text`, a date line where the day changes, and each relative
+    date followed by the date it means, so the extractor can write dates that last."""
+    out: list[str] = []
+    day: date | None = None
+    for e in entries:
+        at = e.message.at
+        if at is not None and at.date() != day:
+            day = at.date()
+            out.append(f"— {day_with_weekday(day, lang)} —")
+        text = resolve(e.message.text, at, lang)
+        out.append(f"[{e.seq}] {e.message.author or e.message.role}: {text}")
+    return "\n".join(out)
 
 
 class NotesExtractor:
@@ -333,9 +426,7 @@ class NotesExtractor:
     def request(self, entries: Sequence[LogEntry], current: Sequence[Note]) -> ChatRequest:
         system, user = _PROMPTS[self.lang]
         cur = "\n".join(f"#{n.id} [{n.kind}] {n.subject}: {n.text}" for n in current) or "-"
-        msgs = "\n".join(
-            f"[{e.seq}] {e.message.author or e.message.role}: {e.message.text}" for e in entries
-        )
+        msgs = dated_lines(entries, self.lang)
         body = user.format(current=cur, messages=msgs, kinds="|".join(NOTE_KINDS))
         return ChatRequest(
             messages=(ChatMessage("system", system), ChatMessage("user", body)),
@@ -355,7 +446,8 @@ class NotesExtractor:
             return []
         if not body:
             raise BadNotes("empty reply (expected JSON lines or NONE)", text)
-        seqs = {e.seq for e in entries}
+        by_seq = {e.seq: e for e in entries}
+        seqs = set(by_seq)
         ids = {n.id for n in current}
         out = []
         for n, line in enumerate(body.splitlines(), 1):
@@ -384,7 +476,16 @@ class NotesExtractor:
                 raise BadNotes(f"line {n}: seq {seq!r} is not one of the messages given", text)
             if sup is not None and (not isinstance(sup, int) or sup not in ids):
                 raise BadNotes(f"line {n}: supersedes {sup!r} is not a note in force", text)
-            draft = NoteDraft(_norm(subject).replace(":", " "), kind, _norm(fact), seq, sup)
+            m = by_seq[seq].message
+            draft = NoteDraft(
+                _norm(subject).replace(":", " "),
+                kind,
+                _norm(fact),
+                seq,
+                sup,
+                said_by=m.author or m.role,
+                on_date=m.at.date().isoformat() if m.at else None,
+            )
             out.append(draft)
         return out
 
@@ -397,109 +498,25 @@ class NotesExtractor:
         return self.parse(completion.text, entries, current)
 
 
-# the no-model extractor: a few patterns, English and Japanese ---------------------------------
-
-_CLAUSE = r"([^.!?,;\n。！？]{2,60}?)"
-_NAME = r"([A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"
-_JA_NOUN = r"(?:^|[はもをにでと、。！？\s「」『』])([^\s、。！？「」『』はもを]{1,20}?)"
-_PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
-    ("name", re.compile(rf"\b(?i:my name is) {_NAME}"), "is called {0}"),
-    ("name", re.compile(rf"\b(?i:call me) {_NAME}"), "wants to be called {0}"),
-    (
-        "relation",
-        re.compile(
-            r"\b[Mm]y (sister|brother|mother|mom|father|dad|wife|husband|girlfriend|boyfriend|"
-            rf"best friend|friend|son|daughter|dog|cat)(?:'s name)? is (?:called |named )?{_NAME}"
-        ),
-        "{0} is {1}",
-    ),
-    (
-        "anniversary",
-        re.compile(rf"\b[Mm]y birthday is (?:on )?{_CLAUSE}(?=[.!?,;\n]|$)"),
-        "birthday is {0}",
-    ),
-    (
-        "anniversary",
-        re.compile(rf"\b[Oo]ur anniversary is (?:on )?{_CLAUSE}(?=[.!?,;\n]|$)"),
-        "anniversary is {0}",
-    ),
-    (
-        "promise",
-        re.compile(rf"\bI promise (?:to |that |you )?{_CLAUSE}(?=[.!?,;\n]|$)"),
-        "promised: {0}",
-    ),
-    (
-        "preference",
-        re.compile(rf"\bI (?:really |truly )?(?:like|love|enjoy|adore) {_CLAUSE}(?=[.!?,;\n]|$)"),
-        "likes {0}",
-    ),
-    (
-        "preference",
-        re.compile(
-            rf"\bI (?:really )?(?:hate|dislike|can't stand|don't like) {_CLAUSE}(?=[.!?,;\n]|$)"
-        ),
-        "dislikes {0}",
-    ),
-    ("habit", re.compile(rf"\bI (?:always|usually|often) {_CLAUSE}(?=[.!?,;\n]|$)"), "usually {0}"),
-    (
-        "name",
-        re.compile(
-            r"(?:私|わたし|僕|ぼく|俺|おれ)の名前は([^\s、。！？「」]{1,20}?)(?:です|だ|って|。|$)"
-        ),
-        "名前は{0}",
-    ),
-    ("name", re.compile(r"([^\s、。！？「」]{1,15}?)(?:って|と)呼んで"), "「{0}」と呼ばれたい"),
-    (
-        "relation",
-        re.compile(
-            r"(?:私|わたし|僕|ぼく|俺|おれ)の(妹|姉|兄|弟|母|父|友達|親友|彼女|彼氏|妻|夫|犬|猫)"
-            r"(?:の名前)?は([^\s、。！？「」]{1,15}?)(?:です|だ|って|。|$)"
-        ),
-        "{0}は{1}",
-    ),
-    (
-        "anniversary",
-        re.compile(r"誕生日は([^\s、。！？「」]{1,20}?)(?:です|だ|だよ|なの|。|$)"),
-        "誕生日は{0}",
-    ),
-    (
-        "anniversary",
-        re.compile(r"記念日は([^\s、。！？「」]{1,20}?)(?:です|だ|だよ|なの|。|$)"),
-        "記念日は{0}",
-    ),
-    ("promise", re.compile(r"([^。！？\n「」]{2,40}?)(?:と|って)約束"), "約束: {0}"),
-    ("preference", re.compile(_JA_NOUN + r"が(?:大)?好き"), "{0}が好き"),
-    ("preference", re.compile(_JA_NOUN + r"が(?:大)?嫌い"), "{0}が嫌い"),
-)
+# the no-model extractor ----------------------------------------------------------------------
 
 
-_VAGUE = frozenset({"much", "lot", "lots", "really", "too", "always", "everything", "anything"})
+def draft_of(f: Fact) -> NoteDraft:
+    return NoteDraft(
+        f.subject.replace(":", " "),
+        f.kind,
+        f.text,
+        f.seq,
+        said_by=f.said_by,
+        on_date=f.on.isoformat() if f.on else None,
+        slot=f.slot,
+    )
 
 
-def _says_something(captured: str) -> bool:
-    # imported here: the store imports this module, and bm25s (with scipy) takes a second
-    from bm25s.stopwords import STOPWORDS_EN_PLUS
-
-    words = re.findall(r"[^\W\d_]+", captured.casefold())
-    return any(w not in STOPWORDS_EN_PLUS and w not in _VAGUE for w in words)
-
-
-def extract_notes_heuristic(entries: Iterable[LogEntry]) -> list[NoteDraft]:
-    """Facts a few patterns can see (\"my name is\", \"I like\", 誕生日, 約束, 好き...), for when no
-    model is configured. The subject is the speaker."""
-    out: dict[tuple[str, str, str], NoteDraft] = {}
-    for e in entries:
-        if e.message.role not in ("user", "assistant"):
-            continue
-        who = (e.message.author or e.message.role).replace(":", " ")
-        for kind, pattern, template in _PATTERNS:
-            for m in pattern.finditer(e.message.text):
-                if not any(_says_something(g) for g in m.groups()):
-                    continue  # "I love you", "I like it": nothing to keep
-                fact = template.format(*(g.strip() for g in m.groups()))
-                key = (who.casefold(), kind, fact.casefold())
-                out.setdefault(key, NoteDraft(who, kind, fact, e.seq))
-    return list(out.values())
+def extract_notes_heuristic(entries: Iterable[LogEntry], lang: str = "en") -> list[NoteDraft]:
+    """Facts the model-free extractor can see (`kioku.facts`): names, relations, dates,
+    promises, preferences, habits, where someone lives or works, dated events."""
+    return [draft_of(f) for f in facts_in(entries, lang)]
 
 
 def update_notes(
@@ -507,11 +524,12 @@ def update_notes(
     conversation_id: str,
     entries: Sequence[LogEntry],
     extractor: NotesExtractor | None = None,
+    lang: str = "en",
 ) -> list[int]:
     """Extract facts from `entries` and append them; return the new ledger ids. With no model,
     the heuristic extractor runs. A bad model reply raises `BadNotes` before anything is stored."""
     if extractor is None:
-        drafts, origin = extract_notes_heuristic(entries), HEURISTIC_VERSION
+        drafts, origin = extract_notes_heuristic(entries, lang), HEURISTIC_VERSION
     else:
         drafts, origin = (
             extractor.extract(entries, notes(store, conversation_id)),

@@ -3,15 +3,22 @@
 The rules come from a production system that rebuilt its memory five times (seed 000 §2):
 - past the trigger, schedule a summary job in the background, delayed, and do NOT fold in that
   turn — folding drops the prompt's prefix and the turn that triggers would re-read everything;
-- apply a ready summary at the start of the next turn: one cache break per fold;
-- past the ceiling (summaries keep failing), cut anyway — but with an extractive stand-in
-  chapter first, so nothing leaves the prompt unrecorded;
-- size the raw window after a fold to keep a fixed headroom before the next trigger, shrinking
-  as memory grows, never below the minimum;
+- apply a ready summary at the start of a later turn: one cache break per fold. kioku applies
+  it just in time, on the first turn whose prompt could not take another message, so the
+  window stays full between folds;
+- past the ceiling (summaries late or failing), cut anyway — but with an extractive stand-in
+  chapter first, so nothing leaves the prompt unrecorded and the turn always fits;
+- a fold leaves a fixed headroom below the ceiling (the raw window shrinking as memory grows,
+  never below the minimum), so no fold follows another on the next turn;
 - a backlog larger than the summarizer can read at once is split into chunk-sized jobs, oldest
   first;
 - when chapters pass the major-GC threshold, the older half plus the old synopsis are folded
-  into a new synopsis (the only lossy rewrite).
+  into a new synopsis (the only lossy rewrite); a ready synopsis waits for the next chapter
+  fold, so the two share one cache break.
+
+Every size is the rendered prompt's (`kioku.budget`): `State.fixed` is what the prompt holds
+besides the raw window (system prompt, memory exchange, the template's tokens for them), and
+each raw message counts with its template tokens and the extras its turn was shown.
 
 `decide` runs these rules as steps over a `Plan` (the memory state the turn leads to), so a
 baseline policy reuses the steps it shares (`kioku.rolling`: the rolling rewrite kioku is
@@ -42,10 +49,47 @@ class State:
     profile: Profile
     now: float
     raw_start: int
-    raw: Sequence[tuple[int, int]]  # (seq, tokens) of the raw window, oldest first
+    # (seq, rendered tokens) of the raw window, oldest first, the new message last: each
+    # message with its template tokens and the extras its turn was shown
+    raw: Sequence[tuple[int, int]]
     memory: Memory
     ready: Sequence[MemoryItem] = ()
     jobs: Sequence[PendingJob] = ()
+    fixed: int = 0  # rendered tokens besides the raw window: system, memory exchange, template
+    item_overhead: int = 16  # what one memory item adds beyond its text (its heading)
+    frame: int = 0  # what the memory exchange costs around its items, paid once memory exists
+    usable: int | None = None  # prompt tokens the counter lets kioku plan for (estimate margin)
+
+    @property
+    def ceiling(self) -> int:
+        p = self.profile
+        return p.ceiling if self.usable is None else min(p.ceiling, self.usable)
+
+    @property
+    def trigger(self) -> int:
+        """The profile's trigger, earlier when recent turns are long: a summary scheduled now
+        must be ready before the prompt meets the ceiling."""
+        lead = _turns(self.raw, SUMMARY_LEAD_TURNS)
+        return max(self.profile.min_raw, min(self.profile.trigger, self.ceiling - lead))
+
+    @property
+    def prompt(self) -> int:
+        """The rendered prompt as it stands, with the new message."""
+        return self.fixed + _tail_tokens(self.raw, self.raw_start)
+
+    @property
+    def needs_room(self) -> bool:
+        """The prompt could not take another message of the recent size: fold what is ready."""
+        return self.prompt + _turns(self.raw, FOLD_AHEAD_TURNS) > self.ceiling
+
+
+# A summary is scheduled at least this many turns before the ceiling, so its delay (30 s) and
+# duration (~30 s) pass while the conversation goes on.
+SUMMARY_LEAD_TURNS = 6
+# A ready chapter is folded in when the prompt could not take another message of the recent
+# size: the window stays as full as it can be, and the turn that folds still fits (the ceiling's
+# forced cut is for summaries that are late).
+FOLD_AHEAD_TURNS = 0.5
 
 
 @dataclass(frozen=True)
@@ -98,9 +142,21 @@ class Plan:
         synopsis = self.synopsis.tokens if self.synopsis else 0
         return sum(c.tokens for c in self.chapters) + synopsis + self.stand_in_tokens
 
-    def history(self, state: State) -> int:
-        """Memory plus the raw window from `start`: what the trigger and ceiling measure."""
-        return self.memory_tokens + _tail_tokens(state.raw, self.start)
+    def fixed(self, state: State) -> int:
+        """What the prompt holds besides the raw window once this plan's memory is in it."""
+        oh = state.item_overhead
+        after = [*self.chapters, *([self.synopsis] if self.synopsis else [])]
+        before = state.memory.items
+        fixed = state.fixed + sum(i.tokens + oh for i in after) - sum(i.tokens + oh for i in before)
+        if self.stand_in_tokens:
+            fixed += self.stand_in_tokens + oh
+        if (after or self.stand_in_tokens) and not before:
+            fixed += state.frame
+        return fixed
+
+    def prompt(self, state: State) -> int:
+        """The rendered prompt this plan leads to: what the trigger and ceiling measure."""
+        return self.fixed(state) + _tail_tokens(state.raw, self.start)
 
     def decision(self, state: State) -> Decision:
         return Decision(
@@ -129,10 +185,12 @@ def decide(state: State) -> Decision:
 # the steps -------------------------------------------------------------------------------------
 
 
-def fold_ready(state: State) -> Plan:
+def fold_ready(state: State, *, just_in_time: bool = True) -> Plan:
     """Apply what is ready: chapters chained from the raw start, a synopsis whose inputs are
-    active, revisions in place of the stale items they rewrite."""
-    activate, retire, discard, start, chapters, synopsis = _fold_ready(state)
+    active, revisions in place of the stale items they rewrite. `just_in_time` (kioku): ready
+    chapters and a ready synopsis wait for the turn whose prompt needs the room."""
+    hold = just_in_time and not state.needs_room
+    activate, retire, discard, start, chapters, synopsis = _fold_ready(state, hold=hold)
     swapped, revised, dropped, chapters, synopsis = _swap_revisions(state, chapters, synopsis)
     activate += swapped
     discard += dropped
@@ -155,13 +213,17 @@ def fold_ready(state: State) -> Plan:
 
 def cut_at_ceiling(state: State, plan: Plan) -> Plan:
     """Summaries did not arrive in time: cut the oldest raw messages now, recorded by an
-    extractive stand-in chapter so the coverage invariant holds."""
+    extractive stand-in chapter, so the turn fits and the coverage invariant holds. The prompt
+    lands where a fold would have left it: `headroom` below the ceiling."""
     p = state.profile
-    history = plan.history(state)
-    if history <= p.ceiling:
+    prompt = plan.prompt(state)
+    if prompt <= state.ceiling:
         return plan
-    keep = p.raw_target(plan.memory_tokens + p.chapter_tokens)
-    cut = _cut_point(state.raw, plan.start, keep)
+    after = replace(plan, stand_in_tokens=plan.stand_in_tokens + p.chapter_tokens).prompt(state)
+    # `headroom` below the ceiling, keeping the minimum raw window; but the turn must fit even
+    # where that minimum cannot stay (one huge message)
+    wanted = _cut_after(state.raw, plan.start, after - (state.ceiling - p.headroom), p.min_raw)
+    cut = max(wanted, _cut_after(state.raw, plan.start, after - state.ceiling, 0))
     if cut <= plan.start:
         return plan
     return replace(
@@ -171,7 +233,7 @@ def cut_at_ceiling(state: State, plan: Plan) -> Plan:
         stand_in_tokens=plan.stand_in_tokens + p.chapter_tokens,
         reasons=(
             *plan.reasons,
-            f"ceiling: history {history} > {p.ceiling}, forced cut {plan.start}..{cut - 1}",
+            f"ceiling: prompt {prompt} > {state.ceiling}, forced cut {plan.start}..{cut - 1}",
         ),
     )
 
@@ -200,12 +262,16 @@ def waiting(state: State, plan: Plan, kind: ItemKind) -> bool:
 
 
 def trigger_cut(state: State, plan: Plan) -> int | None:
-    """Past the trigger: the first seq to keep raw, so that the profile's headroom remains after
-    the fold (None: not past the trigger, or nothing to summarize)."""
+    """Past the trigger: the first seq to keep raw (None: not past the trigger, or nothing to
+    summarize). The chapter takes the oldest `headroom` tokens (and its own size), less the
+    message that comes before the fold is needed: however late the fold, the prompt then has
+    `headroom` of room again. At least `min_raw` stays raw."""
     p = state.profile
-    if plan.history(state) <= p.trigger:
+    if plan.prompt(state) <= state.trigger:
         return None
-    cut = _cut_point(state.raw, plan.start, p.raw_target(plan.memory_tokens + p.chapter_tokens))
+    drop = p.headroom + p.chapter_tokens + state.item_overhead
+    drop -= _turns(state.raw, FOLD_AHEAD_TURNS)
+    cut = _cut_after(state.raw, plan.start, drop, p.min_raw)
     return cut if cut > plan.start else None
 
 
@@ -225,7 +291,7 @@ def schedule_chapters(state: State, plan: Plan) -> Plan:
         for lo, hi in _chunks(state.raw, plan.start, cut - 1, p.summary_chunk)
     )
     reason = (
-        f"trigger: history {plan.history(state)} > {p.trigger}, {len(jobs)} chapter job(s) "
+        f"trigger: prompt {plan.prompt(state)} > {state.trigger}, {len(jobs)} chapter job(s) "
         f"for {plan.start}..{cut - 1}"
     )
     return replace(plan, schedule=(*plan.schedule, *jobs), reasons=(*plan.reasons, reason))
@@ -259,9 +325,10 @@ def schedule_major_gc(state: State, plan: Plan) -> Plan:
 
 
 def _fold_ready(
-    state: State,
+    state: State, *, hold: bool = False
 ) -> tuple[list[int], list[int], list[int], int, list[MemoryItem], MemoryItem | None]:
-    """Chain ready chapters from the raw start; apply a ready synopsis whose inputs are active."""
+    """Chain ready chapters from the raw start; apply a ready synopsis whose inputs are active.
+    `hold`: apply neither now (they wait for the turn that needs the room)."""
     activate: list[int] = []
     retire: list[int] = []
     discard: list[int] = []
@@ -280,14 +347,17 @@ def _fold_ready(
         assert r.id is not None
         if r.first_seq < start:
             discard.append(r.id)  # a forced cut or a duplicate already covers it
-        elif r.first_seq == start:
+        elif r.first_seq == start and not hold:
             activate.append(r.id)
             chapters.append(r)
             start = r.last_seq + 1
     active = {c.id: c for c in chapters if c.id is not None}
     if synopsis and synopsis.id is not None:
         active[synopsis.id] = synopsis
-    for r in sorted((r for r in due if r.kind == "synopsis"), key=lambda r: r.last_seq):
+    synopses = (
+        [] if hold else sorted((r for r in due if r.kind == "synopsis"), key=lambda r: r.last_seq)
+    )
+    for r in synopses:
         assert r.id is not None
         replaced = [active[i] for i in r.replaces if i in active]
         if len(replaced) != len(r.replaces):
@@ -350,17 +420,27 @@ def _tail_tokens(raw: Sequence[tuple[int, int]], start: int) -> int:
     return sum(t for s, t in raw if s >= start)
 
 
-def _cut_point(raw: Sequence[tuple[int, int]], start: int, keep: int) -> int:
-    """The first seq to keep so that at most `keep` raw tokens remain (at least one message
-    stays raw: the newest turn is never summarized before anyone saw a reply to it)."""
-    kept = 0
-    cut = None
-    for s, t in reversed([(s, t) for s, t in raw if s >= start]):
-        if cut is not None and kept + t > keep:
-            break
-        kept += t
-        cut = s
-    return start if cut is None else cut
+def _cut_after(raw: Sequence[tuple[int, int]], start: int, drop: int, keep: int) -> int:
+    """The first seq to keep when about `drop` tokens are folded from the raw start, keeping
+    at least `keep` tokens raw (and always the newest message: a turn is never summarized
+    before anyone saw a reply to it)."""
+    rest = _tail_tokens(raw, start)
+    dropped = 0
+    for s, t in raw:
+        if s < start:
+            continue
+        if dropped >= drop or rest - t < keep or s == raw[-1][0]:
+            return s
+        dropped += t
+        rest -= t
+    return start
+
+
+def _turns(raw: Sequence[tuple[int, int]], n: float) -> int:
+    """Tokens `n` turns (a message and its reply each) of the recent size take (the median
+    message: a turn that was shown a recollection is not what the next turns look like)."""
+    recent = sorted(t for _, t in raw[-20:])
+    return round(2 * n * recent[len(recent) // 2]) if recent else 0
 
 
 def _chunks(

@@ -1,10 +1,17 @@
-"""Per-model numbers, all in tokens of the serving model.
+"""Per-model numbers, all in tokens of the serving model's rendered prompt.
 
-The seed's figures were characters for a 64k local window: trigger 48,000 chars (~30k tokens),
-ceiling 56,000 (~35k), minimum raw history 16,000 (~10k), chapters of ~1,100 chars, a major GC
-when chapters pass 6,000 chars, backlog pieces of 32,000 chars. A 1M-token cloud model keeps
-~200,000 chars (~125k tokens) raw instead: what sets the trigger is the cost of re-reading the
-prompt after a cache break, not the window.
+Every threshold is measured on the prompt the server reads (`kioku.budget`): system prompt,
+memory exchange, raw window with each message's template tokens, and what a turn adds. The
+seed's figures were characters for a 64k local window (trigger 48,000 chars ≈ 30k tokens,
+ceiling 56,000 ≈ 35k, minimum raw 16,000 ≈ 10k, chapters of ~1,100 chars, a major GC past 6,000
+chars, backlog pieces of 32,000 chars); they carried a wide safety margin for a count the seed
+could not make. kioku counts exactly, so its trigger sits close to the window: the prompt fills
+it, and folds come half as often. A 1M-token cloud model keeps ~200,000 chars (~125k tokens)
+raw instead: what sets its trigger is the cost of re-reading after a cache break, not the window.
+
+After a fold the prompt is `headroom` below the trigger (never with less than `min_raw` raw),
+so the median prompt uses ~(trigger − headroom / 2) of the budget and a fold comes once per
+`headroom` tokens of conversation: the one trade-off between window use and cache breaks.
 """
 
 from __future__ import annotations
@@ -16,6 +23,11 @@ from kioku.errors import ConfigError
 DEFAULT_SUMMARY_DELAY_S = 30.0
 DEFAULT_SUMMARY_DURATION_S = 30.0  # what one summary took in the seed; used by simulations
 DEFAULT_SUMMARY_CEILING_TOKENS = 4096  # never cut a summary mid-sentence
+# what the memory exchange costs around its items (intro, caveat, headings, the ack), and the
+# least a memory item can say and still be read
+MEMORY_FRAME_TOKENS = 100
+MIN_ITEM_TOKENS = 32
+ITEM_HEADING_TOKENS = 16  # "## Chapter 3 (#120–188, 2–3 May 2023)" and the blank line
 # What one image costs in the prompt, whatever its pixels: OpenAI's high-detail 1024×1024 tile
 # count (765) rounded up; Gemma 3 takes 256 per image, LLaVA 576. Set it to the model's number.
 DEFAULT_IMAGE_TOKENS = 768
@@ -26,8 +38,8 @@ class Profile:
     name: str
     window: int
     response_reserve: int
-    trigger: int  # history (memory + raw) past this schedules a summary job
-    ceiling: int  # history past this is cut now, even with no summary ready
+    trigger: int  # a prompt past this schedules a summary job
+    ceiling: int  # a prompt past this is cut now, even with no summary ready (≤ the budget)
     min_raw: int  # the raw window never shrinks below this after a fold
     headroom: int  # after a fold, this much room remains before the next trigger
     chapter_tokens: int  # target length of one chapter
@@ -35,7 +47,14 @@ class Profile:
     major_gc: int  # chapters' total past this folds the older half into the synopsis
     summary_chunk: int  # most raw tokens one summary job reads
     notes_tokens: int = 600
-    recollection_tokens: int = 800
+    recall_share: float = 0.5  # of the room left in a turn, what recollections may take
+    recall_limit: int = 6  # recollections per turn at most
+    # what the raw window may hold of what turns were shown (recollections, notes), at most:
+    # beyond it a turn recalls nothing, so extras never crowd out the conversation itself
+    extras_share: float = 0.2
+    # a past exchange is recalled only when it holds this much of the query's meaning (BM25
+    # score ÷ the query's best possible score): chit-chat ("ok, see you") recalls nothing
+    recall_relevance: float = 0.36
     summary_ceiling: int = DEFAULT_SUMMARY_CEILING_TOKENS
     summary_delay_s: float = DEFAULT_SUMMARY_DELAY_S
     summary_duration_s: float = DEFAULT_SUMMARY_DURATION_S
@@ -45,9 +64,9 @@ class Profile:
     image_tokens: int = DEFAULT_IMAGE_TOKENS  # per image (or other media part) in a message
 
     def __post_init__(self) -> None:
-        if not 0 < self.min_raw < self.trigger < self.ceiling:
+        if not 0 < self.min_raw < self.trigger <= self.ceiling:
             raise ConfigError(
-                f"profile {self.name!r}: need 0 < min_raw < trigger < ceiling, got "
+                f"profile {self.name!r}: need 0 < min_raw < trigger <= ceiling, got "
                 f"{self.min_raw} / {self.trigger} / {self.ceiling}"
             )
         if self.ceiling + self.response_reserve > self.window:
@@ -57,6 +76,8 @@ class Profile:
             )
         if self.headroom >= self.trigger:
             raise ConfigError(f"profile {self.name!r}: headroom must be below the trigger")
+        if not 0 <= self.recall_share <= 1 or not 0 <= self.extras_share <= 1:
+            raise ConfigError(f"profile {self.name!r}: recall_share and extras_share are 0 to 1")
 
     @property
     def prompt_budget(self) -> int:
@@ -77,13 +98,14 @@ class Profile:
         def s(v: int, floor: int = 1) -> int:
             return max(floor, round(v * f))
 
+        reserve = s(self.response_reserve, 256)
         out = replace(
             self,
             name=f"{self.name}@{window}",
             window=window,
-            response_reserve=s(self.response_reserve, 256),
-            trigger=s(self.trigger),
-            ceiling=s(self.ceiling),
+            response_reserve=reserve,
+            trigger=min(s(self.trigger), window - reserve),
+            ceiling=min(s(self.ceiling), window - reserve),
             min_raw=s(self.min_raw),
             headroom=s(self.headroom),
             chapter_tokens=min(self.chapter_tokens, s(self.chapter_tokens, 300)),
@@ -91,9 +113,46 @@ class Profile:
             major_gc=s(self.major_gc, 1200),
             summary_chunk=s(self.summary_chunk, 1024),
             notes_tokens=s(self.notes_tokens, 128),
-            recollection_tokens=s(self.recollection_tokens, 128),
         )
         return out.fitted()
+
+    def for_card(self, card_tokens: int) -> Profile:
+        """This profile for a conversation whose system prompt (the card) takes `card_tokens`:
+        memory's sizes and the headroom shrink together until card + memory + the minimum raw
+        window fit under the ceiling, so a large card costs memory, never a failed turn. A card
+        that cannot fit beside the minimum raw window and a minimal memory is refused."""
+        # each chapter's heading too, up to a major GC's worth of chapters and the synopsis
+        headings = ITEM_HEADING_TOKENS * (self.major_gc // max(1, self.chapter_tokens) + 2)
+        room = self.ceiling - card_tokens - self.min_raw - MEMORY_FRAME_TOKENS - headings
+        parts = (
+            self.synopsis_tokens,
+            self.major_gc,
+            self.chapter_tokens,
+            self.notes_tokens,
+            self.headroom,
+        )
+        need = sum(parts)
+        if need <= room:
+            return self
+        floors = (MIN_ITEM_TOKENS, 2 * MIN_ITEM_TOKENS, MIN_ITEM_TOKENS, 0, MIN_ITEM_TOKENS)
+        if room < sum(floors):
+            from kioku.errors import CardTooLarge
+
+            raise CardTooLarge(
+                card_tokens,
+                max(0, self.ceiling - self.min_raw - MEMORY_FRAME_TOKENS - sum(floors)),
+                self,
+            )
+        k = room / need
+        syn, gc, ch, notes, head = (max(f, int(v * k)) for v, f in zip(parts, floors, strict=True))
+        return replace(
+            self,
+            synopsis_tokens=syn,
+            major_gc=gc,
+            chapter_tokens=ch,
+            notes_tokens=notes,
+            headroom=head,
+        )
 
     def fitted(self) -> Profile:
         """This profile with memory's three sizes shrunk together until synopsis + major GC + a
@@ -117,13 +176,13 @@ LOCAL_64K = Profile(
     name="local-64k",
     window=65536,
     response_reserve=4096,
-    trigger=30000,
-    ceiling=35000,
+    trigger=54000,
+    ceiling=61440,
     min_raw=10000,
-    headroom=14000,
+    headroom=15400,
     chapter_tokens=900,
     synopsis_tokens=2400,
-    major_gc=4800,
+    major_gc=9600,
     summary_chunk=20000,
 )
 
@@ -140,23 +199,21 @@ CLOUD_1M = Profile(
     major_gc=9600,
     summary_chunk=20000,
     notes_tokens=1500,
-    recollection_tokens=2000,
 )
 
 LOCAL_8K = Profile(
     name="local-8k",
     window=8192,
     response_reserve=1024,
-    trigger=4000,
-    ceiling=5600,
+    trigger=6300,
+    ceiling=7168,
     min_raw=1200,
-    headroom=1800,
+    headroom=1790,
     chapter_tokens=300,
     synopsis_tokens=600,
-    major_gc=1200,
+    major_gc=2000,
     summary_chunk=2500,
     notes_tokens=200,
-    recollection_tokens=300,
 )
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (LOCAL_64K, CLOUD_1M, LOCAL_8K)}

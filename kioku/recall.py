@@ -88,6 +88,7 @@ def recall(
     limit: int = DEFAULT_LIMIT,
     neighbours: int = 1,
     min_score: float = 0.0,
+    min_relevance: float = 0.0,
 ) -> list[Recollection]:
     """The best past exchanges for `query` among seqs < before_seq, best first, together within
     `budget_tokens` (measured on `Recollection.render()`). Each is the matching turn with its
@@ -101,6 +102,8 @@ def recall(
     for hit in hits:
         if hit.score <= min_score or hit.seq in taken or hit.seq >= before_seq:
             continue
+        if hit.relevance < min_relevance:
+            break  # hits come best first
         lo, hi = max(0, hit.seq - neighbours), min(before_seq - 1, hit.seq + neighbours)
         seqs = [q for q in range(lo, hi + 1) if q not in taken]
         entries = [e for e in lookup(seqs[0], seqs[-1]) if e.seq in seqs and e.seq < before_seq]
@@ -202,6 +205,7 @@ class RecallIndexes:
         budget_tokens: int,
         counter: TokenCounter,
         limit: int = DEFAULT_LIMIT,
+        min_relevance: float = 0.0,
     ) -> list[Recollection]:
         idx = self.sync(conversation_id)
         found: list[Hit] = []
@@ -230,6 +234,7 @@ class RecallIndexes:
             budget_tokens=budget_tokens,
             counter=counter,
             limit=limit,
+            min_relevance=min_relevance,
         )
 
     def _save(self, conversation_id: str, idx: ArchiveIndex) -> None:

@@ -25,7 +25,7 @@ from kioku.policy import (
 
 
 def decide(state: State) -> Decision:
-    plan = cut_at_ceiling(state, fold_ready(state))
+    plan = cut_at_ceiling(state, fold_ready(state, just_in_time=False))
     return schedule_rewrite(state, plan).decision(state)
 
 
@@ -44,5 +44,5 @@ def schedule_rewrite(state: State, plan: Plan) -> Plan:
     p = state.profile
     payload: dict[str, Any] = {"synopsis_id": plan.synopsis.id if plan.synopsis else None}
     job = JobPlan("rolling", plan.start, cut - 1, state.now + p.summary_delay_s, payload)
-    reason = f"trigger: history {plan.history(state)} > {p.trigger}, rolling rewrite to {cut - 1}"
+    reason = f"trigger: prompt {plan.prompt(state)} > {state.trigger}, rolling rewrite to {cut - 1}"
     return replace(plan, schedule=(*plan.schedule, job), reasons=(*plan.reasons, reason))

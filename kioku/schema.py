@@ -341,6 +341,36 @@ reply_choices = Table(
 
 MIGRATIONS.append(("0007_i13_blobs_reply_choices", _create(blobs, reply_choices)))
 
+# the fact ledger (issue 14) ------------------------------------------------------------------
+
+# What the notes ledger's entries record besides their text, for the entries kioku extracts:
+# who said it (a note's subject is whom it is about), the date of what it records, and the slot
+# it fills (a newer fact in the same slot supersedes the older one). Written once per entry.
+note_facts = Table(
+    "note_facts",
+    metadata,
+    Column("note_id", Integer, ForeignKey("notes_ledger.id"), primary_key=True),
+    Column("conversation_id", String(200), nullable=False),
+    Column("said_by", String(200), nullable=False, default=""),
+    Column("on_date", String(10), nullable=True),  # ISO date
+    Column("slot", String(200), nullable=False, default=""),
+    Index("ix_note_facts_conv", "conversation_id"),
+)
+
+# Every message that stated a note in force again: how often a fact comes up across the whole
+# conversation ranks it when the notes do not all fit. Append-only.
+note_mentions = Table(
+    "note_mentions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("conversation_id", String(200), nullable=False),
+    Column("note_id", Integer, nullable=False),
+    Column("seq", BigInteger, nullable=True),
+    Index("ix_note_mentions_conv", "conversation_id"),
+)
+
+MIGRATIONS.append(("0008_i14b_fact_ledger", _create(note_facts, note_mentions)))
+
 # one turn at a time, and requests that change nothing twice (issue 11) ------------------------
 
 # The turn lock of a conversation, by tenant and the id the client sent (a lock can be taken
@@ -377,7 +407,7 @@ idempotency_keys = Table(
     Index("ix_idempotency_keys_created", "created_at"),
 )
 
-MIGRATIONS.append(("0008_i11_turn_locks_idempotency", _create(turn_locks, idempotency_keys)))
+MIGRATIONS.append(("0009_i11_turn_locks_idempotency", _create(turn_locks, idempotency_keys)))
 
 
 def _conversation_ids_per_tenant(conn: Connection) -> None:
@@ -399,4 +429,4 @@ def _conversation_ids_per_tenant(conn: Connection) -> None:
     )
 
 
-MIGRATIONS.append(("0009_i11_conversation_ids_per_tenant", _conversation_ids_per_tenant))
+MIGRATIONS.append(("0010_i11_conversation_ids_per_tenant", _conversation_ids_per_tenant))

@@ -474,6 +474,18 @@ class Store(
             )
         return [LogEntry(seq=first + i, message=m, tokens=t) for i, (m, t) in enumerate(messages)]
 
+    # what a turn was shown (issue 9) --------------------------------------------------------
+
+    def set_meta(self, conversation_id: str, seq: int, meta: dict[str, Any]) -> None:
+        """Replace a message's metadata (what kioku showed beside it; never its content)."""
+        with self.atomic() as conn:
+            m = s.messages.c
+            conn.execute(
+                update(s.messages)
+                .where(m.conversation_id == conversation_id, m.seq == seq)
+                .values(meta=meta)
+            )
+
     # the command line and the console (issue 15) --------------------------------------------
 
     def holds_nothing(self) -> bool:

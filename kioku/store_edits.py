@@ -23,7 +23,7 @@ from kioku.db import Database
 from kioku.errors import NotFound
 from kioku.messages import LogEntry, Message, parts_from_json
 
-ChangeKind = Literal["edit", "delete", "regenerate"]
+ChangeKind = Literal["edit", "delete", "regenerate", "continue"]  # continue: issue 12
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,20 @@ class EventLog(Database):
         with self.reading() as conn:
             return {name: int(v) for name, v in conn.execute(q)}
 
+    def top_counter(self, tenant: str, name: str, limit: int) -> list[tuple[str, int]]:
+        """The tenant's conversations with the highest counter `name` (above 0), highest
+        first: a bounded set of labelled series for `/metrics` (issue 12)."""
+        t, c = s.counters.c, s.conversations.c
+        q = (
+            select(t.conversation_id, t.value)
+            .join(s.conversations, c.id == t.conversation_id)
+            .where(c.tenant == tenant, t.name == name, t.value > 0)
+            .order_by(t.value.desc(), t.conversation_id)
+            .limit(limit)
+        )
+        with self.reading() as conn:
+            return [(str(r.conversation_id), int(r.value)) for r in conn.execute(q)]
+
     def tenant_totals(self, tenant: str) -> TenantTotals:
         c, cv, cl, j = s.conversations.c, s.counters.c, s.compaction_log.c, s.jobs.c
         mine = select(c.id).where(c.tenant == tenant).scalar_subquery()

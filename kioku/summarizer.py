@@ -3,27 +3,33 @@
 `Summarizer.summarize(task) -> Summary` is the one method a summarizer implements. A task is a
 chapter (one contiguous range of messages), a synopsis (a major GC: the previous synopsis plus
 the older chapters), or a cut. The LLM chronicler lives in `chronicler.py`; here is the
-deterministic extractive one: it keeps attributed sentences ("[seq] Name: …") chosen for their
-content within the token target. It is the embedded default when no model is configured, the
-fallback when the model keeps failing, and what the benchmarks run. A tool exchange is kept as an
-action and its result ("Mika (tool use): get_weather …", "get_weather (tool result): sunny"),
-never as speech; a shared image is always kept, with its caption ("Ren (image): shared an image:
-…").
+deterministic extractive one: it keeps attributed, dated sentences ("[seq] Name: …") chosen for
+their content within the token target, scene by scene (`kioku.scenes`), and drops what carries
+nothing out of context (`kioku.salience`). It is the embedded default when no model is
+configured, the stand-in at a forced cut, the fallback when the model keeps failing, and what
+the benchmarks run. A tool exchange is kept as an action and its result ("Mika (tool use):
+get_weather …", "get_weather (tool result): sunny"), never as speech; a shared image is always
+kept, with its caption ("Ren (image): shared an image: …").
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import date
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from kioku.facts import Speech, facts_in_speech
 from kioku.memory import ItemSource, MemoryItem
 from kioku.messages import MEDIA_KINDS, LogEntry, canonical_json, render_parts
+from kioku.relative_dates import resolve
+from kioku.salience import carries_nothing, content_words, is_fragment, is_question
+from kioku.scenes import MARK, Scene, marker, scene_of, scenes
 from kioku.tokens import TokenCounter
 
 TaskKind = Literal["chapter", "synopsis", "cut"]
-EXTRACTIVE_VERSION = "extractive-1"
+EXTRACTIVE_VERSION = "extractive-2"
 
 
 @dataclass(frozen=True)
@@ -69,54 +75,8 @@ class Summarizer(Protocol):
 
 
 _SPLIT = re.compile(r"(?<=[。！？])|(?<=[.!?])\s+")
-_WORD = re.compile(
-    r"[A-Za-z][A-Za-z'\-]+|\d[\d,.:/]*|[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]{2,}"
-)
-_STOP = frozenset(
-    [
-        "the",
-        "and",
-        "that",
-        "this",
-        "with",
-        "have",
-        "from",
-        "they",
-        "were",
-        "what",
-        "when",
-        "your",
-        "about",
-        "would",
-        "there",
-        "their",
-        "just",
-        "like",
-        "really",
-        "know",
-        "think",
-        "been",
-        "will",
-        "some",
-        "them",
-        "then",
-        "than",
-        "into",
-        "also",
-        "very",
-        "much",
-        "more",
-        "well",
-        "yeah",
-        "okay",
-        "oh",
-        "that's",
-        "it's",
-        "i'm",
-        "you're",
-        "don't",
-        "can't",
-    ]
+_DEICTIC = re.compile(
+    r"アレ|あれ|ソレ|\bthat thing\b|\bthat stuff\b|\bthose things\b", re.IGNORECASE
 )
 
 
@@ -130,41 +90,45 @@ def _sentences(text: str) -> list[str]:
     return out
 
 
-def _content_words(sentence: str) -> set[str]:
-    return {w.lower() for w in _WORD.findall(sentence) if w.lower() not in _STOP}
-
-
 @dataclass(frozen=True)
 class Line:
     seq: int
     speaker: str
     text: str
+    on: date | None = None  # the day it was said
+    scene: int | None = None  # first seq of the scene (dialogue) it belongs to
     must: bool = False  # an event a chapter never leaves out (an image was shared)
 
     def render(self) -> str:
         return f"[{self.seq}] {self.speaker}: {self.text}"
 
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"seq": self.seq, "speaker": self.speaker, "text": self.text}
+        if self.on is not None:
+            out["date"] = self.on.isoformat()
+        if self.scene is not None:
+            out["scene"] = self.scene
+        if self.must:
+            out["must"] = True
+        return out
 
-_LINE = re.compile(r"^\[(\d+)\] ([^:]{0,80}): (.*)$")
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Line:
+        on = date.fromisoformat(d["date"]) if d.get("date") else None
+        scene = d.get("scene")
+        must = bool(d.get("must", False))
+        return cls(int(d["seq"]), str(d["speaker"]), str(d["text"]), on, scene, must)
+
+
+_LINE = re.compile(rf"^(?:{MARK} [^\n]*? {MARK} )?\[(\d+)\] ([^:]{{0,80}}): (.*)$")
 # a further line of the same message: indented under the first, without repeating its seq
 _MORE = re.compile(r"^\s+([^:\[\s][^:]{0,79}): (.*)$")
 
 
-def render_lines(lines: Sequence[Line]) -> str:
-    """One message's lines under one `[seq]`: a message with narration and speech reads as one
-    entry, not as the same seq twice."""
-    out: list[str] = []
-    prev: int | None = None
-    for ln in lines:
-        if ln.seq == prev:
-            out.append(f"{' ' * (len(str(ln.seq)) + 3)}{ln.speaker}: {ln.text}")
-        else:
-            out.append(ln.render())
-        prev = ln.seq
-    return "\n".join(out)
-
-
 def parse_lines(text: str) -> list[Line]:
+    """The `[seq] speaker: text` lines of an extractive item (a scene marker in front of the
+    first line of a scene is not part of it; a further line of the same message is indented
+    under the first)."""
     out: list[Line] = []
     for raw in text.splitlines():
         more = _MORE.match(raw) if out and raw[:1].isspace() else None
@@ -177,27 +141,33 @@ def parse_lines(text: str) -> list[Line]:
     return out
 
 
-def attributed_lines(entries: Iterable[LogEntry]) -> list[Line]:
-    """Every sentence of every message, with who said it. Narration is attributed to the
-    narrator, speech to its speaker, thought marked as unspoken."""
+def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line]:
+    """Every sentence of every message, with who said it, the day and the scene. Narration is
+    attributed to the narrator, speech to its speaker, thought marked as unspoken; a relative
+    date is followed by the date it means ("yesterday (7 May 2023)")."""
+    entries = list(entries)
+    starts = [sc.first_seq for sc in scenes(entries)]
     out: list[Line] = []
     for e in entries:
         author = e.message.author or e.message.role
+        at = e.message.at
+        on = at.date() if at else None
+        scene = scene_of(e.seq, starts)
         caption = " ".join(p.text for p in e.message.parts if p.kind == "text" and p.text.strip())
         for part in e.message.parts:
             if part.kind in MEDIA_KINDS:
                 what = "an image" if part.kind == "image" else f"a file ({part.name})"
                 shown = f"shared {what}: {caption[:200]}" if caption else f"shared {what}"
                 tag = "image" if part.kind == "image" else "file"
-                out.append(Line(e.seq, f"{author} ({tag})", shown, must=True))
+                out.append(Line(e.seq, f"{author} ({tag})", shown, on, scene, must=True))
                 continue
             if part.kind == "tool_call":
                 call = f"{part.name} {canonical_json(part.text)}"
-                out.append(Line(e.seq, f"{author} (tool use)", call))
+                out.append(Line(e.seq, f"{author} (tool use)", call, on, scene))
                 continue
             if part.kind == "tool_result":
                 who = f"{part.name or author} (tool result)"
-                out.extend(Line(e.seq, who, sent) for sent in _sentences(part.text))
+                out.extend(Line(e.seq, who, sent, on, scene) for sent in _sentences(part.text))
                 continue
             if part.kind == "speech":
                 who = part.speaker or author
@@ -208,80 +178,209 @@ def attributed_lines(entries: Iterable[LogEntry]) -> list[Line]:
             else:
                 who = author
             text = part.text if part.kind != "text" else render_parts((part,), author)
-            out.extend(Line(e.seq, who, sent) for sent in _sentences(text))
+            for sent in _sentences(text):
+                out.append(Line(e.seq, who, resolve(sent, at, lang), on, scene))
     return out
 
 
+def _is_fact(ln: Line, lang: str) -> bool:
+    speaker = ln.speaker.removesuffix(" (thought)")
+    return bool(facts_in_speech(Speech(ln.text, speaker), lang))
+
+
 def select_lines(
-    lines: Sequence[Line], budget: int, counter: TokenCounter, avoid: Sequence[str] = ()
+    lines: Sequence[Line],
+    budget: int,
+    counter: TokenCounter,
+    avoid: Sequence[str] = (),
+    lang: str = "en",
+    marker_cost: Mapping[int, int] | None = None,
+    facts_first: bool = True,
 ) -> list[Line]:
     """Pick the most informative lines within `budget` tokens, returned in their original order.
 
-    Informative = brings content words not yet picked (names, numbers, rare words), so a
-    chapter covers many facts rather than one fact many times."""
-    candidates = [
-        (i, ln) for i, ln in enumerate(lines) if not any(p and p in ln.text for p in avoid)
+    Lines that carry nothing out of context (greetings, fillers, questions without content,
+    pointers like あれ) are never picked. Lines that state a fact the notes would keep (a
+    name, a date, a promise, a preference) are picked first (`facts_first`; otherwise they
+    only count double), so a chapter written under pressure keeps what the ledger would have
+    kept. Then informative = brings content words not
+    yet picked (names, numbers, rare words), so a chapter covers many facts rather than one
+    fact many times; a question counts for less. Opening a scene costs its marker line
+    (`marker_cost`, by the scene's first seq)."""
+    marker_cost = marker_cost or {}
+    cands = [
+        i
+        for i, ln in enumerate(lines)
+        if not any(p and p in ln.text for p in avoid)
+        and (ln.must or not carries_nothing(ln.text, lang))
     ]
-    cost = {i: counter.count(ln.render()) + 1 for i, ln in candidates}
-    words = {i: _content_words(ln.text) for i, ln in candidates}
+    cost = {i: counter.count(lines[i].render()) + 1 for i in cands}
+    words = {i: content_words(lines[i].text, lang) for i in cands}
+    fact = {i for i in cands if _is_fact(lines[i], lang)}
+    weight = {
+        i: (0.3 if is_question(lines[i].text) else 1.0)
+        * (2.0 if i in fact and not facts_first else 1.0)
+        * (0.5 if _DEICTIC.search(lines[i].text) else 1.0)
+        * (0.4 if is_fragment(lines[i].text) else 1.0)
+        for i in cands
+    }
     chosen: list[int] = []
     seen: set[str] = set()
+    opened: set[int] = set()
     used = 0
-    remaining = dict(candidates)
-    for i, ln in candidates:  # what must be recorded goes first, while it fits
-        if ln.must and used + cost[i] <= budget:
-            chosen.append(i)
-            used += cost[i]
-            seen |= words[i]
-            del remaining[i]
-    while remaining:
-        best, best_score = -1, 0.0
-        for i in remaining:
-            if used + cost[i] > budget:
-                continue
-            new = len(words[i] - seen)
-            score = new / (cost[i] ** 0.5) if new else 0.0
-            if score > best_score:
-                best, best_score = i, score
-        if best < 0:
-            break
-        chosen.append(best)
-        used += cost[best]
-        seen |= words[best]
-        del remaining[best]
+
+    def opening(i: int) -> int:
+        scene = lines[i].scene
+        return marker_cost.get(scene, 0) if scene is not None and scene not in opened else 0
+
+    must = [i for i in cands if lines[i].must]  # what must be recorded goes first, if it fits
+    rest = [i for i in cands if not lines[i].must]
+    if facts_first:
+        tiers = [must, [i for i in rest if i in fact], [i for i in rest if i not in fact]]
+    else:
+        tiers = [must, rest]
+    for tier in tiers:
+        remaining = set(tier)
+        while remaining:
+            best, best_score = -1, 0.0
+            for i in remaining:
+                c = cost[i] + opening(i)
+                if used + c > budget:
+                    continue
+                new = len(words[i] - seen) or lines[i].must
+                score = weight[i] * new / (c**0.5) if new else 0.0
+                if score > best_score or (score == best_score > 0 and i < best):
+                    best, best_score = i, score
+            if best < 0:
+                break
+            used += cost[best] + opening(best)
+            if (opened_scene := lines[best].scene) is not None:
+                opened.add(opened_scene)
+            chosen.append(best)
+            seen |= words[best]
+            remaining.discard(best)
     return [lines[i] for i in sorted(chosen)]
 
 
+def render_lines(
+    lines: Sequence[Line], known: Mapping[int, Scene] | None = None, lang: str = "en"
+) -> str:
+    """Lines in order; the first line of each scene opens with the scene's marker (`known`:
+    scenes by first seq), and a message's further lines sit under its first without repeating
+    the seq. The marker shares the line so every line still starts with who said it and where
+    it came from."""
+    known = known or {}
+    out: list[str] = []
+    before: Scene | None = None
+    current: int | None = None
+    prev: int | None = None
+    for ln in lines:
+        if ln.seq == prev:  # one message's lines under one [seq]
+            out.append(f"{' ' * (len(str(ln.seq)) + 3)}{ln.speaker}: {ln.text}")
+        elif ln.scene is not None and ln.scene != current and ln.scene in known:
+            sc = known[ln.scene]
+            out.append(f"{marker(sc, before, lang)} {ln.render()}")
+            before, current = sc, ln.scene
+        else:
+            out.append(ln.render())
+        prev = ln.seq
+    return "\n".join(out)
+
+
+def _item_lines(item: MemoryItem) -> list[Line]:
+    rows = item.data.get("lines") if isinstance(item.data, Mapping) else None
+    if isinstance(rows, list) and rows and all(isinstance(r, Mapping) for r in rows):
+        try:
+            return [Line.from_json(r) for r in rows]
+        except (KeyError, TypeError, ValueError):
+            pass
+    parsed = parse_lines(item.text)
+    return parsed or [Line(item.first_seq, "memory", t) for t in _sentences(item.text)]
+
+
+def _item_scenes(item: MemoryItem) -> dict[int, Scene]:
+    rows = item.data.get("scenes") if isinstance(item.data, Mapping) else None
+    out: dict[int, Scene] = {}
+    for r in rows if isinstance(rows, list) else ():
+        sc = Scene.from_json(r) if isinstance(r, Mapping) else None
+        if sc is not None:
+            out[sc.first_seq] = sc
+    return out
+
+
+def select_balanced(
+    groups: Sequence[tuple[int, Sequence[Line]]],
+    budget: int,
+    counter: TokenCounter,
+    avoid: Sequence[str] = (),
+    lang: str = "en",
+    marker_cost: Mapping[int, int] | None = None,
+) -> list[Line]:
+    """A synopsis: each group (the previous synopsis, each chapter folded in) gets a share of
+    the budget in proportion to the messages it covers, so the oldest part of a long
+    conversation keeps its share instead of halving at every major GC; what a share leaves
+    unused goes to the best lines left anywhere."""
+    total = sum(max(1, span) for span, _ in groups) or 1
+    picked: list[Line] = []
+    used = 0
+    for span, lines in groups:
+        share = budget * max(1, span) // total
+        got = select_lines(lines, share, counter, avoid, lang, marker_cost, facts_first=False)
+        picked.extend(got)
+        used += sum(counter.count(ln.render()) + 1 for ln in got)
+    taken = {(ln.seq, ln.text) for ln in picked}
+    rest = [ln for _, lines in groups for ln in lines if (ln.seq, ln.text) not in taken]
+    if budget - used > 0 and rest:
+        left = budget - used
+        picked.extend(select_lines(rest, left, counter, avoid, lang, marker_cost, False))
+    return sorted(picked, key=lambda ln: ln.seq)
+
+
 class ExtractiveSummarizer:
-    """Deterministic, model-free chronicler: attributed sentences within the token target."""
+    """Deterministic, model-free chronicler: attributed, dated sentences within the token
+    target, scene by scene."""
 
     def __init__(self, counter: TokenCounter, name: str = "extractive") -> None:
         self.counter = counter
         self.name = name
 
     def summarize(self, task: SummaryTask) -> Summary:
+        lang = task.lang
+        known: dict[int, Scene] = {}
         if task.kind == "synopsis":
-            pool: list[Line] = []
+            groups: list[tuple[int, Sequence[Line]]] = []
             for item in ([task.previous] if task.previous else []) + list(task.chapters):
-                parsed = parse_lines(item.text)
-                pool.extend(
-                    parsed or [Line(item.first_seq, "memory", t) for t in _sentences(item.text)]
-                )
-            pool.extend(attributed_lines(task.entries))
+                groups.append((item.last_seq - item.first_seq + 1, _item_lines(item)))
+                known.update(_item_scenes(item))
+            if task.entries:
+                groups.append((len(task.entries), attributed_lines(task.entries, lang)))
+                known.update({sc.first_seq: sc for sc in scenes(task.entries)})
             input_tokens = (
                 sum(i.tokens for i in task.chapters)
                 + (task.previous.tokens if task.previous else 0)
                 + sum(e.tokens for e in task.entries)
             )
         else:
-            pool = attributed_lines(task.entries)
+            groups = [(len(task.entries), attributed_lines(task.entries, lang))]
+            known = {sc.first_seq: sc for sc in scenes(task.entries)}
             input_tokens = sum(e.tokens for e in task.entries)
-        picked = select_lines(pool, task.target_tokens, self.counter, task.avoid_phrases)
+        cost = {k: self.counter.count(marker(sc, None, lang)) for k, sc in known.items()}
+        if len(groups) == 1:
+            picked = select_lines(
+                groups[0][1], task.target_tokens, self.counter, task.avoid_phrases, lang, cost
+            )
+        else:
+            picked = select_balanced(
+                groups, task.target_tokens, self.counter, task.avoid_phrases, lang, cost
+            )
+        pool = [ln for _, lines in groups for ln in lines]
         if not picked and pool:
-            # a range whose every line is longer than the target still leaves a trace
+            # a range with nothing worth keeping, or whose every line is longer than the
+            # target, still leaves a trace
             first = pool[0]
-            picked = [Line(first.seq, first.speaker, first.text[: max(8, task.target_tokens)])]
-        text = render_lines(picked)
+            picked = [replace(first, text=first.text[: max(8, task.target_tokens)])]
+        text = render_lines(picked, known, lang)
+        scenes_used = sorted({ln.scene for ln in picked if ln.scene in known})
         return Summary(
             text=text,
             tokens=self.counter.count(text),
@@ -289,7 +388,8 @@ class ExtractiveSummarizer:
             model=self.name,
             prompt_version=EXTRACTIVE_VERSION,
             data={
-                "lines": [{"seq": ln.seq, "speaker": ln.speaker, "text": ln.text} for ln in picked]
+                "lines": [ln.to_json() for ln in picked],
+                "scenes": [known[k].to_json() for k in scenes_used if k is not None],
             },
             input_tokens=input_tokens,
         )

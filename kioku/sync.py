@@ -23,13 +23,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from kioku.align import opcodes
+from kioku.dates import received
 from kioku.errors import InputError, SyncConflict
 from kioku.fit import refuse_if_never_fits
 from kioku.messages import LogEntry, Message, Part, Role
 from kioku.models import Completion
+from kioku.normal_form import normal_form
 from kioku.protocol import message_tokens, reply_message
 from kioku.revisions import Change
 
@@ -41,10 +44,9 @@ TAIL_SLACK = 16
 
 
 def line_key(role: str, text: str) -> str:
-    """A message's identity for syncing: role and text, with line ends and outer whitespace
-    normalized (clients trim replies; that is not an edit)."""
-    norm = text.replace("\r\n", "\n").strip()
-    return hashlib.sha256(f"{role}\0{norm}".encode()).hexdigest()[:24]
+    """A message's identity for syncing: role and text in its normal form (a client's clean-up
+    of speaker labels and whitespace is not an edit: `kioku.normal_form`)."""
+    return hashlib.sha256(f"{role}\0{normal_form(text)}".encode()).hexdigest()[:24]
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Incoming:
     text: str  # for protocol parts (tool calls, images): `render_parts(parts)`
     name: str = ""
     parts: tuple[Part, ...] = ()  # empty: one text part
+    at: datetime | None = None  # the client's date for it (SillyTavern's send_date), if any
 
     @property
     def key(self) -> str:
@@ -105,8 +108,13 @@ def diff_new(log: Sequence[Logged], messages: Sequence[Incoming]) -> SyncPlan:
     return SyncPlan(appends=tuple(messages))
 
 
-def diff(log: Sequence[Logged], incoming: Sequence[Incoming]) -> SyncPlan:
-    """Compare the log's tail (non-deleted rows, oldest first) with a client's transcript."""
+def diff(log: Sequence[Logged], incoming: Sequence[Incoming], *, named: bool = False) -> SyncPlan:
+    """Compare the log's tail (non-deleted rows, oldest first) with a client's transcript.
+
+    The conflict guard refuses a plan that would change a stored message's role, and, unless a
+    client that names each chat itself sent it (`named`), one that rewrites more stored messages
+    than the transcript matches beyond the opening greeting: a second chat sent under the same
+    conversation id shares the character's greeting and nothing else (`guard`)."""
     if not incoming:
         raise InputError("the request has no user or assistant message to answer")
     if not log:
@@ -115,8 +123,8 @@ def diff(log: Sequence[Logged], incoming: Sequence[Incoming]) -> SyncPlan:
     equal = [k for k, op in enumerate(ops) if op[0] == "equal"]
     if not equal:
         raise SyncConflict(
-            "the transcript shares no message with this conversation's log: is it another "
-            "chat? name each chat with its own X-Kioku-Conversation header (nothing was stored)"
+            "the transcript shares no message with this conversation's log: it looks like "
+            f"another chat sent under the same conversation id. {NAME_EACH_CHAT}"
         )
     edits: list[Edit] = []
     deletes: list[int] = []
@@ -142,8 +150,13 @@ def diff(log: Sequence[Logged], incoming: Sequence[Incoming]) -> SyncPlan:
                 pair(i2 - n + t, j2 - n + t)
             ignored += (j2 - j1) - n
         elif k > equal[-1]:
-            # The end of the conversation: new messages, or a regenerated last reply.
-            n = min(i2 - i1, j2 - j1)
+            # The end of the conversation: new messages, or a regenerated last reply. A row
+            # takes the client's message at its place only while their roles agree; past that
+            # the client deleted the rest (a reply deleted, then a new message written: not an
+            # edit that turns the reply into the user's message).
+            n = 0
+            while n < min(i2 - i1, j2 - j1) and log[i1 + n].role == incoming[j1 + n].role:
+                n += 1
             for t in range(n):
                 pair(i1 + t, j1 + t)
             rest = log[i1 + n : i2]
@@ -166,13 +179,8 @@ def diff(log: Sequence[Logged], incoming: Sequence[Incoming]) -> SyncPlan:
             for t in range(n):
                 pair(i1 + t, j1 + t)
             deletes.extend(x.seq for x in log[i1 + n : i2])
-    matched = sum(ops[k][2] - ops[k][1] for k in equal)
-    if len(edits) + len(deletes) > max(2, matched):
-        raise SyncConflict(
-            f"the transcript would rewrite {len(edits) + len(deletes)} stored messages but "
-            f"matches only {matched}: is it another chat? name each chat with its own "
-            "X-Kioku-Conversation header (nothing was stored)"
-        )
+    matched = [log[i] for k in equal for i in range(ops[k][1], ops[k][2])]
+    guard(log, matched, edits, deletes, named=named)
     turn = None if appends else mapped.get(len(incoming) - 1)
     return SyncPlan(
         edits=tuple(edits),
@@ -182,6 +190,59 @@ def diff(log: Sequence[Logged], incoming: Sequence[Incoming]) -> SyncPlan:
         regenerate=regenerate,
         ignored=ignored,
     )
+
+
+NAME_EACH_CHAT = (
+    "Nothing was stored. SillyTavern: install the kioku extension (integrations/sillytavern), "
+    "which names each chat; other clients: send each chat with its own X-Kioku-Conversation "
+    "header."
+)
+
+
+def opening(log: Sequence[Logged]) -> set[int]:
+    """The seqs of the character's opening messages (the greeting before the first user
+    message), when the log's tail reaches back to the conversation's start: every chat with
+    the character starts with them, so matching them says nothing about which chat this is."""
+    if not log or log[0].seq != 0:
+        return set()
+    out: set[int] = set()
+    for x in log:
+        if x.role == "user":
+            break
+        out.add(x.seq)
+    return out
+
+
+def guard(
+    log: Sequence[Logged],
+    matched: Sequence[Logged],
+    edits: Sequence[Edit],
+    deletes: Sequence[int],
+    *,
+    named: bool = False,
+) -> None:
+    """Refuse a plan that looks like another chat: decided by how much of the transcript
+    matches the log, not by a count of changes (see `diff`)."""
+    roles = {x.seq: x.role for x in log}
+    for e in edits:
+        if roles.get(e.seq, e.message.role) != e.message.role:
+            raise SyncConflict(
+                f"the transcript would turn stored message #{e.seq} from {roles[e.seq]} into "
+                f"{e.message.role} (another chat sent under the same conversation id, or a "
+                f"message inserted mid-history: seqs never move). {NAME_EACH_CHAT}"
+            )
+    changed = len(edits) + len(deletes)
+    if named or not changed:
+        return
+    first = opening(log)
+    shared = sum(1 for x in matched if x.seq not in first)
+    if shared == 0 or changed > shared:
+        beyond = " beyond the opening greeting" if first else ""
+        raise SyncConflict(
+            f"the transcript matches {shared} stored message(s){beyond} and would rewrite "
+            f"{changed}: it looks like another chat sent under the same conversation id. "
+            f"{NAME_EACH_CHAT}"
+        )
 
 
 # applying a plan ------------------------------------------------------------------------------
@@ -203,11 +264,18 @@ def log_tail(conv: Conversation, n: int) -> list[Logged]:
     ]
 
 
-def to_message(m: Incoming, character: str = "") -> Message:
-    author = m.name or ("user" if m.role == "user" else character if m.role == "assistant" else "")
+def to_message(
+    m: Incoming, character: str = "", user: str = "", now: datetime | None = None
+) -> Message:
+    """A client's message as stored: the author is the name the client gave it, else the
+    conversation's user or character (`user` falls back to "user", as an import without names
+    does); dated by the client when it said when, else when kioku received it (`now`)."""
+    author = m.name or (
+        (user or "user") if m.role == "user" else character if m.role == "assistant" else ""
+    )
     if m.parts:
-        return Message(m.role, m.parts, author=author)
-    return Message.of(m.role, m.text, author=author)
+        return Message(m.role, m.parts, author=author, at=m.at or now)
+    return Message.of(m.role, m.text, author=author, at=m.at or now)
 
 
 def sync(
@@ -217,11 +285,14 @@ def sync(
     stateful: bool | None = None,
     character: str | None = None,
     blobs: Mapping[str, bytes] | None = None,
+    user: str = "",
+    named: bool = False,
 ) -> Synced:
     """Bring the log in line with a request and store what is new. `stateful` None: a request
     with one message, or with only tool results, is a stateful client's turn (a transcript
     always holds the user message that led to the tool calls); a longer one a transcript.
-    `blobs` holds the media parts the messages name; only those of stored messages are kept."""
+    `blobs` holds the media parts the messages name; only those of stored messages are kept.
+    `named`: the client names each chat itself (the SillyTavern extension), see `diff`."""
     if not incoming:
         raise InputError("the request has no user or assistant message to answer")
     if stateful is None:
@@ -229,8 +300,8 @@ def sync(
     if stateful:
         plan = diff_new(log_tail(conv, len(incoming)), incoming)
     else:
-        plan = diff(log_tail(conv, 2 * len(incoming) + TAIL_SLACK), incoming)
-    return apply(conv, plan, character, blobs)
+        plan = diff(log_tail(conv, 2 * len(incoming) + TAIL_SLACK), incoming, named=named)
+    return apply(conv, plan, character, blobs, user)
 
 
 def apply(
@@ -238,21 +309,26 @@ def apply(
     plan: SyncPlan,
     character: str | None = None,
     blobs: Mapping[str, bytes] | None = None,
+    user: str = "",
 ) -> Synced:
     """Store a plan (and the `blobs` its messages name). `character` names unnamed assistant
-    messages (default: the conversation's character). A message that can never fit the window
-    refuses the whole plan before anything is stored."""
+    messages (default: the conversation's character), `user` unnamed user messages (default:
+    "user"). A message that can never fit the window refuses the whole plan before anything is
+    stored."""
     store, k = conv.store, conv.kioku
     changed = [*plan.appends, *(e.message for e in plan.edits)]
     if character is None and any(m.role == "assistant" and not m.name for m in changed):
         character = conv.info().character
     character = character or ""
-    new = [to_message(m, character) for m in plan.appends]
-    edited = [to_message(e.message, character) for e in plan.edits]
+    now = received(k.clock())
+    new = [to_message(m, character, user, now) for m in plan.appends]
+    edited = [to_message(e.message, character, user) for e in plan.edits]
     tokens = [message_tokens(m, k.counter, k.profile.image_tokens) for m in new]
     refuse_if_never_fits(
         conv, [*tokens, *(message_tokens(m, k.counter, k.profile.image_tokens) for m in edited)]
     )
+    if any(m.is_empty() for m in new):
+        raise InputError("empty message: nothing to store (send some text)")
     if blobs:  # the media of what will be stored, before the rows that name them
         refs = {p.ref for m in changed for p in m.parts if p.ref in blobs}
         store.put_blobs({r: blobs[r] for r in refs if r is not None})
@@ -279,7 +355,7 @@ def apply(
             store.incr(conv.id, "deletions", len(plan.deletes))
         if stale:
             store.incr(conv.id, "stale_items", len(stale))
-    appended = conv.append_all(new, tokens)
+    appended = store.append_many(conv.id, list(zip(new, tokens, strict=True)))
     if appended:
         entry = appended[-1]
     elif plan.turn is not None:

@@ -412,6 +412,14 @@ class CachedCounter:
         self._cache: OrderedDict[tuple[int, int], int] = OrderedDict()
         self._lock = threading.Lock()
 
+    @property
+    def exact(self) -> bool:
+        return bool(getattr(self.inner, "exact", False))
+
+    @property
+    def template(self) -> Any:
+        return getattr(self.inner, "template", None)
+
     def count(self, text: str) -> int:
         key = (len(text), hash(text))
         with self._lock:

@@ -3,7 +3,8 @@
 The seed's summarizer was fed the character's replies joined into one string, so a lying character's
 claim about herself read exactly like narration and entered memory as fact. Here the structure is
 kept to the last step: each message shows its seq, its time, whether the user or the character wrote
-it, and each part is marked narration, speech (with the speaker) or unspoken thought. Labels follow
+it, and each part is marked narration, speech (with the speaker) or unspoken thought. A relative
+date ("yesterday") is followed by the date it means, so the chronicler can write dates that last. Labels follow
 the conversation's language, matching the words the prompt templates use.
 
 The protocol's parts are shown as what they are, never as something a person said: a tool call is
@@ -15,11 +16,13 @@ message's text around it).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
+from kioku.dates import WEEKDAYS
 from kioku.messages import LogEntry, Part, canonical_json
 from kioku.prompts import resolve_lang
+from kioku.relative_dates import resolve
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Labels:
     tool_result: str = "[tool result]"
     image: str = "[image shared]"
     attachment: str = "[file shared]"
+    lang: str = "en"
 
 
 LABELS: Mapping[str, Labels] = {
@@ -68,6 +72,7 @@ LABELS: Mapping[str, Labels] = {
         tool_result="[ツール結果]",
         image="[画像を共有]",
         attachment="[ファイルを共有]",
+        lang="ja",
     ),
     "zh": Labels(
         user="用户",
@@ -84,23 +89,27 @@ LABELS: Mapping[str, Labels] = {
         tool_result="[工具结果]",
         image="[分享图片]",
         attachment="[分享文件]",
+        lang="zh",
     ),
 }
 
 INDENT = "  "
+DATED = ("narration", "speech", "thought", "text")  # parts whose words may say "yesterday"
 
 
 def labels_for(lang: str) -> Labels:
     return LABELS[resolve_lang(lang)]
 
 
-def _stamp(at: datetime | None, previous: datetime | None) -> str:
-    """Full date when the day changes (or on the first message), the time alone otherwise:
-    dates matter to the story but repeating them on every line costs tokens."""
+def _stamp(at: datetime | None, previous: datetime | None, lang: str = "en") -> str:
+    """Full date and weekday when the day changes (or on the first message), the time alone
+    otherwise: dates matter to the story (the weekday lets a reader resolve "last Friday") but
+    repeating them on every line costs tokens."""
     if at is None:
         return ""
     if previous is None or previous.date() != at.date():
-        return at.strftime("%Y-%m-%d %H:%M")
+        weekday = WEEKDAYS.get(lang, WEEKDAYS["en"])[at.weekday()]
+        return f"{at:%Y-%m-%d} ({weekday[:3] if lang == 'en' else weekday}) {at:%H:%M}"
     return at.strftime("%H:%M")
 
 
@@ -141,12 +150,16 @@ def render_entry(entry: LogEntry, labels: Labels, previous: datetime | None = No
     }[m.role]
     author = m.author or side
     head = [f"#{entry.seq}"]
-    stamp = _stamp(m.at, previous)
+    stamp = _stamp(m.at, previous, labels.lang)
     if stamp:
         head.append(stamp)
     head.append(f"{author} ({side})" if m.author else side)
     lines = [" · ".join(head)]
-    lines.extend(render_part(p, author, labels) for p in m.parts if p.text.strip() or p.ref)
+    for p in m.parts:
+        if p.text.strip() or p.ref:
+            # "yesterday" with the date it means beside it, so the summary can say when
+            dated = replace(p, text=resolve(p.text, m.at, labels.lang)) if p.kind in DATED else p
+            lines.append(render_part(dated, author, labels))
     return "\n".join(lines)
 
 

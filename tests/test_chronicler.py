@@ -172,7 +172,7 @@ def test_the_request_keeps_attribution_a_lie_arrives_as_speech_the_truth_as_narr
     assert '[speech] Aoi: "Never. This is my first time here."' in text
     assert "[narration] Aoi looked away from the old lighthouse she had climbed as a child." in text
     assert "[thought, unspoken] Aoi: I grew up in this town." in text
-    assert "#10 · 2024-03-01 21:00 · Ren (user)" in text
+    assert "#10 · 2024-03-01 (Fri) 21:00 · Ren (user)" in text
     assert "messages #10–#13" in text
     assert "chronicler" in request.messages[0].content
 
@@ -695,4 +695,4 @@ def test_real_model_output_is_stored_only_if_it_passes_the_guards(
     else:
         assert s.events[-1] == "fallback"
         assert s.events[0] in ("truncated", "unparseable", "refusal")
-        assert "[11] Aoi: Never." in s.text
+        assert "[11] Aoi: This is my first time here." in s.text  # "Never." says nothing alone

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from kioku.engine import Kioku
 from kioku.errors import ConfigError, InputError, MessageTooLarge, ModelError, TruncatedReply
+from kioku.fit import message_limit
 from kioku.memory import coverage_gaps
 from kioku.messages import Message
 from kioku.models import Completion, ScriptedModel, Usage
@@ -94,7 +95,7 @@ def test_length_finish_is_surfaced_counted_and_marked() -> None:
         assert req.max_tokens == LOCAL_8K.response_reserve
 
 
-def test_fold_is_deferred_past_the_trigger_turn_and_applied_once_ready() -> None:
+def test_fold_is_deferred_past_the_trigger_turn_and_applied_when_the_room_is_needed() -> None:
     clock = Clock()
     kk = make(clock)
     conv = kk.conversation("c", system_prompt="card")
@@ -114,10 +115,19 @@ def test_fold_is_deferred_past_the_trigger_turn_and_applied_once_ready() -> None
     assert kk.worker.run_once() is None
     clock.advance(LOCAL_8K.summary_delay_s)
     assert kk.worker.run_once() is not None
-    before = conv.info().memory_version
-    conv.prepare("next turn")
-    assert conv.last_turn.folded
-    assert conv.info().memory_version == before + 1
+    # ready, but the window still has room: the turns go on with the whole raw window, until
+    # the one whose prompt needs the room folds (once, with no forced cut)
+    sizes = []
+    for i in range(60):
+        p = conv.prepare(sentence(1000 + i))
+        if conv.last_turn.folded:
+            break
+        sizes.append(p.tokens)
+        conv.record(sentence(i))
+    assert conv.last_turn.folded and not conv.last_turn.forced_cut
+    assert conv.info().memory_version == 1
+    assert len(sizes) > 3 and sizes == sorted(sizes)  # the prompt only grew until then
+    assert sizes[-1] > 0.9 * LOCAL_8K.prompt_budget  # the window was full when it folded
     assert coverage_ok(kk, "c") == []
 
 
@@ -147,9 +157,10 @@ def test_backlog_is_split_into_chunks_oldest_first() -> None:
     profile = replace(LOCAL_8K, summary_chunk=1000)
     kk = Kioku(Store.open("sqlite://"), profile=profile, clock=clock)
     conv = kk.conversation("c")
-    for i in range(75):
+    for i in range(95):  # past the trigger, still under the ceiling
         conv.append(Message.user(sentence(i, 60)))
     conv.prepare("and now?")
+    assert not conv.last_turn.forced_cut
     jobs = kk.store.jobs("c", "queued")
     assert len(jobs) >= 2
     assert [j.first_seq for j in jobs] == sorted(j.first_seq for j in jobs)
@@ -185,10 +196,20 @@ def test_message_that_can_never_fit_is_refused_before_it_is_stored() -> None:
             conv.prepare(giant)
         assert e.value.seq is None and e.value.limit < e.value.tokens
     assert kk.store.count_messages("c") == 0
-    # the limit counts the system prompt: a message just over what is left beside it is refused
-    assert e.value.limit == kk.profile.prompt_budget - conv.system_tokens - 12
-    p = conv.prepare("still there?")
-    assert p.account.fits and p.messages[-1].content == "still there?"
+    # the limit is the prompt's own (card, margin, template, a date line): the largest message
+    # that passes it is answered, not refused after it was stored
+    limit = message_limit(conv)
+    assert (
+        e.value.limit == limit < kk.profile.prompt_budget - kk.counter.count("You are Mika. " * 200)
+    )
+    lo, hi = 1, 50000
+    while lo < hi:  # the most words whose count is within the limit
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if kk.counter.count("word " * mid) <= limit else (lo, mid - 1)
+    p = conv.prepare("word " * lo)
+    assert p.messages[-1].content.startswith("word word") and kk.store.count_messages("c") == 1
+    p = conv.prepare("still there?")  # the giant is folded away
+    assert p.account.fits and p.messages[-1].content.endswith("still there?")
     assert coverage_ok(kk, "c") == []
 
 

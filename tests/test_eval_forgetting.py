@@ -191,7 +191,7 @@ def test_with_a_model_and_no_summarizer_the_llm_chronicler_writes_memory() -> No
     model = ScriptedModel(default=busy)
     counter = ScriptEstimator()
     r = forgetting.run(
-        keyed(60),
+        keyed(140),
         model=model,
         counter=counter,
         profile=get_profile("local-64k", 4096),

@@ -42,7 +42,7 @@ def test_fit_profile_leaves_room_for_memory_and_the_minimum_raw_window() -> None
         scaled.synopsis_tokens + scaled.major_gc + scaled.chapter_tokens
         <= scaled.trigger - scaled.min_raw
     )
-    p = replace(scaled, chapter_tokens=300, synopsis_tokens=600, major_gc=1200)
+    p = replace(scaled, chapter_tokens=600, synopsis_tokens=1200, major_gc=2400)
     assert p.synopsis_tokens + p.major_gc + p.chapter_tokens > p.trigger - p.min_raw
     fitted, changed = fit_profile(p)
     assert fitted.synopsis_tokens + fitted.major_gc + fitted.chapter_tokens <= p.trigger - p.min_raw
@@ -126,6 +126,7 @@ def test_a_forced_cut_does_not_cancel_the_pending_major_gc() -> None:
         raw=raw,
         memory=Memory(chapters=chapters),
         jobs=[PendingJob("synopsis", 10, 29)],
+        fixed=sum(c.tokens for c in chapters),  # the memory exchange, rendered
     )
     d = decide(state)
     assert d.forced_cut is not None

@@ -12,11 +12,10 @@ from kioku.engine import Conversation, Kioku
 from kioku.errors import ConfigError
 from kioku.hooks import NO_LAYERS, NoLayers
 from kioku.messages import LogEntry
-from kioku.profiles import LOCAL_8K
 from kioku.recollection import RecalledLine, Recollection
 from kioku.store import Store
 from tests.helpers import Clock
-from tests.test_layers import grow
+from tests.test_layers import PROFILE, grow
 
 
 class Scripted(NoLayers):
@@ -27,7 +26,7 @@ class Scripted(NoLayers):
         self.chapters: list[tuple[int, int]] = []
 
     def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int
+        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
     ) -> Sequence[Recollection]:
         self.calls.append(("recollections", conv.id))
         line = RecalledLine(0, "Mika", "REMEMBERED-LINE")
@@ -52,7 +51,7 @@ class Scripted(NoLayers):
 
 def test_the_engine_asks_the_layers_at_each_turn_fold_and_chapter() -> None:
     clock, layers, store = Clock(), Scripted(), Store.open("sqlite://")
-    kk = Kioku(store, profile=LOCAL_8K, clock=clock, layers=layers)
+    kk = Kioku(store, profile=PROFILE, clock=clock, layers=layers)
     assert kk.worker.layers is layers  # the worker asks the same object
     grow(kk, clock, "c", 120)
     hooks = {name for name, cid in layers.calls if cid == "c"}
@@ -68,15 +67,19 @@ def test_the_engine_asks_the_layers_at_each_turn_fold_and_chapter() -> None:
     assert sorted(layers.chapters) == sorted(chapters)
     conv = kk.conversation("c")
     assert conv.memory().notes == "- [name] Mika: keeps the lighthouse"  # rendered at a fold
-    last = conv.prepare("and then?").messages[-1].content
-    assert (
-        last.index("REMEMBERED-LINE") < last.index("SAY-IT-DIFFERENTLY") < last.index("and then?")
-    )
+    # the layers' additions go in front of a user message, recollection first, and stay with
+    # it while it is raw (shown once: not repeated beside the newest message)
+    prompt = conv.prepare("and then?").messages
+    beside = [m.content for m in prompt if "REMEMBERED-LINE" in m.content]
+    assert len(beside) == 1
+    content = beside[0]
+    assert content.index("REMEMBERED-LINE") < content.index("SAY-IT-DIFFERENTLY")
+    assert not content.endswith("SAY-IT-DIFFERENTLY")  # the message itself comes last
 
 
 def test_without_layers_the_engine_runs_alone() -> None:
     clock, store = Clock(), Store.open("sqlite://")
-    kk = Kioku(store, profile=LOCAL_8K, clock=clock)
+    kk = Kioku(store, profile=PROFILE, clock=clock)
     assert kk.layers is NO_LAYERS
     grow(kk, clock, "c", 120)
     conv = kk.conversation("c")

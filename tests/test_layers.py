@@ -12,6 +12,9 @@ from kioku.summarizer import ExtractiveSummarizer
 from kioku.tokens import ScriptEstimator
 from tests.helpers import Clock
 
+# a small window, so that a hundred turns fold (the prompt fills the window before a fold)
+PROFILE = LOCAL_8K.scaled(4096)
+
 FILLER = [
     "The weather was grey and we walked along the pier talking about nothing much.",
     "We tried the new noodle stall near the station and it was far too salty.",
@@ -37,7 +40,7 @@ def grow(
 def make() -> tuple[Kioku, Clock]:
     clock = Clock()
     store = Store.open("sqlite://")
-    return Kioku(store, profile=LOCAL_8K, clock=clock, layers=Layers(store)), clock
+    return Kioku(store, profile=PROFILE, clock=clock, layers=Layers(store)), clock
 
 
 def test_recollection_comes_after_the_raw_window_and_never_repeats_it() -> None:
@@ -48,19 +51,23 @@ def test_recollection_comes_after_the_raw_window_and_never_repeats_it() -> None:
     conv = kk.conversation("c")
     assert conv.info().raw_start > 0, "the conversation should have folded"
     before = conv.prepare("What colour was the door of the lighthouse on Kurohama island?")
-    raw_seqs = {e.seq for e in conv.raw_window()}
-    assert "red door" in before.messages[-1].content  # recalled from the archive
-    assert before.account.recollections > 0
-    # the raw window (after system + memory exchange) is verbatim: no recollection inside it
-    raw_part = before.messages[3:-1]
-    assert len(raw_part) == len(raw_seqs) - 1
-    assert all("(A memory from earlier" not in m.content for m in before.messages[:-1])
-    assert 0 not in raw_seqs
-    # next turn: the previous prompt (minus the last message) is a prefix of the new one
+    raw = [e for e in conv.raw_window() if e.seq < before.account.raw_start + 10**9]
+    # recalled from the archive: beside this message, or beside an earlier turn's message that
+    # is still raw (shown once, kept with its turn, never repeated)
+    assert 0 not in {e.seq for e in raw}
+    shown = [m.content for m in before.messages[3:]]
+    assert sum("red door" in c for c in shown) == 1
+    # every raw message is verbatim at the end of what the model reads for it
+    texts = [e.text for e in raw]
+    assert all(c.endswith(t) for c, t in zip(shown, texts, strict=False))
+    # next turn: what the server cached (prompt + reply) is a prefix of the new prompt
     conv.record("It was red.")
     after = conv.prepare("And the roof?")
     if after.memory_version == before.memory_version:
-        assert list(after.messages[: len(before.messages) - 1]) == list(before.messages[:-1])
+        assert list(after.messages[: len(before.messages)]) == [
+            *before.messages[:-1],
+            before.messages[-1],
+        ]
 
 
 def test_recall_finds_a_japanese_memory() -> None:
@@ -88,8 +95,12 @@ def test_planted_tic_raises_an_alert_and_stays_out_of_the_next_chapter() -> None
         conv.record(FILLER[(i + 1) % 5] + f" Reply {i}." + (f" {tic}" if i % 20 < 11 else ""))
     assert kk.layers.avoid_phrases("t")
     p = conv.prepare("tell me something")
-    assert "nya" in p.messages[-1].content.lower()  # the anti-repetition line, at the end
-    assert "nya" not in p.messages[0].content.lower()  # never in the system prompt
+    # the anti-repetition line is shown once, beside a user message (never in the system
+    # prompt), and stays with it while that message is raw
+    line = kk.layers.instructions(conv)[0]
+    beside = [m.content for m in p.messages if m.role == "user" and line in m.content]
+    assert len(beside) == 1
+    assert "nya" not in p.messages[0].content.lower()
     assert kk.store.counters("t").get("tic_alerts", 0) >= 1
     # summarize the range: the phrase does not enter memory
     conv.cut()

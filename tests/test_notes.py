@@ -151,7 +151,7 @@ def test_render_notes_fits_the_budget_and_keeps_operator_notes_first():
 def test_heuristic_extraction_english_and_japanese():
     es = entries(
         "Hi! My name is Aki Tanaka and I really love strawberry shortcake.",
-        "I promise to remember that.",
+        "I promise to bring you the book.",
         "My birthday is on 3 May, by the way. My sister is called Yuki.",
         "私の誕生日は五月三日だよ。ラーメンが大好き。",
         "来週また会おうって約束したよね。",
@@ -160,14 +160,19 @@ def test_heuristic_extraction_english_and_japanese():
     got = {(d.subject, d.kind, d.text, d.source_seq) for d in extract_notes_heuristic(es)}
     assert ("Aki", "name", "is called Aki Tanaka", 0) in got
     assert ("Aki", "preference", "likes strawberry shortcake", 0) in got
-    assert ("Mika", "promise", "promised: remember that", 1) in got
+    assert ("Mika", "promise", "promised: bring Aki the book", 1) in got  # "you" keeps its referent
     assert ("Aki", "anniversary", "birthday is 3 May", 2) in got
     assert ("Aki", "relation", "sister is Yuki", 2) in got
     assert ("Mika", "anniversary", "誕生日は五月三日", 3) in got
-    assert ("Mika", "preference", "ラーメンが好き", 3) in got
+    assert ("Mika", "preference", "ラーメンが大好き", 3) in got
     assert any(k == "promise" and "来週また会おう" in t for _, k, t, _ in got)
     assert ("Mika", "habit", "usually jog before breakfast", 5) in got
     assert extract_notes_heuristic(entries("It rained.", "The train was late.")) == []
+    # a pointer, a reaction, a question or a fragment is not a fact a reader would keep
+    none = entries(
+        "I promise to remember that.", "I love that you chose pottery.", "なにが好き？", "のが好き"
+    )
+    assert extract_notes_heuristic(none) == []
 
 
 def test_update_notes_without_a_model_uses_the_heuristic(store):

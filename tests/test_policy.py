@@ -1,10 +1,14 @@
 """`policy.decide` as a pure table: a state in, a decision out, no database and no clock.
 
-The rules (seed 000 §2): past the trigger schedule, never fold that turn; a ready chapter folds at
-the next turn; past the ceiling cut now with a stand-in chapter; after a fold keep the raw target;
-a backlog is split into summary-sized chapter jobs; chapters past the major-GC threshold fold into
-the synopsis; a revision replaces the stale item it rewrites. The rolling baseline
-(`kioku.rolling`) shares the folding and the ceiling but schedules one rewrite, never a major GC.
+The rules (seed 000 §2): past the trigger schedule, never fold that turn; a ready chapter folds
+just in time, on the first turn whose prompt could not take another message; past the ceiling
+cut now with a stand-in chapter, landing `headroom` below it; a chapter takes the oldest
+`headroom` tokens, never leaving less than `min_raw` raw; a backlog is split into summary-sized
+chapter jobs; chapters past the major-GC threshold fold into the synopsis, which waits for the
+next chapter fold; a revision replaces the stale item it rewrites. The rolling baseline
+(`kioku.rolling`) shares the folding and the ceiling but folds whatever is ready at once,
+schedules one rewrite, never a major GC. Sizes are the rendered prompt's: `fixed` (system prompt
+and memory exchange) plus each raw message's tokens.
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ P = Profile(
     trigger=1000,
     ceiling=1400,
     min_raw=300,
-    headroom=400,  # raw target = max(300, 600 - memory - one chapter)
+    headroom=450,  # a chapter takes the oldest 450 tokens (+ its own 100, - half a turn)
     chapter_tokens=100,
     synopsis_tokens=150,
     major_gc=250,
-    summary_chunk=500,
+    summary_chunk=600,
     summary_delay_s=30.0,
 )
 LATER = NOW + P.summary_delay_s
@@ -69,19 +73,19 @@ def chapters(*spans: tuple[int, int], tokens: int = 100) -> Memory:
 
 
 def state(**kw: object) -> State:
-    base = State(profile=P, now=NOW, raw_start=0, raw=raw(0, 50), memory=Memory())
+    base = State(profile=P, now=NOW, raw_start=0, raw=raw(0, 50), memory=Memory(), item_overhead=0)
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
 CASES: list[tuple[str, Policy, State, Decision]] = [
     ("below the trigger: nothing", decide, state(raw=raw(0, 90)), Decision()),
     (
-        # 1,100 raw tokens > 1,000: keep the raw target (500 = 600 - one chapter) and split the
-        # 600 tokens before it into chunks of at most 500; the prompt does not change this turn
-        "past the trigger: chapter jobs, no fold",
+        # 1,100 > 1,000: the oldest 540 tokens (450 headroom + a 100-token chapter - half a
+        # turn) become a chapter job; the prompt does not change this turn
+        "past the trigger: a chapter job, no fold",
         decide,
         state(raw=raw(0, 110)),
-        Decision(schedule=(JobPlan("chapter", 0, 49, LATER), JobPlan("chapter", 50, 59, LATER))),
+        Decision(schedule=(JobPlan("chapter", 0, 53, LATER),)),
     ),
     (
         "past the trigger with a chapter on its way: wait",
@@ -96,39 +100,53 @@ CASES: list[tuple[str, Policy, State, Decision]] = [
         Decision(),
     ),
     (
-        "a ready chapter folds at the next turn; the raw window starts after it",
+        "a ready chapter waits while the prompt has room (the window stays full)",
         decide,
-        state(raw=raw(0, 80), ready=[item(7, 0, 59)]),
-        Decision(activate=(7,), raw_start=60),
+        state(raw=raw(0, 120), ready=[item(7, 0, 53)]),
+        Decision(),
+    ),
+    (
+        # 1,400 + half a turn would pass the ceiling: the ready chapter folds now
+        "a ready chapter folds when the prompt needs the room; the raw window starts after it",
+        decide,
+        state(raw=raw(0, 140), ready=[item(7, 0, 53)]),
+        Decision(activate=(7,), raw_start=54),
     ),
     (
         "a ready chapter under the raw start is discarded (a forced cut covered it)",
         decide,
-        state(raw_start=60, raw=raw(60, 20), memory=chapters((0, 59)), ready=[item(7, 0, 29)]),
+        state(
+            raw_start=60,
+            raw=raw(60, 20),
+            fixed=100,
+            memory=chapters((0, 59)),
+            ready=[item(7, 0, 29)],
+        ),
         Decision(discard=(7,)),
     ),
     (
-        # 1,500 > 1,400 with nothing ready: keep the raw target (500), an extractive stand-in
-        # records 0..99, queued jobs over it are cancelled; 600 tokens after: no new trigger
+        # 1,500 > 1,400 with nothing ready: a 100-token stand-in records the oldest messages
+        # so the prompt lands 450 below the ceiling (950: 100 + 850 raw); jobs over it go
         "past the ceiling: forced cut now",
         decide,
         state(raw=raw(0, 150)),
-        Decision(raw_start=100, forced_cut=(0, 99), cancel_through=99),
+        Decision(raw_start=65, forced_cut=(0, 64), cancel_through=64),
     ),
     (
-        # 2 chapters (200) + 1,000 raw: keep max(300, 600 - 300) tokens raw
-        "raw target after a fold shrinks as memory grows",
+        # memory 200 + 1,000 raw past the trigger: the chapter takes the same 540 tokens
+        "past the trigger with memory: the chapter takes the oldest headroom",
         decide,
-        state(raw_start=40, raw=raw(40, 100), memory=chapters((0, 19), (20, 39))),
-        Decision(schedule=(JobPlan("chapter", 40, 89, LATER), JobPlan("chapter", 90, 109, LATER))),
+        state(raw_start=40, raw=raw(40, 100), fixed=200, memory=chapters((0, 19), (20, 39))),
+        Decision(schedule=(JobPlan("chapter", 40, 93, LATER),)),
     ),
     (
-        # memory 600 + 500 raw: the target would be negative; the minimum (300) stays raw
-        "raw target never below the minimum",
+        # memory 600 + 500 raw: folding 540 would leave nothing; the minimum (300) stays raw
+        "never less than the minimum raw window",
         decide,
         state(
             raw_start=60,
             raw=raw(60, 50),
+            fixed=600,
             memory=chapters((0, 19), (20, 39), (40, 59), tokens=200),
             jobs=[PendingJob("synopsis", 0, 39)],
         ),
@@ -137,8 +155,11 @@ CASES: list[tuple[str, Policy, State, Decision]] = [
     (
         "a backlog is split into summary-sized chunks; a huge message is a chunk alone",
         decide,
-        # 1,300 tokens: the newest 200 stay raw (the next message would pass 500)
-        state(raw=[(0, 300), (1, 200), (2, 600), (3, 100), *raw(4, 10)]),
+        # past the trigger with a wide headroom: 1,100 tokens go, in chunks of at most 500
+        replace(
+            state(raw=[(0, 300), (1, 200), (2, 600), (3, 100), *raw(4, 40)]),
+            profile=replace(P, headroom=900, summary_chunk=500, ceiling=1800),
+        ),
         Decision(schedule=(JobPlan("chapter", 0, 1, LATER), JobPlan("chapter", 2, 2, LATER))),
     ),
     (
@@ -173,15 +194,28 @@ CASES: list[tuple[str, Policy, State, Decision]] = [
         Decision(),
     ),
     (
-        "a ready synopsis replaces the chapters it folds",
+        "a ready synopsis waits for the next chapter fold (one cache break for both)",
         decide,
         state(
             raw_start=40,
             raw=raw(40, 10),
+            fixed=200,
             memory=chapters((0, 19), (20, 39)),
             ready=[item(9, 0, 19, 80, kind="synopsis", replaces=(1,))],
         ),
-        Decision(activate=(9,), retire=(1,)),
+        Decision(),
+    ),
+    (
+        "a ready synopsis replaces the chapters it folds, with the chapter fold",
+        decide,
+        state(
+            raw_start=40,
+            raw=raw(40, 120),
+            fixed=200,
+            memory=chapters((0, 19), (20, 39)),
+            ready=[item(9, 0, 19, 80, kind="synopsis", replaces=(1,)), item(7, 40, 93)],
+        ),
+        Decision(activate=(7, 9), retire=(1,), raw_start=94),
     ),
     (
         "a ready revision takes the stale item's place; the raw window stays",
@@ -198,7 +232,13 @@ CASES: list[tuple[str, Policy, State, Decision]] = [
         "rolling: past the trigger, one rewrite of the synopsis with the raw messages",
         rolling.decide,
         state(raw=raw(0, 110)),
-        Decision(schedule=(JobPlan("rolling", 0, 59, LATER, {"synopsis_id": None}),)),
+        Decision(schedule=(JobPlan("rolling", 0, 53, LATER, {"synopsis_id": None}),)),
+    ),
+    (
+        "rolling: a ready rewrite folds at once",
+        rolling.decide,
+        state(raw=raw(0, 100), ready=[item(8, 0, 48, kind="synopsis")]),
+        Decision(activate=(8,), raw_start=49),
     ),
     (
         "rolling: a ready rewrite not yet applied holds the next one back",
@@ -225,16 +265,20 @@ def test_decide(policy: Policy, given: State, expected: Decision) -> None:
     assert bool(decision.reasons) == bool(decision.folds or decision.schedule)
 
 
-def test_the_trigger_turn_never_folds_and_the_next_turn_does() -> None:
+def test_the_trigger_turn_never_folds_and_the_fold_comes_when_the_room_is_needed() -> None:
     trigger = state(raw=raw(0, 110))
     first = decide(trigger)
     assert first.schedule and not first.folds and first.raw_start is None
-    # the summary lands; the next turn (one more message) applies it: one cache break
+    # the summary lands; the next turns keep the window full until the prompt needs the room,
+    # then one turn applies it: one cache break
     (job, *_) = first.schedule
     ready = item(7, job.first_seq, job.last_seq, ready_at=job.run_after)
-    turn = replace(trigger, now=job.run_after, raw=raw(0, 111), ready=[ready])
-    second = decide(turn)
-    assert second.activate == (7,) and second.raw_start == job.last_seq + 1
+    turns = [replace(trigger, now=job.run_after, raw=raw(0, n), ready=[ready]) for n in (111, 139)]
+    assert [decide(t).folds for t in turns] == [False, False]
+    fold = decide(replace(turns[0], raw=raw(0, 140)))
+    assert fold.activate == (7,) and fold.raw_start == job.last_seq + 1
+    after = replace(turns[0], raw_start=fold.raw_start, raw=raw(fold.raw_start, 92), fixed=100)
+    assert not decide(after).folds  # headroom: no fold on the next turn
 
 
 def test_forced_cut_overtakes_raw_jobs_but_not_a_major_gc() -> None:
@@ -244,5 +288,19 @@ def test_forced_cut_overtakes_raw_jobs_but_not_a_major_gc() -> None:
         memory=Memory(),
     )
     d = decide(given)
-    assert d.forced_cut == (0, 99) and d.cancel_through == 99
-    assert "ceiling: history 1500 > 1400" in " ".join(d.reasons)
+    assert d.forced_cut == (0, 64) and d.cancel_through == 64
+    assert "ceiling: prompt 1500 > 1400" in " ".join(d.reasons)
+
+
+def test_the_trigger_comes_earlier_when_turns_are_long() -> None:
+    """A summary scheduled at the trigger must be ready before the ceiling: with 100-token
+    messages the trigger moves down to leave six turns of room."""
+    long_turns = state(raw=raw(0, 9, 100))
+    assert long_turns.trigger == max(P.min_raw, 1400 - 1200)
+    assert state(raw=raw(0, 9, 10)).trigger == P.trigger
+
+
+def test_an_estimated_count_plans_for_less_than_the_ceiling() -> None:
+    given = state(raw=raw(0, 135), usable=1300)
+    assert given.ceiling == 1300
+    assert decide(given).forced_cut is not None

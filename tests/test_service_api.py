@@ -160,7 +160,7 @@ def test_conversations_and_paged_messages(service: Harness) -> None:
 
 
 def test_memory_notes_cut_tics_and_log(service: Harness) -> None:
-    for i in range(14):
+    for i in range(24):  # enough to fill the window: a ready chapter folds when it is full
         chat(service, "mem-1", f"turn {i}: " + "the orchard lantern by the harbor " * 4)
         service.run_jobs()
     with service.http() as h:

@@ -11,7 +11,13 @@ from typing import Any
 
 import openai
 import pytest
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from llama_index.core.llms import ChatMessage as LIMessage
@@ -65,7 +71,9 @@ def test_langchain_chat_openai_invoke_stream_and_async(svc: Harness) -> None:
         first = llm.invoke(history)
         history += [first, HumanMessage("How is the tea?")]
         streamed = "".join(str(c.content) for c in llm.stream(history))
-        history += [HumanMessage("And tomorrow?")]
+        # the streamed reply joins the history as an app keeps it (a transcript whose roles do
+        # not alternate reaches the upstream merged: `kioku.alternation`, test_alternation)
+        history += [AIMessage(streamed), HumanMessage("And tomorrow?")]
         later = asyncio.run(llm.ainvoke(history))
         return [first.content, streamed, later.content]
 

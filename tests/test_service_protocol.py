@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import select
 
 from kioku import schema as s
+from kioku.alternation import alternate
 from kioku.client import server_message
 from kioku.config import Settings
 from kioku.engine import Kioku
@@ -135,9 +136,12 @@ def last_sent(svc: Harness) -> dict[str, Any]:
 
 
 def same_request(through_kioku: dict[str, Any], straight: dict[str, Any]) -> None:
-    """What kioku sent is what the client sent straight, except kioku's cap on max_tokens."""
+    """What kioku sent is what the client sent straight, except kioku's cap on max_tokens and
+    roles made to alternate (`kioku.alternation`: the identity on a list that alternates)."""
     assert through_kioku.pop("max_tokens") <= PROFILE.response_reserve
-    assert through_kioku == {k: v for k, v in straight.items() if k != "max_tokens"}
+    expected = {k: v for k, v in straight.items() if k != "max_tokens"}
+    expected["messages"] = alternate(straight["messages"])
+    assert through_kioku == expected
 
 
 def first_turn() -> list[dict[str, Any]]:

@@ -133,15 +133,14 @@ def test_system_messages_inside_the_history_go_last_and_are_not_stored(service: 
         ],
         extra_headers=conv_header("sys-1"),
     )
-    sent = [m["content"] for m in service.up.chats()[-1]["messages"]]
-    assert sent == [CARD, "hi", "[Author's note: it is raining]", "what's the weather?",
-                    "[Stay in character]"]  # fmt: skip
+    sent = service.up.chats()[-1]["messages"]
+    # in order, and as a strict chat template takes them: the system messages inside the
+    # history become the user's, and neighbours of one role merge
+    assert [m["role"] for m in sent] == ["system", "user"]
+    merged = "hi\n\n[Author's note: it is raining]\n\nwhat's the weather?\n\n[Stay in character]"
+    assert [m["content"] for m in sent] == [CARD, merged]
     # stored: the chat, not the system messages; the reply is what the upstream wrote
-    assert service.texts("sys-1") == [
-        "hi",
-        "what's the weather?",
-        "(reply to: [Stay in character])",
-    ]
+    assert service.texts("sys-1") == ["hi", "what's the weather?", f"(reply to: {merged[-60:]})"]
 
 
 # SillyTavern -----------------------------------------------------------------------------------
@@ -174,16 +173,16 @@ def test_sillytavern_transcript_with_an_edit_and_a_swipe(service: Harness) -> No
     assert info.raw_start > 0 and chapters, "memory must cover the start for this test"
     assert service.texts(cid) == [m["content"] for m in chat]
 
-    # 1. the user edits message #3, which a chapter covers, and sends a new message
-    target = next(c for c in chapters if c.first_seq <= 3 <= c.last_seq)
-    old = chat[3]["content"]
-    chat[3] = {"role": "assistant", "content": "Mika admits the lantern was BLUE all along."}
+    # 1. the user edits message #2 (a reply), which a chapter covers, and sends a new message
+    target = next(c for c in chapters if c.first_seq <= 2 <= c.last_seq)
+    old = chat[2]["content"]
+    chat[2] = {"role": "assistant", "content": "Mika admits the lantern was BLUE all along."}
     chat.append({"role": "user", "content": "So what colour was the lantern?"})
     chat.append({"role": "assistant", "content": send(chat)})
     rows = service.store.entries(cid)
     assert len(rows) == len(chat)  # nothing appended twice, no row removed
-    assert rows[3].text == chat[3]["content"]
-    assert [v["text"] for v in versions(service.store, cid, 3)] == [old]
+    assert rows[2].text == chat[2]["content"]
+    assert [v["text"] for v in versions(service.store, cid, 2)] == [old]
     stale = next(i for i in service.store.items(cid) if i.id == target.id)
     prompt = service.up.chats()[-1]["messages"]
     seen = "\n".join(m["content"] for m in prompt)
@@ -220,8 +219,8 @@ def test_sillytavern_transcript_with_an_edit_and_a_swipe(service: Harness) -> No
     # the REST API shows the edit
     with service.http() as h:
         page = h.get(f"/v1/conversations/{cid}/messages", params={"limit": 5}).json()
-        assert [m["edited"] for m in page["data"]][3] is True
-        vs = h.get(f"/v1/conversations/{cid}/messages/3/versions").json()["data"]
+        assert [m["edited"] for m in page["data"]][2] is True
+        vs = h.get(f"/v1/conversations/{cid}/messages/2/versions").json()["data"]
         assert vs[0]["text"] == old
 
 

@@ -99,10 +99,78 @@ def test_a_transcript_of_another_chat_is_refused() -> None:
 
 
 def test_insertion_mid_history_rewrites_from_there_and_stays_in_order() -> None:
-    window = [*CHAT[:5], ("user", "inserted"), *CHAT[5:], ("user", "new")]
+    window = [*CHAT[:6], ("user", "inserted"), ("assistant", "too"), *CHAT[6:], ("user", "new")]
     plan = diff(logged(CHAT), inc(window))
     after = apply_plan(CHAT, plan)
     assert after == window
+
+
+def test_a_transcript_that_would_change_a_role_is_refused() -> None:
+    window = [*CHAT[:5], ("user", "inserted"), *CHAT[5:], ("user", "new")]
+    with pytest.raises(SyncConflict, match="#5 from assistant into user"):
+        diff(logged(CHAT), inc(window))
+    with pytest.raises(SyncConflict, match="from assistant into user"):
+        diff(logged(CHAT), inc(window), named=True)  # even from a client that names its chats
+
+
+def test_a_last_reply_deleted_before_the_next_message_is_a_deletion() -> None:
+    """The client deleted the character's last reply (or never kept it) and wrote on: the
+    reply is deleted, not turned into the user's new message."""
+    window = [*CHAT[:-1], ("user", "written after deleting the reply")]
+    assert CHAT[-1][0] == "assistant"
+    plan = diff(logged(CHAT), inc(window))
+    assert not plan.edits and plan.deletes == (len(CHAT) - 1,)
+    assert plan.appends == (Incoming("user", "written after deleting the reply"),)
+    assert apply_plan(CHAT, plan) == window
+
+
+GREETING = ("assistant", "*Seraphina smiles.* Welcome to the glade.")
+
+
+def test_another_chat_sharing_only_the_greeting_is_refused() -> None:
+    """Chat 2 is stored; chat 3 (same character, same greeting) arrives under chat 2's id."""
+    chat2 = [GREETING, ("user", "u1"), ("assistant", "a1"), ("user", "u2"), ("assistant", "a2")]
+    chat3 = [GREETING, ("user", "other"), ("assistant", "reply"), ("user", "next")]
+    with pytest.raises(SyncConflict, match="matches 0 stored message.* beyond the opening"):
+        diff(logged(chat2), inc(chat3))
+    # the same edit from a client that names each chat is the user's own edit
+    plan = diff(logged(chat2), inc(chat3), named=True)
+    assert [e.seq for e in plan.edits] == [1, 2, 3] and plan.regenerate == 4
+
+
+def test_the_guard_weighs_matches_not_a_count_of_changes() -> None:
+    long = [GREETING, *CHAT]
+    # three edits in a long transcript that matches the rest: the user's edits
+    window = list(long)
+    for k in (2, 4, 6):
+        window[k] = (window[k][0], window[k][1] + " edited")
+    plan = diff(logged(long), inc([*window, ("user", "new")]))
+    assert [e.seq for e in plan.edits] == [2, 4, 6]
+    # a short chat that keeps only its first exchange and rewrites the rest: refused
+    window = [*long[:3], ("user", "x"), ("assistant", "y"), ("user", "z")]
+    with pytest.raises(SyncConflict, match="matches 2 stored message.* would rewrite 8"):
+        diff(logged(long), inc(window))
+
+
+def test_a_chat_reopened_under_a_new_chats_id_is_refused() -> None:
+    """The header-less mistake: chat 3 is opened under its own id, then chat 2 is reopened
+    without changing the header."""
+    chat3 = [GREETING, ("user", "hello from chat 3"), ("assistant", "hi 3")]
+    chat2 = [GREETING, ("user", "u1"), ("assistant", "a1"), ("user", "u2"), ("assistant", "a2")]
+    with pytest.raises(SyncConflict, match="install the kioku extension"):
+        diff(logged(chat3), inc([*chat2, ("user", "u3")]))
+
+
+def test_a_speaker_label_the_client_strips_is_not_an_edit() -> None:
+    log = logged([("user", "hi"), ("assistant", "Seraphina: *smiles*\nSeraphina: Welcome!")])
+    window = inc([("user", "hi"), ("assistant", "*smiles*\nWelcome!  "), ("user", "next")])
+    plan = diff(log, window)
+    assert not plan.edits and plan.appends == (Incoming("user", "next"),)
+    jp = logged([("user", "やあ"), ("assistant", "セラフィナ:「ようこそ」")])
+    assert not diff(jp, inc([("user", "やあ"), ("assistant", "「ようこそ」")])).edits
+    # a real edit is still one
+    plan = diff(log, inc([("user", "hi"), ("assistant", "*frowns*\nWelcome!")]))
+    assert [e.seq for e in plan.edits] == [1]
 
 
 def apply_plan(log: list[tuple[str, str]], plan) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]

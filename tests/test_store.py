@@ -277,12 +277,12 @@ def test_the_migration_gives_existing_conversations_their_names(db_url: str) -> 
     store = Store.open(db_url)
     store.ensure_conversation("old-1", tenant="acme")
     store.append("old-1", Message.user("kept"), 1)
-    with store.atomic() as conn:  # back to the schema before 0008
+    with store.atomic() as conn:  # back to the schema before 0010
         conn.exec_driver_sql("DROP INDEX ux_conversations_tenant_public")
         conn.exec_driver_sql("ALTER TABLE conversations DROP COLUMN public_id")
         conn.execute(
             delete(s.migrations_table).where(
-                s.migrations_table.c.name == "0009_i11_conversation_ids_per_tenant"
+                s.migrations_table.c.name == "0010_i11_conversation_ids_per_tenant"
             )
         )
     store.close()

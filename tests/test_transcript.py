@@ -40,7 +40,7 @@ def entries() -> list[LogEntry]:
 def test_english_transcript_marks_every_part() -> None:
     text = render_transcript(entries(), "en")
     assert text == (
-        "#0 · 2024-03-01 21:00 · Ren (user)\n"
+        "#0 · 2024-03-01 (Fri) 21:00 · Ren (user)\n"
         "  How old are you?\n"
         "\n"
         "#1 · 21:05 · Mika (character)\n"
@@ -49,7 +49,7 @@ def test_english_transcript_marks_every_part() -> None:
         "  [thought, unspoken] Mika: Three hundred, really.\n"
         '  [speech] Old Crow: "She is lying!"\n'
         "\n"
-        "#2 · 2024-03-02 08:30 · Ren (user)\n"
+        "#2 · 2024-03-02 (Sat) 08:30 · Ren (user)\n"
         "  Good morning.\n"
         "    Slept well?\n"
         "\n"

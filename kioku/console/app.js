@@ -188,7 +188,19 @@
     $("search-hits").replaceChildren();
     $("no-hits").hidden = true;
     clearMessages();
-    await Promise.all([loadMemory(), loadTics(), loadLog(), loadJobs(), browse({ before: null })]);
+    await Promise.all([
+      loadMemory(), loadTics(), loadLog(), loadJobs(), loadStatus(), browse({ before: null }),
+    ]);
+  }
+
+  // folding in progress, and the cache breaks the client caused by changing the card
+  async function loadStatus() {
+    const s = await api("GET", `${conv(state.current)}/status`);
+    const f = s.folding;
+    $("folding").hidden = !(f.running || f.queued);
+    $("folding").textContent = f.running ? `folding: writing ${f.kinds.join(", ")}…` : `folding scheduled (${f.kinds.join(", ")})`;
+    $("card-changes-box").hidden = !s.card_changes;
+    $("card-changes").textContent = String(s.card_changes);
   }
 
   function header(mem) {
@@ -496,7 +508,7 @@
         (reasons ? ` ${reasons}` : "");
       $("cut-result").hidden = false;
       await loadConversations();
-      await Promise.all([loadMemory(), loadLog(), loadJobs(), browse({ before: null })]);
+      await Promise.all([loadMemory(), loadLog(), loadJobs(), loadStatus(), browse({ before: null })]);
     } finally {
       $("cut-button").disabled = false;
     }

@@ -136,10 +136,10 @@ class _ReplayLayers(Layers):
         self.answering = False  # set once the replay is over and the questions come
 
     def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int
+        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
     ) -> list[Recollection]:
         wanted = self.question_recall if self.answering else self.per_turn
-        return super().recollections(conv, entry, raw_start) if wanted else []
+        return super().recollections(conv, entry, raw_start, budget) if wanted else []
 
     def instructions(self, conv: Conversation) -> list[str]:
         return super().instructions(conv) if self.per_turn and not self.answering else []
@@ -171,16 +171,16 @@ class KiokuArm:
             self.counter,  # type: ignore[arg-type]
             self.clock,
             store,
+            layers=self._layers if self.layers else False,
             strategy=self.strategy,
             summarizer=self.summarizer,
-            **({"layers": self._layers} if self.layers else {}),
         )
         self.conv = self.kk.conversation(CONVERSATION_ID)
         self._final: tuple[Memory, list[LogEntry], Any] | None = None
 
     def feed(self, turn: Turn, want_prompt: bool = False) -> list[ChatMessage] | None:
-        messages, _ = self._drive(turn)
-        return messages if want_prompt else None
+        shown = self._drive(turn)
+        return shown.messages if want_prompt else None
 
     def finish(self) -> None:
         """The question comes later: every summary still running lands and is folded in (as
@@ -261,7 +261,7 @@ class WindowArm:
         for m in [*users, *replies]:
             self.history.append((_chat(m), self.counter.count(m.text)))
         if self._sliding is not None and want_prompt:
-            return self._sliding(turn)[0]
+            return self._sliding(turn).messages
         if want_prompt:
             return self._system + [c for c, _ in self.history[: -len(replies) or None]]
         return None

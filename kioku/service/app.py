@@ -27,6 +27,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -64,6 +65,7 @@ from kioku.service.conventions import COMPLETIONS_REFUSED
 from kioku.service.keys import KeyRing
 from kioku.service.limits import BodyLimit, StrictJSONRoute
 from kioku.service.metrics import Metrics
+from kioku.service.status import router as status_router
 from kioku.service.turns import Gate
 from kioku.service.upstream import KEEPALIVE_S, Upstream
 from kioku.store import Store
@@ -87,6 +89,8 @@ class Slot:
     system: str | None = None
     character: str = ""
     last_prompt: tuple[ChatMessage, ...] | None = None
+    user: str | None = None  # the name user messages are stored under (generation.user_name)
+    transcripts: bool | None = None  # its client sends transcripts (generation.is_side)
 
 
 class Service:
@@ -393,6 +397,17 @@ def create_app(
 
     app.include_router(api_router)
     app.include_router(console_router)
+    app.include_router(status_router)
+    if settings.cors_origins:
+        # a front end's page (SillyTavern with the kioku extension) reads memory and presses cut
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "PUT"],
+            allow_headers=["Authorization", "Content-Type"],
+            expose_headers=["X-Kioku-Conversation", "X-Kioku-Seq", "X-Kioku-Memory-Version"],
+            max_age=600,
+        )
     if CONSOLE_DIR.is_dir():
         app.mount("/console", StaticFiles(directory=CONSOLE_DIR, html=True), name="console")
     return app

@@ -57,6 +57,23 @@ def serve(
         int | None,
         typer.Option("--max-messages", help="Most messages in one request (413 beyond)."),
     ] = None,
+    summary_delay: Annotated[
+        float | None,
+        typer.Option(
+            "--summary-delay",
+            min=0,
+            help="Seconds a summary job waits so it does not compete with the turn for the GPU "
+            "(env KIOKU_SUMMARY_DELAY; default 30; 0 for replays and tests).",
+        ),
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            help="A browser origin allowed to call the REST API, e.g. SillyTavern's "
+            "http://127.0.0.1:8000 for the kioku extension (repeatable; env KIOKU_CORS_ORIGINS).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible memory proxy, the REST API and the console.
 
@@ -73,6 +90,8 @@ def serve(
         llm_model=model,
         max_body_bytes=max_body,
         max_messages=max_messages,
+        summary_delay_s=summary_delay,
+        cors_origins=tuple(cors_origin) if cors_origin else None,
     )
     if not s.llm_url:
         from kioku.errors import ConfigError

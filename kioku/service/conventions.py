@@ -15,10 +15,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from kioku.errors import BadParameter
 
 PREFIX = "x-kioku-"
+
+
+def header_text(value: str | None) -> str | None:
+    """A header as its sender meant it: HTTP carries bytes, clients send UTF-8 (a Japanese
+    conversation id), ASGI hands them over decoded as latin-1. A browser's fetch cannot send
+    raw UTF-8, so the SillyTavern extension sends RFC 8187's `utf-8''` + percent-encoding."""
+    if value is None:
+        return None
+    if value[:7].lower() == "utf-8''":
+        return unquote(value[7:])
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
 
 
 @dataclass(frozen=True)
@@ -29,15 +44,16 @@ class Header:
     max_length: int = 200
 
     def check(self, value: str) -> None:
-        if not value.strip():
+        text = header_text(value) or ""
+        if not text.strip():
             raise BadParameter(f"the header {self.name} is empty; {self.meaning}", self.name)
-        if len(value) > self.max_length:
+        if len(text) > self.max_length:
             raise BadParameter(
-                f"the header {self.name} is {len(value)} characters; at most "
+                f"the header {self.name} is {len(text)} characters; at most "
                 f"{self.max_length} are allowed",
                 self.name,
             )
-        if self.values and value.strip().lower() not in self.values:
+        if self.values and text.strip().lower() not in self.values:
             raise BadParameter(
                 f"the header {self.name} is {value!r}; use one of: {', '.join(self.values)}",
                 self.name,
@@ -58,6 +74,19 @@ REQUEST_HEADERS: tuple[Header, ...] = (
         values=("stateful", "stateless"),
     ),
     Header(
+        "X-Kioku-Generation",
+        "what the request asks for (the SillyTavern extension sends it): `normal`, `swipe`, "
+        "`regenerate` (the reply replaces the last one), `continue` (the reply extends it), "
+        "`impersonate` or `quiet` (answered with memory, nothing stored); it also says the "
+        "client names each chat itself",
+        values=("normal", "swipe", "regenerate", "continue", "impersonate", "quiet"),
+    ),
+    Header(
+        "X-Kioku-User",
+        "the name user messages are stored under (the user's persona); otherwise the name the "
+        "conversation already uses, or `user`",
+    ),
+    Header(
         "Idempotency-Key",
         "names the request (a UUID, say) so that sending it again gets the same reply for "
         "24 h, even after a crash; the same key with another body is refused (422)",
@@ -71,6 +100,8 @@ RESPONSE_HEADERS: tuple[Header, ...] = (
     Header("X-Kioku-Memory-Version", "bumps at every fold: the memory exchange changed"),
     Header("X-Kioku-Prompt-Tokens", "the prompt kioku built, in tokens as kioku counts them"),
     Header("X-Kioku-Regenerated", "on a swipe or regeneration: the seq of the reply replaced"),
+    Header("X-Kioku-Continued", "on a continue: the seq of the reply the new text extends"),
+    Header("X-Kioku-Stored", "`false` on a side request (quiet, impersonate): nothing was stored"),
     Header(
         "X-Kioku-Reply-Seq",
         "the seq of the stored reply (not on a stream: its headers leave before the reply)",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import threading
 import time
@@ -35,7 +36,9 @@ def free_port() -> int:
 
 def default_reply(body: dict[str, Any]) -> str:
     last = body["messages"][-1]["content"] if body.get("messages") else ""
-    return f"(reply to: {str(last)[-60:]})"
+    # what the user wrote, without the date line kioku puts in front of a new day's message
+    said = re.sub(r"^\[[^\]\n]*\]\n", "", str(last))
+    return f"(reply to: {said[-60:]})"
 
 
 class FakeUpstream:

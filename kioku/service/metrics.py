@@ -22,8 +22,10 @@ from kioku.store import Store
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 TOKEN_BUCKETS = (256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 RATIO_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
+TOP_CONVERSATIONS = 20  # labelled per-conversation series, at most
 # store counters every tenant shows, at 0 before the first event
-ALWAYS = ("turns", "folds", "major_gcs", "forced_cuts", "refusal", "truncated_replies")
+ALWAYS = ("turns", "folds", "major_gcs", "forced_cuts", "refusal", "truncated_replies",
+          "card_changes")  # fmt: skip
 
 
 def prefix_reuse(previous: Sequence[ChatMessage] | None, current: Sequence[ChatMessage]) -> float:
@@ -149,3 +151,8 @@ def _store_metrics(store: Store, tenant: str, lab: str) -> Iterable[str]:
         yield f'kioku_queue_depth{{{lab},status="{status}"}} {totals.queue.get(status, 0)}'
     yield "# TYPE kioku_conversations gauge"
     yield f"kioku_conversations{{{lab}}} {totals.conversations}"
+    # the conversations whose client breaks the prefix cache most by changing the card
+    yield "# HELP kioku_conversation_card_changes Card changes by the client, per conversation."
+    yield "# TYPE kioku_conversation_card_changes gauge"
+    for cid, n in store.top_counter(tenant, "card_changes", TOP_CONVERSATIONS):
+        yield f'kioku_conversation_card_changes{{{lab},conversation="{_esc(cid)}"}} {n}'

@@ -17,6 +17,10 @@ where they do not break the cache of what precedes them.
 Tool calls, tool results and content parts (images) are stored with their messages and sent
 upstream as the client wrote them (`kioku.protocol`). With `n > 1`, choice 0 is the stored
 reply; the other choices are kept beside it (`Store.choices`).
+
+What a request is — a turn, a swipe, a continue, or a side request that stores nothing (quiet,
+impersonate, SillyTavern's Test Message) — is decided in `kioku.service.generation`; the
+message list sent upstream is made to alternate roles by `kioku.alternation`, last.
 """
 
 from __future__ import annotations
@@ -30,18 +34,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kioku import protocol
+from kioku.alternation import alternate
 from kioku.context import Prompt
 from kioku.engine import Conversation
 from kioku.errors import BadParameter, InputError, ModelError, UpstreamError
 from kioku.ids import check_id, is_valid_id
-from kioku.messages import LogEntry, Role
-from kioku.models import ChatMessage, Completion
-from kioku.service.conventions import check_headers
+from kioku.messages import LogEntry
+from kioku.models import Completion
+from kioku.service import generation as gen
+from kioku.service.cards import note_card, stored_card
+from kioku.service.chat_request import ChatBody, Split, split_messages
+from kioku.service.conventions import check_headers, header_text
 from kioku.service.metrics import prefix_reuse
 from kioku.service.turns import (
     IDEMPOTENCY_HEADER,
@@ -53,7 +60,7 @@ from kioku.service.turns import (
 )
 from kioku.service.upstream import StreamState, completions_of
 from kioku.store_turns import HeldTurn
-from kioku.sync import Incoming, Synced, replace_reply, sync
+from kioku.sync import Synced, SyncPlan, replace_reply, sync
 
 if TYPE_CHECKING:
     from kioku.service.app import Service, Slot
@@ -63,96 +70,6 @@ log = logging.getLogger("kioku.service")
 CONVERSATION_HEADER = "x-kioku-conversation"
 CHARACTER_HEADER = "x-kioku-character"
 MODE_HEADER = "x-kioku-mode"  # stateful | stateless (default: one message = stateful)
-ROLES: dict[str, Role] = {
-    "system": "system",
-    "developer": "system",
-    "user": "user",
-    "assistant": "assistant",
-    "tool": "tool",
-    "function": "tool",
-}
-
-
-class ChatMessageIn(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: str
-    content: str | list[dict[str, Any]] | None = None
-    name: str | None = None
-
-
-class ChatBody(BaseModel):
-    """An OpenAI chat completion request; fields kioku does not use pass to the upstream."""
-
-    model_config = ConfigDict(extra="allow")
-    model: str | None = None
-    messages: list[ChatMessageIn] = Field(min_length=1)
-    stream: bool = False
-    user: str | None = Field(None, description="Names the conversation (or X-Kioku-Conversation).")
-    max_tokens: int | None = Field(None, ge=1)
-
-
-def content_text(content: str | list[dict[str, Any]] | None) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "\n".join(
-        str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
-    )
-
-
-def system_text(content: str | list[dict[str, Any]] | None, where: str) -> str:
-    """A system message is text (the card, an author's note): an image there would vanish."""
-    if isinstance(content, list) and any(
-        not isinstance(p, dict) or p.get("type") != "text" for p in content
-    ):
-        raise BadParameter(
-            f"{where} is a system message with a part that is not text; kioku keeps system "
-            "messages as text: send images in a user message",
-            f"{where}.content",
-        )
-    return content_text(content)
-
-
-@dataclass(frozen=True)
-class Split:
-    system: str | None  # leading system messages: the character card
-    chat: tuple[Incoming, ...]
-    before_last: tuple[ChatMessage, ...] = ()  # system messages inside the history
-    after_last: tuple[ChatMessage, ...] = ()  # system messages after the last message
-    blobs: Mapping[str, bytes] = field(default_factory=dict)  # media parts, by sha256
-
-
-def split_messages(messages: Sequence[ChatMessageIn]) -> Split:
-    system: list[str] = []
-    chat: list[Incoming] = []
-    inside: list[ChatMessage] = []
-    after: list[ChatMessage] = []
-    blobs: dict[str, bytes] = {}
-    for i, m in enumerate(messages):
-        role = ROLES.get(m.role)
-        if role is None:
-            raise InputError(f"unknown role {m.role!r}; use system, user, assistant or tool")
-        if role == "system":
-            text = system_text(m.content, f"messages.{i}")
-            if not chat:
-                system.append(text)
-            else:
-                after.append(ChatMessage("system", text))
-            continue
-        parsed = protocol.incoming(
-            m.role, m.content, name=m.name, extra=m.model_extra, where=f"messages.{i}"
-        )
-        if parsed.is_empty:
-            continue  # nothing kioku can store
-        blobs.update(parsed.blobs)
-        inside.extend(after)
-        after = []
-        chat.append(Incoming(role, parsed.text, m.name or "", parsed.parts))
-    if not chat:
-        raise InputError("the request has no user or assistant message to answer")
-    system_prompt = "\n\n".join(system) if system else None
-    return Split(system_prompt, tuple(chat), tuple(inside), tuple(after), blobs)
 
 
 @dataclass
@@ -164,6 +81,8 @@ class Turn:
     started: float
     character: str = ""
     media: Mapping[str, Any] = field(default_factory=dict)  # blob hash -> content part
+    side: bool = False  # a side request (quiet, impersonate, Test Message): nothing is stored
+    extend: int | None = None  # a continue: the stored reply the new text extends
     conversation_id: str = ""  # as the client named it (the store's key may differ)
 
     @property
@@ -184,22 +103,89 @@ def start_turn(
     stateful: bool | None,
     character: str,
     started: float,
+    *,
     fresh: bool = False,
+    generation: gen.Generation | None = None,
+    user: str | None = None,
 ) -> Turn:
     """Store what is new and build the prompt (runs in a thread, holding the turn lock).
     `fresh`: another process ran the last turn, so what this one cached may be stale."""
     kk = svc.kioku(tenant)
     if fresh or slot.conv is None or (split.system is not None and split.system != slot.system):
+        known = slot.conv is not None and not fresh
+        old = slot.system if known else stored_card(kk.store, conversation_id, tenant)
         slot.conv = kk.conversation(
             conversation_id, system_prompt=split.system, character=character
         )
+        note_card(kk.store, slot.conv.id, old, split.system)
         slot.system = split.system
         slot.character = slot.conv.info().character
     conv = slot.conv
-    synced = sync(conv, split.chat, stateful=stateful, character=slot.character, blobs=split.blobs)
+    if gen.is_side(generation, split, stateful, gen.sends_transcripts(conv, slot)):
+        return side_turn(tenant, conv, split, slot.character, started, conversation_id)
+    synced = sync(
+        conv,
+        split.chat,
+        stateful=stateful,
+        character=slot.character,
+        blobs=split.blobs,
+        user=gen.user_name(conv, slot, user),
+        named=generation is not None,
+    )
+    if stateful is False or (stateful is None and len(split.chat) > 1):
+        gen.note_transcript(conv, slot)
+    extend = None
+    if generation == gen.Generation.CONTINUE and synced.entry.role == "assistant":
+        extend = synced.entry.seq
     prompt = conv.prepare_for(synced.entry)
     media = protocol.media_of(conv.store.blobs(protocol.refs_of(prompt.messages)))
-    return Turn(tenant, conv, synced, prompt, started, slot.character, media, conversation_id)
+    return Turn(
+        tenant,
+        conv,
+        synced,
+        prompt,
+        started,
+        slot.character,
+        media,
+        extend=extend,
+        conversation_id=conversation_id,
+    )
+
+
+def start_side(
+    svc: Service, tenant: str, conversation_id: str, split: Split, character: str, started: float
+) -> Turn:
+    """A side request: the conversation's memory when it exists, nothing created or stored."""
+    key = svc.conversation_key(tenant, conversation_id) if conversation_id else None
+    conv = Conversation(svc.kioku(tenant), key or "")  # "": none, its memory is empty
+    return side_turn(tenant, conv, split, character, started, conversation_id)
+
+
+def side_turn(
+    tenant: str,
+    conv: Conversation,
+    split: Split,
+    character: str,
+    started: float,
+    conversation_id: str = "",
+) -> Turn:
+    """A side request's turn: its images come from the request itself (nothing of it is
+    stored) or, for the raw window's, from the store."""
+    prompt, entry = gen.side_prompt(conv, split, character)
+    refs = protocol.refs_of(prompt.messages)
+    blobs = {**conv.store.blobs(refs - split.blobs.keys()), **split.blobs}
+    media = protocol.media_of({r: blobs[r] for r in refs if r in blobs})
+    return Turn(
+        tenant,
+        conv,
+        Synced(entry, SyncPlan()),
+        prompt,
+        started,
+        character,
+        media,
+        side=True,
+        conversation_id=conversation_id,
+    )
 
 
 def finish_turn(
@@ -209,11 +195,15 @@ def finish_turn(
     answers and, with n > 1, the other choices beside it; a reply with neither text nor tool
     calls is not stored."""
     conv = turn.conv
+    if turn.side:
+        return None
     if not completion.text.strip() and not completion.tool_calls:
         conv.store.log(conv.id, "reply", "not_stored", detail="no text and no tool calls")
         return None
     meta = {REQUEST_META: request} if request else None
-    if turn.regenerate is not None:
+    if turn.extend is not None:
+        entry = gen.continued(conv, turn.extend, completion)
+    elif turn.regenerate is not None:
         entry = replace_reply(conv, turn.regenerate, completion, turn.character, meta)
     else:
         entry = conv.record(completion, author=turn.character, meta=meta)
@@ -233,7 +223,7 @@ def upstream_body(body: ChatBody, turn: Turn, split: Split, reserve: int) -> dic
     messages += [m.to_json() for m in split.before_last]
     messages.append(last)
     messages += [m.to_json() for m in split.after_last]
-    data["messages"] = messages
+    data["messages"] = alternate(messages)
     # the prompt was sized so that prompt + reserve fits the window: never ask for more
     for key in ("max_tokens", "max_completion_tokens"):
         if isinstance(data.get(key), int):
@@ -241,17 +231,6 @@ def upstream_body(body: ChatBody, turn: Turn, split: Split, reserve: int) -> dic
     if "max_completion_tokens" not in data:
         data["max_tokens"] = min(data.get("max_tokens", reserve), reserve)
     return data
-
-
-def header_text(value: str | None) -> str | None:
-    """A header as its sender meant it: HTTP carries bytes, clients send UTF-8 (a Japanese
-    conversation id), ASGI hands them over decoded as latin-1."""
-    if value is None:
-        return None
-    try:
-        return value.encode("latin-1").decode("utf-8")
-    except UnicodeError:
-        return value
 
 
 def kioku_headers(
@@ -266,6 +245,10 @@ def kioku_headers(
     }
     if turn.regenerate is not None:
         h["X-Kioku-Regenerated"] = str(turn.regenerate)
+    if turn.side:
+        h["X-Kioku-Stored"] = "false"  # a side request: nothing was stored
+    if turn.extend is not None:
+        h["X-Kioku-Continued"] = str(turn.extend)
     if upstream_s is not None:
         h["X-Kioku-Upstream-Ms"] = f"{upstream_s * 1000:.2f}"
     if reply is not None:
@@ -275,6 +258,8 @@ def kioku_headers(
 
 def _note_failure(turn: Turn, error: UpstreamError) -> None:
     conv = turn.conv
+    if turn.side:
+        return  # nothing of a side request is stored, not even its failure
     conv.store.log(
         conv.id,
         "upstream",
@@ -300,12 +285,14 @@ async def chat(
 ) -> Response:
     arrived, started = time.time(), time.monotonic()
     check_headers(headers)
-    cid = header_text(headers.get(CONVERSATION_HEADER)) or body.user
-    if not cid:
+    cid = header_text(headers.get(CONVERSATION_HEADER)) or body.user or ""
+    generation = gen.generation_of(headers.get(gen.GENERATION_HEADER))
+    side = generation in gen.SIDE  # nothing stored: no turn lock, no new id
+    if not cid and not side:
         raise InputError(
             "name the conversation: send the header X-Kioku-Conversation (or the `user` field)"
         )
-    if not is_valid_id(cid):
+    if not side and not is_valid_id(cid):
         param = "X-Kioku-Conversation" if headers.get(CONVERSATION_HEADER) else "user"
         await run_in_threadpool(_check_conversation, svc, tenant, cid, param)
     split = split_messages(body.messages)
@@ -314,12 +301,16 @@ async def chat(
     character = header_text(headers.get(CHARACTER_HEADER)) or next(
         (m.name for m in split.chat if m.role == "assistant" and m.name), ""
     )
+    user = header_text(headers.get(gen.USER_HEADER))
+    if side:
+        turn = await run_in_threadpool(start_side, svc, tenant, cid, split, character, started)
+        return await _run(svc, body, tenant, None, turn, split)
     request = name_request(
         header_text(headers.get(IDEMPOTENCY_HEADER)),
         raw,
         tenant=tenant,
         conversation=cid,
-        shape=f"{mode}\0{character}",
+        shape=f"{mode}\0{character}\0{generation}\0{user}",
     )
     replay = await svc.gate.replayed(tenant, cid, request)
     if replay is None:
@@ -329,12 +320,15 @@ async def chat(
             # another process ran the last turn: what this one cached may be stale
             last = held.previous.last_owner
             fresh = last is not None and last != svc.gate.owner.name
-            return start_turn(svc, slot, tenant, cid, split, stateful, character, started, fresh)
+            return start_turn(
+                svc, slot, tenant, cid, split, stateful, character, started,
+                fresh=fresh, generation=generation, user=user,
+            )  # fmt: skip
 
         held = await svc.gate.enter(slot, tenant, cid, request, arrived, then=begin)
         if not isinstance(held, Replay):
             try:
-                return await _run(svc, body, tenant, held, split)
+                return await _run(svc, body, tenant, held, held.value, split)
             except BaseException:
                 held.finish_soon()  # nothing if the turn already ended (or a stream took it)
                 raise
@@ -342,14 +336,17 @@ async def chat(
     return replay_response(cid, replay, stream=body.stream, model=body.model or "")
 
 
-async def _run(svc: Service, body: ChatBody, tenant: str, ticket: Ticket, split: Split) -> Response:
-    """The turn, holding its ticket (its message stored, its prompt built): upstream, commit
-    the reply, respond."""
-    slot, turn = ticket.slot, ticket.value
-    reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
-    slot.last_prompt = turn.prompt.messages
+async def _run(
+    svc: Service, body: ChatBody, tenant: str, ticket: Ticket | None, turn: Turn, split: Split
+) -> Response:
+    """The turn, holding its ticket (its message stored, its prompt built; a side request has
+    none): upstream, commit the reply, respond."""
+    if ticket is not None and not turn.side:
+        slot = ticket.slot
+        reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
+        slot.last_prompt = turn.prompt.messages
+        svc.metrics.prefix_reuse.observe(tenant, reuse)
     svc.metrics.prompt_tokens.observe(tenant, turn.prompt.tokens)
-    svc.metrics.prefix_reuse.observe(tenant, reuse)
     data = upstream_body(body, turn, split, svc.profile.response_reserve)
     if body.stream:
         return await _stream(svc, turn, data, ticket)
@@ -400,7 +397,7 @@ def _observe(svc: Service, turn: Turn, upstream_s: float) -> None:
 
 async def _commit(
     svc: Service,
-    ticket: Ticket,
+    ticket: Ticket | None,
     turn: Turn,
     completion: Completion,
     upstream_s: float,
@@ -408,7 +405,13 @@ async def _commit(
 ) -> LogEntry | None:
     """Store the reply and end the turn (the lock then names the request that got it), before
     the client sees the reply's last byte. Then the tic guard reads the new reply, off the
-    response's path, so the next turn finds its alerts computed."""
+    response's path, so the next turn finds its alerts computed. A side request stores
+    nothing."""
+    if ticket is None or turn.side:
+        if ticket is not None:  # a Test Message inside a turn: the turn ends with no reply
+            await ticket.finish(None)
+        _observe(svc, turn, upstream_s)
+        return None
 
     def store_and_end() -> LogEntry | None:
         # the reply, its counters and the turn's end (with the request that got the reply)
@@ -442,7 +445,9 @@ def _sse_error(error: UpstreamError) -> str:
     return f"data: {json.dumps(error.body())}\n\n"
 
 
-async def _stream(svc: Service, turn: Turn, data: dict[str, Any], ticket: Ticket) -> Response:
+async def _stream(
+    svc: Service, turn: Turn, data: dict[str, Any], ticket: Ticket | None
+) -> Response:
     """Relay the upstream's SSE. The status code is chosen once the upstream answered (or
     refused); an upstream slower than `svc.keepalive_s` gets a 200 with keep-alive comments,
     and an error after that arrives as an SSE `error` event. From the event that carries
@@ -537,8 +542,9 @@ async def _stream(svc: Service, turn: Turn, data: dict[str, Any], ticket: Ticket
         finally:
             if not task.done():
                 task.cancel()
-            ticket.finish_soon(after=commit)
-            if commit is None and state.finish_reason is None:
+            if ticket is not None:
+                ticket.finish_soon(after=commit)
+            if commit is None and state.finish_reason is None and not turn.side:
                 # the client hung up (or the upstream broke): the user message stays stored
                 conv = turn.conv
                 asyncio.get_running_loop().run_in_executor(

@@ -1,0 +1,317 @@
+"""A real SillyTavern 1.12.6 with the kioku extension, driven through its page in headless
+Chromium against `kioku serve` and a scripted upstream that records every request.
+
+One chat of 30 turns (enough to fold twice), then what users do to it: edit a message memory
+already covers, swipe, delete, continue, impersonate, press Test Message; a new chat with the
+same character and back; the Cut button; and a client without the extension that forgets to
+switch its static header. Asserted on kioku's stored log and on what the upstream received.
+Needs `.ci/sillytavern.sh` (node, npm) and Chromium: skipped locally without them, a failure in
+CI.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kioku.config import Settings
+from kioku.engine import Kioku
+from kioku.importer import import_transcript
+from kioku.layers import Layers
+from kioku.memory import coverage_gaps
+from kioku.normal_form import normal_form
+from kioku.revisions import versions
+from kioku.service.app import Service, create_app
+from kioku.service.keys import create_key
+from kioku.service.loopback import FakeUpstream, ServerThread, free_port
+from kioku.store import Store
+from tests.tavern import SillyTavern, Tavern, need_sillytavern, wait_for
+from tests.test_console import browser
+from tests.test_service_support import SERVICE_PROFILE, words
+
+pytestmark = pytest.mark.browser
+__all__ = ["browser"]
+
+# small enough that 30 turns fold twice beside Seraphina's ~1,800-token card (every size is
+# the rendered prompt's, card included)
+PROFILE = replace(
+    SERVICE_PROFILE,
+    name="tavern-test",
+    window=8192,
+    trigger=2200,
+    ceiling=2700,
+    min_raw=200,
+    headroom=300,
+    connect_timeout_s=5.0,
+    reply_timeout_s=30.0,
+)
+IMPERSONATED = "I lean on my staff and ask Seraphina about the old lantern."
+
+
+class Script:
+    """The upstream's replies, by what SillyTavern asked for: the character's replies carry the
+    "Seraphina: " label SillyTavern strips before it shows them."""
+
+    def __init__(self) -> None:
+        self.n = itertools.count()
+
+    def __call__(self, body: dict[str, Any]) -> str:
+        k = next(self.n)
+        last = str(body["messages"][-1]["content"])
+        if "from the point of view of" in last:
+            return IMPERSONATED
+        if "[Continue the following message" in last:
+            return f"She pauses, then adds a word about the river ({k})."
+        if last.endswith("Hi"):
+            return "Hello! The connection works."
+        return f"Seraphina: *She nods.* Reply {k}: {words(k, 25)}"
+
+
+@dataclass
+class Stack:
+    up: FakeUpstream
+    store: Store
+    svc: Service
+    tavern: SillyTavern
+
+    def idle(self) -> None:
+        """Replies stored and summaries written (the embedded worker polls every 0.1 s)."""
+
+        def settled() -> bool:
+            return not self.svc._tasks and not any(
+                self.store.jobs(c.id, "queued", "running") for c in self.store.conversations()
+            )
+
+        wait_for(settled, 30, "kioku to settle")
+
+    def rows(self, cid: str) -> list[tuple[int, str, str]]:
+        """(seq, role, text) of the messages the client can see (not deleted)."""
+        return [
+            (e.seq, e.role, e.text) for e in self.store.entries(cid) if not e.message.is_empty()
+        ]
+
+
+def make_kioku(tenant: str, store: Store) -> Kioku:
+    return Kioku(store, profile=PROFILE, tenant=tenant, layers=Layers(store))
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    root = need_sillytavern()
+    db = f"sqlite:///{tmp_path / 'kioku.db'}"
+    store = Store.open(db)
+    key = create_key(store, "tavern")[1]
+    st_port = free_port()
+    with FakeUpstream(reply=Script()) as up:
+        settings = Settings(db=db, llm_url=up.url, cors_origins=(f"http://127.0.0.1:{st_port}",))
+        app = create_app(settings, store=store, make_kioku=make_kioku, worker_poll_s=0.1,
+                         profile=PROFILE)  # fmt: skip
+        with ServerThread(app) as server:
+            tavern = SillyTavern(root, tmp_path / "tavern-data", server.url, key)
+            tavern.port, tavern.url = st_port, f"http://127.0.0.1:{st_port}"
+            tavern.configure()
+            tavern.start()
+            try:
+                yield Stack(up, store, app.state.service, tavern)
+            finally:
+                tavern.stop()
+                shutil.rmtree(tmp_path / "tavern-data", ignore_errors=True)
+
+
+def same(a: str, b: str) -> bool:
+    """The client shows the reply tidied: equal in kioku's normal form."""
+    return normal_form(a) == normal_form(b)
+
+
+def alternates(messages: list[dict[str, Any]]) -> bool:
+    body = messages[1:] if messages and messages[0]["role"] == "system" else messages
+    return all(m["role"] == ("user" if k % 2 == 0 else "assistant") for k, m in enumerate(body))
+
+
+def test_sillytavern_with_the_kioku_extension(stack: Stack, browser: Any) -> None:
+    t = Tavern(browser, stack.tavern.url)
+    t.open()
+    t.connect()
+    t.select_character("Seraphina")
+    chat1 = t.chat_id()
+
+    # 1. thirty turns: each message stored once, under the chat's own id, and memory folds
+    sent = [f"Turn {i}: tell me about lantern {i} and the river." for i in range(30)]
+    for text in sent:
+        t.send(text)
+    stack.idle()
+    rows = stack.rows(chat1)
+    assert [r[2] for r in rows if r[1] == "user"] == sent
+    assert len(rows) == 61 and rows[0][2] == t.messages()[0]["mes"]  # the greeting, then turns
+    shown = t.messages()
+    assert all(same(r[2], m["mes"]) for r, m in zip(rows, shown, strict=True))
+    info = stack.store.conversation(chat1)
+    chapters = [i for i in stack.store.items(chat1, "active") if i.kind == "chapter"]
+    assert info.raw_start > 0 and len(chapters) >= 2 and info.character == "Seraphina"
+    assert coverage_gaps(stack.store.items(chat1, "active"), info.raw_start) == []
+    counters = stack.store.counters(chat1)
+    assert not counters.get("edits")  # SillyTavern strips "Seraphina: ": not an edit
+    assert {e.message.author for e in stack.store.entries(chat1) if e.role == "user"} == {"Alex"}
+    # the panel shows what kioku remembers
+    t.click("#kioku_refresh")
+    wait_for(lambda: t.js("return $('#kioku_memory details[data-kind=chapter]').length") >= 2,
+             20, "chapters in the kioku panel")  # fmt: skip
+    assert "messages stored" in t.js("return $('#kioku_status').text()")
+
+    # 2. an edit of a message a chapter covers: versions kept, chapter stale, prompt corrected
+    target = next(c for c in chapters if c.last_seq - c.first_seq >= 2)
+    seq = next(
+        r[0] for r in rows if r[1] == "assistant" and target.first_seq < r[0] <= target.last_seq
+    )
+    t.edit(seq, "*Seraphina admits the lantern was BLUE all along.*")
+    t.send("So what colour was the lantern?")
+    stack.idle()
+    [edited] = stack.store.entries(chat1, seq, seq)
+    assert edited.text == "*Seraphina admits the lantern was BLUE all along.*"
+    assert [v["change"] for v in versions(stack.store, chat1, seq)] == ["edit"]
+    assert "lantern was BLUE" in "\n".join(m["content"] for m in stack.up.chats()[-1]["messages"])
+    assert stack.store.counters(chat1)["edits"] == 1
+    assert any(i.replaces == (target.id,) or i.stale for i in stack.store.items(chat1))
+
+    # 3. a swipe replaces the last reply in place
+    n = stack.store.conversation(chat1).next_seq
+    t.swipe_right()
+    stack.idle()
+    assert stack.store.conversation(chat1).next_seq == n
+    last = stack.store.entries(chat1)[-1]
+    assert same(last.text, t.messages()[-1]["mes"])
+    assert [v["change"] for v in versions(stack.store, chat1, last.seq)] == ["regenerate"]
+
+    # 4. deleting an exchange (a user message and its reply), then going on
+    gone = t.messages()[-4:-2]
+    t.delete(len(t.messages()) - 4)
+    t.delete(len(t.messages()) - 3)
+    t.send("Let us forget that.")
+    stack.idle()
+    deleted = [e for e in stack.store.entries(chat1) if e.message.is_empty()]
+    old = [v["text"] for e in deleted for v in versions(stack.store, chat1, e.seq)]
+    assert len(old) == 2 and all(same(a, m["mes"]) for a, m in zip(old, gone, strict=True))
+    assert all(same(r[2], m["mes"]) for r, m in zip(stack.rows(chat1), t.messages(), strict=True))
+
+    # 5. continue extends the last reply: no new message
+    n = stack.store.conversation(chat1).next_seq
+    t.continue_reply()
+    stack.idle()
+    assert stack.store.conversation(chat1).next_seq == n
+    last = stack.store.entries(chat1)[-1]
+    assert "adds a word about the river" in last.text and same(last.text, t.messages()[-1]["mes"])
+    assert stack.store.counters(chat1)["continuations"] == 1
+
+    # 6. impersonate: the text lands in the send box and is stored only once sent, as Alex's
+    before = stack.rows(chat1)
+    t.option("option_impersonate")
+    wait_for(lambda: t.js("return $('#send_textarea').val()") == IMPERSONATED, 30, "the text")
+    t.idle()
+    stack.idle()
+    assert stack.rows(chat1) == before
+    t.send(IMPERSONATED)
+    stack.idle()
+    assert stack.rows(chat1)[-2][1:] == ("user", IMPERSONATED)
+
+    # 7. Test Message: a one-message chat answered (with memory) and not stored
+    before = stack.rows(chat1)
+    t.test_message()
+    stack.idle()
+    assert "successful" in t.toasts()
+    assert stack.rows(chat1) == before
+    hi = stack.up.chats()[-1]["messages"]
+    assert hi[-1]["role"] == "user" and hi[-1]["content"].endswith("Hi")
+    assert len(hi) > 3 and hi[0]["content"] == stack.store.conversation(chat1).system_prompt
+
+    # 8. a new chat with the same character is its own conversation; back to the first one
+    t.new_chat()
+    chat2 = t.chat_id()
+    assert chat2 != chat1
+    t.send("Hello again, a new story.")
+    t.send("Where are we now?")
+    stack.idle()
+    assert [r[2] for r in stack.rows(chat2) if r[1] == "user"] == [
+        "Hello again, a new story.",
+        "Where are we now?",
+    ]
+    n1 = stack.store.conversation(chat1).next_seq
+    t.open_chat(chat1)
+    t.send("I am back in the first story.")
+    stack.idle()
+    assert stack.store.conversation(chat1).next_seq == n1 + 2
+    assert stack.store.counters(chat1)["edits"] == 1  # the reopened chat matched exactly
+    # what the model reads of chat 1: Test Message's "Hi" is not in it, the impersonated line
+    # once, as the user's
+    back = stack.up.chats()[-1]["messages"]
+    assert not [m for m in back if m["content"].endswith("\n\nHi") or m["content"] == "Hi"]
+    assert [m["role"] for m in back if IMPERSONATED in m["content"]] == ["user"]
+
+    # 9. Cut (区切り) from the panel: everything folded, the raw window starts now
+    t.click("#kioku_cut")
+    t.confirm()
+    wait_for(lambda: stack.store.conversation(chat1).raw_start == stack.store.conversation(chat1).next_seq,
+             30, "the cut")  # fmt: skip
+    assert any(i.source == "extractive" for i in stack.store.items(chat1, "active"))
+
+    # SillyTavern's saved chat, imported, reads as kioku's live log (not one message more)
+    [saved] = (stack.tavern.data / "default-user" / "chats").glob(f"*/{chat1}.jsonl")
+    wait_for(lambda: "I am back in the first story." in saved.read_text(), 30, "the saved chat")
+    out = import_transcript(stack.svc.kioku("tavern"), saved, "sillytavern",
+                            conversation_id="imported", progress=False)  # fmt: skip
+    imported = stack.store.entries("imported")
+    assert out["imported"] == len(stack.rows(chat1)) == len(imported)
+    assert all(same(a[2], b.text) for a, b in zip(stack.rows(chat1), imported, strict=True))
+    live_authors = [
+        e.message.author for e in stack.store.entries(chat1) if not e.message.is_empty()
+    ]
+    assert [e.message.author for e in imported] == live_authors
+    assert all(e.message.at is not None for e in imported)
+
+    # 10. without the extension: a static header the user forgets to switch is refused, not merged
+    t.set_kioku_enabled(False)
+    t.set_headers("X-Kioku-Conversation: static-chat")
+    t.open_chat(chat2)
+    t.send("Static header, chat two.")
+    stack.idle()
+    static = stack.rows("static-chat")
+    assert [r[2] for r in static if r[1] == "user"][-1] == "Static header, chat two."
+    t.open_chat(chat1)
+    requests = len(stack.up.chats())
+    t.js("$('#send_textarea').val('Sent to the wrong conversation').trigger('input')")
+    t.click("#send_but")
+    wait_for(lambda: "install the kioku extension" in t.toasts(), 30, "kioku's 409 in a toast")
+    t.idle()
+    stack.idle()
+    assert stack.rows("static-chat") == static
+    assert len(stack.up.chats()) == requests  # nothing reached the upstream
+
+    # every request the upstream got alternates roles after the system message, and the card
+    # changes kioku counted are the ones SillyTavern made between consecutive turns
+    assert all(alternates(b["messages"]) for b in stack.up.chats())
+    # Seraphina's lorebook entry (keyword "forest", in her greeting) is in the card until the
+    # greeting leaves SillyTavern's scan depth: one client-caused cache break per chat, counted
+    # and explained, and shown in the panel
+    for cid in (chat1, chat2):
+        [card] = [e for e in stack.store.log_entries(cid) if e["event"] == "card"]
+        assert stack.store.counters(cid)["card_changes"] == 1
+        assert "first difference at char" in card["detail"]
+    assert "The card changed 1×" in t.js("return $('#kioku_card').text()")
+    # the operator console shows the same count
+    browser.get(f"{stack.tavern.kioku_url}/console/")
+    wait_for(lambda: t.js("return !!document.getElementById('api-key')"), 20, "the console")
+    t.find("#api-key").send_keys(stack.tavern.kioku_key)
+    t.find("#key-submit").click()
+    wait_for(lambda: t.js("return document.querySelector(`[data-testid=conversation][data-id='${arguments[0]}']`)", chat1),
+             20, "the conversation in the console").click()  # fmt: skip
+    wait_for(
+        lambda: t.js("return !document.getElementById('card-changes-box').hidden"), 20, "the count"
+    )
+    assert t.find("#card-changes").text == "1"
+    severe = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not [m for m in severe if "kioku" in m and "404" not in m and "409" not in m], severe
