@@ -199,6 +199,9 @@ def send(
         "Authorization": f"Bearer {server.key}",
         "X-Kioku-Conversation": CID,
         "Idempotency-Key": key,
+        # the mode said, as a client mixing both must (one message alone in a conversation
+        # whose client sends transcripts is a side request, SillyTavern's Test Message)
+        "X-Kioku-Mode": "stateless" if len(body["messages"]) > 1 else "stateful",
     }
     user = body["messages"][-1]["content"]
     killer: threading.Thread | None = None

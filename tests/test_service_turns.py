@@ -167,6 +167,48 @@ def test_a_request_that_waits_too_long_gets_409_and_stores_nothing(service: Harn
     assert service.texts("busy-1") == ["first", "(reply to: first)"]
 
 
+def test_a_side_request_does_not_wait_for_the_turn_and_a_test_message_ends_its_turn(
+    service: Harness,
+) -> None:
+    """Side requests store nothing, so they take no turn lock: a quiet request is answered while
+    a turn of its conversation runs. A Test Message (a lone message in a transcript
+    conversation) is found inside a turn: that turn ends with no reply, and the next goes on."""
+    history = [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "(reply to: hello)"},
+    ]
+    with service.http() as h:
+        assert post(h, "side-1", [history[0]], {"X-Kioku-Mode": "stateless"}).status_code == 200
+        service.up.delay_s = 1.0
+        gate = service.svc.gate
+        wait, gate.wait_s = gate.wait_s, 0.3
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                turn = pool.submit(
+                    post, h, "side-1", [*history, {"role": "user", "content": "slow"}]
+                )
+                time.sleep(0.2)
+                quiet = post(h, "side-1", [{"role": "user", "content": "[summarize]"}],
+                             {"X-Kioku-Generation": "quiet"})  # fmt: skip
+                assert quiet.status_code == 200, quiet.text  # no 409: it did not wait
+                assert quiet.headers["x-kioku-stored"] == "false"
+                assert turn.result().status_code == 200
+        finally:
+            gate.wait_s = wait
+            service.up.delay_s = 0.0
+        test_message = post(h, "side-1", [{"role": "user", "content": "Hi"}])
+        assert test_message.status_code == 200
+        assert test_message.headers["x-kioku-stored"] == "false"
+        after = [*history, {"role": "user", "content": "slow"},
+                 {"role": "assistant", "content": "(reply to: slow)"},
+                 {"role": "user", "content": "and now?"}]  # fmt: skip
+        assert post(h, "side-1", after).status_code == 200  # the turn lock was let go
+    assert service.texts("side-1") == [
+        "hello", "(reply to: hello)", "slow", "(reply to: slow)", "and now?",
+        "(reply to: and now?)",
+    ]  # fmt: skip
+
+
 def test_a_reply_is_in_the_store_when_its_response_arrives(service: Harness) -> None:
     """No waiting for the service to settle: the reply was committed before the response."""
     service.up.reply = lambda body: support.words(len(service.up.chats()), 12)
