@@ -23,6 +23,7 @@ from kioku.protocol import message_tokens
 if TYPE_CHECKING:
     from kioku.engine import Conversation
 
+LANGS = ("en", "ja", "zh")  # the languages `kioku.dates` writes dates in
 # a day whose date line is as long as any (a Wednesday in September, two-digit day)
 _LONGEST_DAY = date(2000, 9, 27)
 
@@ -34,7 +35,9 @@ def message_limit(conv: Conversation) -> int:
     profile = k.card_profile(system)
     budget = min(usable(profile.prompt_budget, k.margin.share), profile.ceiling)
     system_t = k.counter.count(system) if system else 0
-    line_t = k.counter.count(date_line(_LONGEST_DAY, conv.lang) + "\n")
+    # the longest date line of any language (reading `conv.lang` here would fix the language
+    # before the conversation's first message is stored)
+    line_t = max(k.counter.count(date_line(_LONGEST_DAY, lang) + "\n") for lang in LANGS)
     return budget - system_t - template_of(k.counter).messages(2 if system else 1) - line_t
 
 

@@ -111,6 +111,8 @@ def start_turn(
     """Store what is new and build the prompt (runs in a thread, holding the turn lock).
     `fresh`: another process ran the last turn, so what this one cached may be stale."""
     kk = svc.kioku(tenant)
+    if fresh:  # what this process read of the conversation may have changed since
+        slot.transcripts = slot.user = None
     if fresh or slot.conv is None or (split.system is not None and split.system != slot.system):
         known = slot.conv is not None and not fresh
         old = slot.system if known else stored_card(kk.store, conversation_id, tenant)
