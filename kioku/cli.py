@@ -34,15 +34,8 @@ app = typer.Typer(
     context_settings=CONTEXT,
     help="kioku: long-term memory for one very long LLM conversation.",
 )
-bench_app = typer.Typer(
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    help="Benchmarks: a summary for people, the full result with --json.",
-)
-app.add_typer(bench_app, name="bench")
-
-# Modules that add their own commands.
-EXTENSIONS = ("kioku.service.cli", "kioku.eval.cli")
+# Modules that add their own commands (the service adds `bench serve`: after the benchmarks).
+EXTENSIONS = ("kioku.bench.cli", "kioku.service.cli", "kioku.eval.cli")
 FORMATS = "kioku, sillytavern, locomo or realpersonachat"
 
 
@@ -524,131 +517,6 @@ def export(
             f.write(line + "\n")
             n += 1
     terminal.note(f"wrote {plural(n, 'message')} to {out}")
-
-
-@bench_app.command("prefix")
-def bench_prefix(
-    data: DataOpt = None,
-    fmt: Annotated[str, typer.Option("--format", help=FORMATS + ".")] = "realpersonachat",
-    speaker: Annotated[
-        str | None, typer.Option("--speaker", help="realpersonachat: whose timeline.")
-    ] = None,
-    conversation: Annotated[
-        int, typer.Option("--conversation", help="locomo: which conversation.")
-    ] = 0,
-    profile: Annotated[str, typer.Option("--profile", help="The model profile.")] = "local-64k",
-    window: WindowOpt = None,
-    max_turns: Annotated[
-        int | None, typer.Option("--max-turns", help="Only the first N turns.")
-    ] = None,
-    max_messages: Annotated[
-        int | None, typer.Option("--max-messages", help="Replay only the first N messages.")
-    ] = None,
-    via: Annotated[
-        str,
-        typer.Option(
-            "--via",
-            help="process: the engine in this process; serve: a real `kioku serve` over HTTP "
-            "(stateless and stateful clients) beside it.",
-        ),
-    ] = "process",
-    layers: Annotated[
-        bool,
-        typer.Option(
-            "--layers/--no-layers",
-            help="Recall, notes and the tic guard on (as shipped) or off (the ablation).",
-        ),
-    ] = True,
-    as_json: JsonOpt = False,
-) -> None:
-    """Prefix-cache reuse and window use of kioku's prompts against sliding window,
-    summary-in-system and immediate fold, replayed on a real tokenizer.
-
-    Example: kioku bench prefix --format locomo --conversation 0 --profile local-8k --via serve
-    """
-    from kioku.bench.prefix import run
-
-    _result(
-        run(
-            data,
-            fmt,
-            speaker=speaker,
-            conversation=conversation,
-            profile=profile,
-            window=window,
-            max_turns=max_turns,
-            max_messages=max_messages,
-            via=via,
-            layers=layers,
-        ),
-        as_json,
-    )
-
-
-@bench_app.command("turn")
-def bench_turn(
-    sizes: Annotated[
-        str, typer.Option("--sizes", help="History lengths to time, comma-separated.")
-    ] = "500,5000,50000",
-    as_json: JsonOpt = False,
-) -> None:
-    """prepare() time against history length (and the naive load-all baseline).
-
-    Example: kioku bench turn --sizes 500,5000,50000 --json
-    """
-    from kioku.bench.turn import run
-    from kioku.errors import InputError
-
-    try:
-        picked = [int(s) for s in sizes.split(",") if s.strip()]
-    except ValueError:
-        raise InputError(f"--sizes takes numbers like 500,5000, not {sizes!r}") from None
-    _result(run(picked), as_json)
-
-
-@bench_app.command("tokens")
-def bench_tokens(
-    turns: Annotated[
-        int, typer.Option("--calibration-turns", help="Turns the estimate calibrates on.")
-    ] = 20,
-    as_json: JsonOpt = False,
-) -> None:
-    """Calibrated token estimator against a real tokenizer, per language.
-
-    Example: kioku bench tokens --json
-    """
-    from kioku.bench.tokens import run
-
-    _result(run(calibration_turns=turns), as_json)
-
-
-@bench_app.command("recall")
-def bench_recall(
-    data: DataOpt = None,
-    scale: Annotated[
-        int | None, typer.Option("--scale", help="Time search at N archived messages instead.")
-    ] = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Archive recall on LoCoMo (evidence recall@k), or speed at --scale N messages.
-
-    Example: kioku bench recall --data ../shared/datasets/locomo/locomo10.json --json
-    """
-    from kioku.bench.recall import run
-
-    if data is not None:
-        from kioku.datasets import check_file
-
-        check_file(data)
-    _result(run(data, scale), as_json)
-
-
-def _result(data: Any, as_json: bool) -> None:
-    """A benchmark's result: JSON for scripts, an indented outline for people."""
-    if as_json:
-        emit(data)
-    else:
-        terminal.text("\n".join(terminal.outline(data)))
 
 
 def register_extensions() -> None:

@@ -19,21 +19,20 @@ from typing import Literal
 
 from kioku import context, dates, policy, rolling
 from kioku.alternation import alternate_chat
-from kioku.budget import Margin, is_exact, template_of, usable
-from kioku.context import EXTRAS_KEY, Prompt, extras_of
+from kioku.budget import Margin, is_exact, template_of
+from kioku.compaction import SQUEEZE_SLACK, Compactor, TurnReport, View
+from kioku.context import EXTRAS_KEY, Prompt
 from kioku.errors import (
     ConfigError,
     ContextOverflow,
     InputError,
     ModelError,
-    StoreError,
     TruncatedReply,
 )
 from kioku.fit import fitted
-from kioku.generations import chapter_task, chunks, item_from_summary
 from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.lang import detect_lang
-from kioku.memory import Memory, MemoryItem
+from kioku.memory import Memory
 from kioku.messages import LogEntry, Message, Role
 from kioku.models import ChatModel, Completion
 from kioku.profiles import LOCAL_64K, Profile
@@ -43,12 +42,6 @@ from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
 from kioku.tokens import ScriptEstimator, TokenCounter
 from kioku.worker import BackgroundWorker, Worker
-
-# Tokens the policy plans below the usable budget: its per-message sums and the prompt's
-# template total round differently by a token or two.
-ROUNDING_SLACK = 4
-# Beyond what was missing, how much more a squeeze cuts (so the retry surely fits).
-SQUEEZE_SLACK = 16
 
 # usage.prompt_tokens ÷ kioku's own count outside this band is not believed: tokenizers differ
 # by 1.6× at most on the same text (cl100k vs Qwen on Japanese), never by 2×
@@ -71,26 +64,6 @@ class Reply:
 # (the baseline of seeds 002/004, kept for comparison)
 Strategy = Literal["generational", "rolling"]
 POLICIES: dict[str, policy.Policy] = {"generational": policy.decide, "rolling": rolling.decide}
-
-
-@dataclass(frozen=True)
-class View:
-    """What a turn reads before it decides: the conversation, its raw window and its memory."""
-
-    info: ConversationInfo
-    window: list[LogEntry]
-    memory: Memory
-
-
-@dataclass(frozen=True)
-class TurnReport:
-    """What `prepare()` did besides building the prompt: for logs, the demo and benchmarks."""
-
-    folded: bool = False
-    forced_cut: tuple[int, int] | None = None
-    major_gc: bool = False
-    scheduled: tuple[str, ...] = ()
-    reasons: tuple[str, ...] = ()
 
 
 def as_message(
@@ -183,6 +156,11 @@ class Kioku:
         """The profile a conversation runs on (its card fitted in)."""
         return self.card_profile(self.store.conversation(conversation_id).system_prompt)
 
+    def poke_worker(self) -> None:
+        """A job was scheduled: the background worker (if any) looks now, not at its next poll."""
+        if self._background is not None:
+            self._background.poke()
+
     def start_background(self, poll_s: float = 1.0) -> BackgroundWorker:
         if self._background is None:
             self._background = BackgroundWorker(self._worker, poll_s).start()
@@ -222,7 +200,7 @@ class Conversation:
         self._raw: list[LogEntry] = []  # cache of the raw window; the log is append-only
         self._lang: str | None = None
         self._character: str | None = None
-        self._head: tuple[object, tuple[int, int]] | None = None
+        self._compactor = Compactor(self)
 
     # reading ---------------------------------------------------------------------------------
 
@@ -314,7 +292,7 @@ class Conversation:
     def prepare_for(self, entry: LogEntry) -> Prompt:
         """Apply what is ready and build the prompt answering a stored message (`prepare` after
         its append; the service also calls it to retry or regenerate a turn)."""
-        report, view = self._compact(self._view())
+        report, view = self._compact(self.view())
         if self.kioku.fold_immediately and report.scheduled:
             # the baseline that blocks the turn on the summary and folds in the trigger turn
             self.kioku.worker.run_until_idle(self.id)
@@ -453,7 +431,7 @@ class Conversation:
 
     # compaction --------------------------------------------------------------------------------
 
-    def _view(self) -> View:
+    def view(self) -> View:
         """The state a turn is decided and built from, read in this one place."""
         info = self.info()
         return View(info, self.raw_window(info), self.memory(info))
@@ -461,198 +439,16 @@ class Conversation:
     def settle(self) -> TurnReport:
         """Apply whatever became ready (folds, major GCs) without a new message: what the next
         turn would do first. Evaluations call it to read the memory a conversation ends with."""
-        return self._compact(self._view())[0]
-
-    def _head_tokens(self, info: ConversationInfo, memory: Memory) -> tuple[int, int]:
-        """(rendered tokens of everything but the raw window, what an empty memory exchange's
-        frame would cost): counted once per memory state, not every turn."""
-        key = (
-            info.system_prompt,
-            info.memory_version,
-            memory.notes,
-            tuple((i.id, i.stale, i.tokens) for i in memory.items),
-            getattr(self.kioku.counter, "observations", 0),  # a calibrating count moves
-        )
-        if self._head is None or self._head[0] != key:
-            k = self.kioku
-            head = context.head_tokens(
-                info.system_prompt, memory, k.counter, self.lang, k.memory_in_system
-            )
-            self._head = (key, head)
-        return self._head[1]
+        return self._compact(self.view())[0]
 
     def _compact(self, view: View, squeeze: int = 0) -> tuple[TurnReport, View]:
-        """Decide on `view` and apply the decision; return what happened and the view to build
-        the prompt from (`view` itself unless a fold changed it). `squeeze`: plan for that many
-        tokens less (the prompt was found that much too long)."""
-        k = self.kioku
-        info, raw = view.info, view.window
-        jobs = [
-            policy.PendingJob(j.kind, j.first_seq, j.last_seq)
-            for j in self.store.jobs(self.id, "queued", "running")
-        ]
-        now = k.clock()
-        prof = k.card_profile(info.system_prompt)
-        per_message = template_of(k.counter).per_message
-        sizes = []
-        total = counted = 0.0
-        previous: Message | None = None
-        for e in raw:
-            if e.message.is_empty():
-                continue  # a message a client deleted: not in the prompt
-            x = extras_of(e)
-            line = dates.line_for(e.message, previous, self.lang, e.seq > 0)
-            previous = e.message
-            # rounded as a running total, so that any run of messages adds up as the prompt's
-            # template tokens do (`Template.messages`), a fractional overhead included
-            total += e.tokens + per_message + (x.tokens if x else 0)
-            total += dates.line_tokens(line, e.message, k.counter)
-            sizes.append((e.seq, round(total) - round(counted)))
-            counted = total
-        fixed, frame = self._head_tokens(info, view.memory)
-        decision = self.kioku.policy(
-            policy.State(
-                profile=prof,
-                now=now,
-                raw_start=info.raw_start,
-                raw=sizes,
-                memory=view.memory,
-                ready=self.store.items(self.id, "ready"),
-                jobs=jobs,
-                fixed=fixed,
-                frame=frame,
-                usable=usable(prof.prompt_budget, k.margin.share) - ROUNDING_SLACK - squeeze,
-            )
-        )
-        report = TurnReport(
-            folded=decision.folds,
-            forced_cut=decision.forced_cut,
-            major_gc=bool(decision.retire),
-            scheduled=tuple(p.kind for p in decision.schedule),
-            reasons=decision.reasons,
-        )
-        writes = decision.discard or decision.schedule or decision.cancel_through is not None
-        if not (decision.folds or writes):
-            return report, view  # the common turn: nothing to store
-        add: list[MemoryItem] = []
-        if decision.forced_cut:
-            lo, hi = decision.forced_cut
-            entries = [e for e in raw if lo <= e.seq <= hi]
-            task = chapter_task(entries, prof, lang=self.lang, character=info.character)
-            add.append(item_from_summary(task, k.extractive.summarize(task), ready_at=now))
-        try:
-            with self.store.atomic():
-                if decision.forced_cut:
-                    # the stand-in chapter had no summary job: the notes of its range now
-                    k.layers.cut_written(self.id, entries)
-                self._apply(decision, info, add)
-        except StoreError as e:
-            if not decision.folds:
-                raise
-            # Another process folded first; its state is as good as ours.
-            self.store.log(self.id, "fold", "skipped", detail=str(e))
-            return TurnReport(reasons=(*decision.reasons, f"fold skipped: {e}")), self._view()
-        if decision.schedule and k._background is not None:
-            k._background.poke()
-        return report, self._view() if decision.folds else view
+        return self._compactor.compact(view, squeeze)
 
-    def _apply(
-        self, decision: policy.Decision, info: ConversationInfo, add: list[MemoryItem]
-    ) -> None:
-        """Store a decision: a fold with its retirements, notes snapshot, counters and log line,
-        and the jobs it cancels and schedules. The caller holds one transaction around it."""
-        store, k = self.store, self.kioku
-        store.retire_items(self.id, decision.discard)
-        if decision.folds:
-            raw_start = decision.raw_start if decision.raw_start is not None else info.raw_start
-            store.fold(
-                self.id,
-                activate=decision.activate,
-                retire=(*decision.retire, *decision.revised),
-                raw_start=raw_start,
-                expect_raw_start=info.raw_start,
-                add=add,
-            )
-            store.incr(self.id, "folds")
-            self.refresh_notes()
-            if decision.retire and k.strategy == "generational":
-                store.incr(self.id, "major_gcs")
-            store.log(self.id, "fold", "ok", detail="; ".join(decision.reasons))
-            if decision.forced_cut:
-                store.incr(self.id, "forced_cuts")
-                first, last = decision.forced_cut
-                store.log(self.id, "forced_cut", "extractive", first_seq=first, last_seq=last)
-        if decision.cancel_through is not None:
-            store.cancel_jobs(self.id, decision.cancel_through)
-        for plan in decision.schedule:
-            store.enqueue_job(
-                self.id, plan.kind, plan.first_seq, plan.last_seq, plan.run_after, plan.payload
-            )
+    def forget_raw_window(self) -> None:
+        """Read the raw window from the store again (a fold or an edit moved it)."""
+        self._raw = []
 
     def cut(self) -> TurnReport:
-        """区切り: fold everything not yet summarized now and start the raw window afresh.
-
-        The summarizer runs synchronously (it is an operator action); the archive and search
-        still hold every message. The fold, its retirements, counter and log line are one
-        transaction."""
-        k = self.kioku
-        info = self.info()
-        prof = k.card_profile(info.system_prompt)
-        raw = self.raw_window(info)
-        if not raw:
-            return TurnReport(reasons=("cut: nothing to fold",))
-        ready = self.store.items(self.id, "ready")
-        add: list[MemoryItem] = []
-        groups = chunks(raw, prof.summary_chunk, size=lambda e: e.tokens)
-        avoid = tuple(k.layers.avoid_phrases(self.id))
-        started = time.monotonic()
-        for g in groups:
-            task = chapter_task(
-                g,
-                prof,
-                lang=self.lang,
-                character=info.character,
-                avoid_phrases=avoid,
-                kind="cut",
-            )
-            try:
-                summary = k.summarizer.summarize(task)
-            except ModelError as e:
-                # the operator asked for a cut now: an extractive chapter records the range
-                summary = k.extractive.summarize(task)
-                self.store.log(self.id, "fallback", "extractive", detail=f"cut: {e}")
-                self.store.incr(self.id, "fallbacks")
-            add.append(item_from_summary(task, summary, ready_at=k.clock()))
-        with self.store.atomic():
-            self.store.retire_items(  # ready chapters of the raw window; revisions stay ready
-                self.id,
-                [
-                    r.id
-                    for r in ready
-                    if r.kind == "chapter" and r.id is not None and r.first_seq >= info.raw_start
-                ],
-            )
-            self.store.fold(
-                self.id,
-                activate=(),
-                retire=(),
-                raw_start=raw[-1].seq + 1,
-                expect_raw_start=info.raw_start,
-                add=add,
-            )
-            self.store.cancel_jobs(self.id, raw[-1].seq)
-            k.layers.cut_written(self.id, raw)
-            self.refresh_notes()
-            self.store.incr(self.id, "cuts")
-            self.store.log(
-                self.id,
-                "cut",
-                "ok",
-                duration_s=time.monotonic() - started,
-                input_tokens=sum(e.tokens for e in raw),
-                output_tokens=sum(i.tokens for i in add),
-                first_seq=raw[0].seq,
-                last_seq=raw[-1].seq,
-            )
-        self._raw = []
-        return TurnReport(folded=True, reasons=(f"cut: folded {raw[0].seq}..{raw[-1].seq}",))
+        """区切り: fold everything not yet summarized now and start the raw window afresh
+        (`Compactor.cut`)."""
+        return self._compactor.cut()

@@ -25,9 +25,8 @@ DEFAULT_SUMMARY_DURATION_S = 30.0  # what one summary took in the seed; used by 
 DEFAULT_SUMMARY_CEILING_TOKENS = 4096  # never cut a summary mid-sentence
 # what the memory exchange costs around its items (intro, caveat, headings, the ack), and the
 # least a memory item can say and still be read
-MEMORY_FRAME_TOKENS = 100
-MIN_ITEM_TOKENS = 32
-ITEM_HEADING_TOKENS = 16  # "## Chapter 3 (#120–188, 2–3 May 2023)" and the blank line
+MEMORY_FRAME_TOKENS = 160
+MIN_ITEM_TOKENS = 64
 # What one image costs in the prompt, whatever its pixels: OpenAI's high-detail 1024×1024 tile
 # count (765) rounded up; Gemma 3 takes 256 per image, LLaVA 576. Set it to the model's number.
 DEFAULT_IMAGE_TOKENS = 768
@@ -121,9 +120,7 @@ class Profile:
         memory's sizes and the headroom shrink together until card + memory + the minimum raw
         window fit under the ceiling, so a large card costs memory, never a failed turn. A card
         that cannot fit beside the minimum raw window and a minimal memory is refused."""
-        # each chapter's heading too, up to a major GC's worth of chapters and the synopsis
-        headings = ITEM_HEADING_TOKENS * (self.major_gc // max(1, self.chapter_tokens) + 2)
-        room = self.ceiling - card_tokens - self.min_raw - MEMORY_FRAME_TOKENS - headings
+        room = self.ceiling - card_tokens - self.min_raw - MEMORY_FRAME_TOKENS
         parts = (
             self.synopsis_tokens,
             self.major_gc,

@@ -109,13 +109,21 @@ class JobQueue(Database):
         now: float,
         lease_s: float = DEFAULT_LEASE_S,
         conversation_id: str | None = None,
+        delay_s: float | None = None,
     ) -> Job | None:
         """Lease the oldest due job whose conversation no other worker is compacting.
 
-        A job left `running` by a crashed worker is claimable again once its lease expires."""
+        A job left `running` by a crashed worker is claimable again once its lease expires.
+        `delay_s` is the claiming worker's own summary delay: a job never tried is due that long
+        after it was queued, whatever delay the process that queued it had (a retry keeps its
+        backoff)."""
         j = s.jobs.c
+        queued_due = j.run_after <= now
+        if delay_s is not None:
+            fresh_due = and_(j.attempts == 0, j.created_at + delay_s <= now)
+            queued_due = or_(fresh_due, and_(j.attempts > 0, j.run_after <= now))
         due = or_(
-            and_(j.status == "queued", j.run_after <= now),
+            and_(j.status == "queued", queued_due),
             and_(j.status == "running", j.lease_until < now),
         )
         skip: set[str] = set()

@@ -62,9 +62,11 @@ class Worker:
         backoff_s: float = DEFAULT_BACKOFF_S,
         lease_s: float = DEFAULT_LEASE_S,
         layers: MemoryLayers = NO_LAYERS,
+        delay_s: float | None = None,
     ) -> None:
         """`layers` keep verbal tics out of summaries and learn of each chapter written (notes
-        are extracted from it)."""
+        are extracted from it). `delay_s` overrides the summary delay the jobs were queued with
+        (`kioku worker --summary-delay`)."""
         self.store = store
         self.summarizer = summarizer
         self._profile = profile
@@ -76,6 +78,7 @@ class Worker:
         self.backoff_s = backoff_s
         self.lease_s = lease_s
         self.layers = layers
+        self.delay_s = delay_s
 
     def profile_for(self, conversation_id: str) -> Profile:
         return self._profile(conversation_id) if callable(self._profile) else self._profile
@@ -85,7 +88,8 @@ class Worker:
     ) -> JobOutcome | None:
         """Run one due job. `ahead_s` also takes jobs due that much later (an import replays
         the past: its summaries need not wait)."""
-        job = self.store.claim_job(self.name, self.clock() + ahead_s, self.lease_s, conversation_id)
+        now = self.clock() + ahead_s
+        job = self.store.claim_job(self.name, now, self.lease_s, conversation_id, self.delay_s)
         if job is None:
             return None
         return self.execute(job)

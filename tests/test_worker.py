@@ -127,3 +127,27 @@ def test_background_worker_thread_runs_due_jobs() -> None:
     assert [i.status for i in kk.store.items("c")] == ["ready"]
     assert kk.start_background(poll_s=0.05) is not bg  # closed: a new one starts
     kk.close()
+
+
+def test_a_workers_summary_delay_overrides_the_delay_a_job_was_queued_with() -> None:
+    """`kioku worker --summary-delay 0` runs what `serve` queued 30 s ahead at once; a retry
+    still waits for its backoff."""
+    store = Store.open("sqlite://")
+    store.ensure_conversation("c")
+    for i in range(5):
+        store.append("c", Message.user(f"m{i}"), 3)
+    now = time.time()
+    store.enqueue_job("c", "chapter", 0, 3, run_after=now + 30)
+    clock = Clock(now + 1)
+    patient = Worker(store, FlakySummarizer(always_fail=True), LOCAL_8K, clock=clock)
+    assert patient.run_once() is None  # the job's own delay: 29 s to go
+    eager = Worker(store, FlakySummarizer(always_fail=True), LOCAL_8K, clock=clock, delay_s=0)
+    eager.backoff_s = 10
+    assert eager.run_once().status == "retry"  # type: ignore[union-attr]
+    assert eager.run_once() is None  # a retry keeps its backoff
+    clock.advance(10)
+    assert eager.run_once().status == "retry"  # type: ignore[union-attr]
+    slower = Worker(store, FlakySummarizer(), LOCAL_8K, clock=Clock(now + 1), delay_s=5)
+    store.enqueue_job("c", "chapter", 0, 3, run_after=now + 30)
+    assert [j.status for j in store.jobs("c")].count("queued") == 2
+    assert slower.run_once() is None  # 5 s after queueing, not yet

@@ -121,6 +121,16 @@ def worker_command(
         float,
         typer.Option("--lease", help="Seconds a job stays claimed before others may take it."),
     ] = DEFAULT_LEASE_S,
+    summary_delay: Annotated[
+        float | None,
+        typer.Option(
+            "--summary-delay",
+            min=0,
+            help="Seconds after a summary job is queued before this worker runs it, whatever "
+            "delay `serve` queued it with (env KIOKU_SUMMARY_DELAY; default: the job's own, 30 s;"
+            " 0 for replays and tests).",
+        ),
+    ] = None,
 ) -> None:
     """Run summary jobs from the database; start any number, on any number of machines.
 
@@ -140,12 +150,14 @@ def worker_command(
         window=window,
         summarizer_url=summarizer_upstream,
         summarizer_model=summarizer_model,
+        summary_delay_s=summary_delay,
     )
     if not (settings.summarizer_url or settings.llm_url):
         say("no --summarizer-upstream: chapters will be extractive (excerpts, no LLM)")
     kk = terminal.open_kioku(settings, write=True)
     worker = kk.worker
     worker.lease_s = lease
+    worker.delay_s = settings.summary_delay_s
     if name:
         worker.name = name
     stop = threading.Event()
