@@ -455,15 +455,16 @@ class Store(
                     role=m.role,
                     author=m.author,
                     at=m.at.isoformat() if m.at else None,
-                    parts=m.parts_json(),
+                    parts=parts,
                     text=m.text,
                     tokens=tokens,
-                    content_hash=m.content_hash(),
+                    content_hash=m.content_hash(parts),
                     created_at=now,
                     superseded=0,
                     meta=None,
                 )
                 for i, (m, tokens) in enumerate(messages)
+                for parts in (m.parts_json(),)  # once: the hash is of it too
             ]
             for k in range(0, len(rows), batch):
                 conn.execute(insert(s.messages), rows[k : k + batch])
