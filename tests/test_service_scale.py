@@ -39,7 +39,9 @@ def children(pid: int) -> list[int]:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, str, Store, FakeUpstream, int]]:
-    with fresh_schema() as url, FakeUpstream(delay_s=0.1) as up:
+    # the upstream takes long enough that a turn's two copies are surely both in flight on a
+    # loaded machine (a copy that arrives after the first has answered is a new turn)
+    with fresh_schema() as url, FakeUpstream(delay_s=0.5) as up:
         store = Store.open(url)
         key = create_key(store, "acme")[1]
         port = free_port()
