@@ -163,7 +163,7 @@ def memory(
         active = kk.store.last_activity(s.tenant)
         rows: list[dict[str, Any]] = [
             {
-                "id": c.id,
+                "id": c.public_id or c.id,
                 "character": c.character,
                 "messages": c.next_seq,
                 "raw_start": c.raw_start,
@@ -198,8 +198,7 @@ def memory(
     from kioku.engine import Conversation
     from kioku.memory import render_memory
 
-    terminal.find_conversation(kk.store, conversation, s.tenant)
-    conv = Conversation(kk, conversation)
+    conv = Conversation(kk, terminal.find_conversation(kk.store, conversation, s.tenant).id)
     mem = conv.memory()
     if as_json:
         emit(
@@ -322,9 +321,10 @@ def stats(
 
     s = settings(db)
     store = terminal.open_store(s.db, write=False)
+    key = None  # the store's key of the tenant's conversation (ids are per tenant)
     if conversation is not None:
-        terminal.find_conversation(store, conversation, s.tenant)
-    st = compaction_stats(store, conversation)
+        key = terminal.find_conversation(store, conversation, s.tenant).id
+    st = compaction_stats(store, key)
     if as_json:
         emit(st)
         return
@@ -368,8 +368,8 @@ def notes(
 
     s = settings(db)
     kk = terminal.open_kioku(s, write=edit)
-    terminal.find_conversation(kk.store, conversation, s.tenant)
-    base = notes_layer.render_editable(notes_layer.notes(kk.store, conversation))
+    key = terminal.find_conversation(kk.store, conversation, s.tenant).id
+    base = notes_layer.render_editable(notes_layer.notes(kk.store, key))
     if not edit:
         if base:
             terminal.text(base)
@@ -382,7 +382,7 @@ def notes(
     if edited is None:
         terminal.note("no change")
         return
-    result = kk.layers.edit_notes(Conversation(kk, conversation), edited, base=base)
+    result = kk.layers.edit_notes(Conversation(kk, key), edited, base=base)
     terminal.text(
         f"notes saved: {len(result.added)} added, {len(result.changed)} changed, "
         f"{len(result.retracted)} retracted"
@@ -403,9 +403,9 @@ def search(
     """
     s = settings(db)
     kk = terminal.open_kioku(s, write=False)
-    terminal.find_conversation(kk.store, conversation, s.tenant)
-    hits = kk.layers.search(conversation, query, k)
-    entries = {e.seq: e for e in kk.store.entries_at(conversation, [h.seq for h in hits])}
+    key = terminal.find_conversation(kk.store, conversation, s.tenant).id
+    hits = kk.layers.search(key, query, k)
+    entries = {e.seq: e for e in kk.store.entries_at(key, [h.seq for h in hits])}
     rows: list[dict[str, Any]] = []
     for h in hits:
         if h.seq in entries:
@@ -448,8 +448,8 @@ def tics(conversation: ConvArg, db: DbOpt = None, as_json: JsonOpt = False) -> N
     """
     s = settings(db)
     kk = terminal.open_kioku(s, write=False)
-    terminal.find_conversation(kk.store, conversation, s.tenant)
-    alerts = kk.layers.tic_alerts(conversation)
+    key = terminal.find_conversation(kk.store, conversation, s.tenant).id
+    alerts = kk.layers.tic_alerts(key)
     if as_json:
         emit([a.__dict__ for a in alerts])
         return
@@ -473,8 +473,8 @@ def cut(conversation: ConvArg, db: DbOpt = None, as_json: JsonOpt = False) -> No
     s = settings(db)
     kk = terminal.open_kioku(s, write=True)
     before = terminal.find_conversation(kk.store, conversation, s.tenant)
-    report = Conversation(kk, conversation).cut()
-    after = kk.store.conversation(conversation)
+    report = Conversation(kk, before.id).cut()
+    after = kk.store.conversation(before.id)
     if as_json:
         emit({"reasons": list(report.reasons), "raw_start": after.raw_start})
         return
@@ -505,8 +505,8 @@ def export(
 
     s = settings(db)
     store = terminal.open_store(s.db, write=False)
-    terminal.find_conversation(store, conversation, s.tenant)
-    lines = export_lines(store, conversation, fmt)
+    key = terminal.find_conversation(store, conversation, s.tenant).id
+    lines = export_lines(store, key, fmt)
     if out is None:
         for line in lines:
             terminal.text(line)

@@ -22,6 +22,11 @@ if TYPE_CHECKING:  # imported when an engine is built, not with the settings
 
 DEFAULT_DB = "sqlite:///kioku.db"
 DEFAULT_PROFILE = "local-64k"
+# What `kioku serve` admits (see kioku.service.limits): a body over the size is refused with 413
+# before it is read (images in content parts need a few MB), and so is a transcript with more
+# messages (a stateless client resends its window; kioku keeps the rest).
+DEFAULT_MAX_BODY_BYTES = 8 * 2**20
+DEFAULT_MAX_MESSAGES = 20_000
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,8 @@ class Settings:
     # Some chat templates (llama-cpp-python's "gemma") silently drop system messages: with False
     # the chronicler's instructions open the user turn instead.
     system_role: bool = True
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_messages: int = DEFAULT_MAX_MESSAGES
     # seconds a summary job waits before it runs (None: the profile's, 30 s): replays, tests
     # and benchmarks set 0 so they need not wait for the GPU-sharing delay
     summary_delay_s: float | None = None
@@ -73,6 +80,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         tokenizer=env.get("KIOKU_TOKENIZER", "estimate"),
         tenant=env.get("KIOKU_TENANT", "default"),
         system_role=env.get("KIOKU_SYSTEM_ROLE", "1") not in ("0", "false", "no"),
+        max_body_bytes=int(env.get("KIOKU_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES),
+        max_messages=int(env.get("KIOKU_MAX_MESSAGES") or DEFAULT_MAX_MESSAGES),
         summary_delay_s=_seconds("KIOKU_SUMMARY_DELAY", delay) if delay else None,
         cors_origins=tuple(
             o.strip() for o in env.get("KIOKU_CORS_ORIGINS", "").split(",") if o.strip()
@@ -88,6 +97,30 @@ def _seconds(name: str, value: str) -> float:
     if not s >= 0:
         raise ConfigError(f"{name}={value!r}: give a number of seconds, 0 or more")
     return s
+
+
+def to_env(settings: Settings) -> dict[str, str]:
+    """The environment `from_env` reads these settings back from (for processes a server
+    starts: `kioku serve --workers N`)."""
+    s = settings
+    pairs = {
+        "KIOKU_DB": s.db,
+        "KIOKU_PROFILE": s.profile,
+        "KIOKU_WINDOW": s.window,
+        "KIOKU_LLM_URL": s.llm_url,
+        "KIOKU_LLM_MODEL": s.llm_model,
+        "KIOKU_SUMMARIZER_URL": s.summarizer_url,
+        "KIOKU_SUMMARIZER_MODEL": s.summarizer_model,
+        "KIOKU_LLM_API_KEY": s.api_key,
+        "KIOKU_TOKENIZER": s.tokenizer,
+        "KIOKU_TENANT": s.tenant,
+        "KIOKU_SYSTEM_ROLE": "1" if s.system_role else "0",
+        "KIOKU_MAX_BODY_BYTES": s.max_body_bytes,
+        "KIOKU_MAX_MESSAGES": s.max_messages,
+        "KIOKU_SUMMARY_DELAY": s.summary_delay_s,
+        "KIOKU_CORS_ORIGINS": ",".join(s.cors_origins) or None,
+    }
+    return {k: str(v) for k, v in pairs.items() if v is not None}
 
 
 def build_kioku(

@@ -29,6 +29,7 @@ from kioku.errors import (
     ModelError,
     TruncatedReply,
 )
+from kioku.fit import fitted
 from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.lang import detect_lang
 from kioku.memory import Memory
@@ -259,11 +260,11 @@ class Conversation:
 
     # writing ---------------------------------------------------------------------------------
 
-    def append(self, message: Message, meta: dict | None = None) -> LogEntry:
+    def append(self, message: Message, meta: dict | None = None, tokens: int = 0) -> LogEntry:
         if message.is_empty():
             raise InputError("empty message: nothing to store (send some text)")
         k = self.kioku
-        tokens = message_tokens(message, k.counter, k.profile.image_tokens)
+        tokens = tokens or message_tokens(message, k.counter, k.profile.image_tokens)
         return self.store.append(self.id, message, tokens, meta)
 
     def revise(self, changes: Sequence[Change]) -> Revised:
@@ -283,9 +284,10 @@ class Conversation:
         return done
 
     def prepare(self, user_message: str | Message) -> Prompt:
-        """Store the user message, apply what is ready, and build the prompt for the reply."""
-        now = dates.received(self.kioku.clock())
-        return self.prepare_for(self.append(as_message(user_message, "user", "user", now)))
+        """Store the user message, apply what is ready, and build the prompt for the reply (a
+        message that could never fit the window is refused before it is stored: `kioku.fit`)."""
+        message = as_message(user_message, "user", "user", dates.received(self.kioku.clock()))
+        return self.prepare_for(self.append(message, tokens=fitted(self, message)))
 
     def prepare_for(self, entry: LogEntry) -> Prompt:
         """Apply what is ready and build the prompt answering a stored message (`prepare` after
@@ -357,14 +359,15 @@ class Conversation:
         kept = LogEntry(entry.seq, entry.message, entry.tokens, meta)
         self._raw = [kept if e.seq == entry.seq else e for e in self._raw]
 
-    def record(self, reply: str | Message | Completion, author: str = "") -> LogEntry:
-        """Store the model's reply. A cut reply (finish_reason "length") is stored, marked and
-        counted; `chat()` raises on it so it is never passed off as complete."""
-        meta: dict | None = None
+    def record(
+        self, reply: str | Message | Completion, author: str = "", meta: dict | None = None
+    ) -> LogEntry:
+        """Store the model's reply (`meta`: the request it answers, say). A cut reply is stored,
+        marked and counted; `chat()` raises on it so it is never passed off as complete."""
         now = dates.received(self.kioku.clock())  # a reply given as text is dated on receipt
         if isinstance(reply, Completion):
             if reply.truncated:
-                meta = {"finish_reason": "length"}
+                meta = {**(meta or {}), "finish_reason": "length"}
                 self.store.incr(self.id, "truncated_replies")
                 self.store.log(
                     self.id,

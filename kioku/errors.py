@@ -3,10 +3,14 @@
     KiokuError
     ├── ConfigError            a profile, URL or option that cannot work; fix the configuration
     ├── InputError             bad input from a caller (empty message, unknown role); nothing was lost
-    │   ├── MessageTooLarge    one message cannot fit the window even alone; it is stored anyway
+    │   ├── MessageTooLarge    one message cannot fit the window even alone; refused, not stored
     │   ├── CardTooLarge       a system prompt that leaves no room for the minimum raw window
     │   ├── BadParameter       one named header or field is wrong (`param` names it)
-    │   └── SyncConflict       a client's transcript shares nothing with the log it names
+    │   ├── SyncConflict       a client's transcript shares nothing with the log it names
+    │   ├── RequestTooLarge    a body or a message list over the service's limits (413)
+    │   ├── NotJSON            a body sent without a JSON content type (415)
+    │   └── KeyReused          an Idempotency-Key sent again with a different request (422)
+    ├── TurnInProgress         another turn of the conversation still runs (409); retry later
     ├── Unauthorized           no API key, or an unknown or revoked one (HTTP 401)
     ├── NotFound               no such conversation / item (or it belongs to another tenant)
     ├── StoreError             the database refused; the transaction was rolled back
@@ -47,7 +51,7 @@ class MessageTooLarge(InputError):
         self.tokens = tokens
         self.limit = limit
         self.seq = seq
-        where = f" (stored as seq {seq})" if seq is not None else ""
+        where = f" (stored as seq {seq})" if seq is not None else "; nothing was stored"
         super().__init__(
             f"message is {tokens} tokens but at most {limit} fit in the window beside the "
             f"response reserve{where}; split it or use a profile with a larger window"
@@ -203,3 +207,26 @@ class BadNotes(BadSummary):
 
     def __init__(self, reason: str, text: str = "") -> None:
         super().__init__(f"notes: {reason}", text)
+
+
+# the service's admission (issue 11) ---------------------------------------------------------
+
+
+class RequestTooLarge(InputError):
+    """A request over the service's size limits; refused before it was parsed or stored."""
+
+
+class NotJSON(InputError):
+    """A request body that does not say it is JSON."""
+
+
+class KeyReused(InputError):
+    """An Idempotency-Key that already named a different request; nothing was run."""
+
+
+class TurnInProgress(KiokuError):
+    """Another turn of the same conversation held it for longer than the service waits."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

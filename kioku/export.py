@@ -56,7 +56,7 @@ def export_lines(store: Store, conversation_id: str, fmt: str = "kioku") -> Iter
         yield dump(
             {
                 "kioku": 1,
-                "conversation": info.id,
+                "conversation": info.public_id or info.id,
                 "character": info.character,
                 "system_prompt": info.system_prompt,
                 "user": user or "user",

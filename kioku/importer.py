@@ -98,7 +98,7 @@ def replay(
                 conv.prepare_for(conv.append(users[-1], meta.get(id(users[-1]))))
             for r in replies:
                 conv.append(r, meta.get(id(r)))
-            kk.worker.run_until_idle(conversation_id, ahead_s=kk.profile.summary_delay_s)
+            kk.worker.run_until_idle(conv.id, ahead_s=kk.profile.summary_delay_s)
             bar.advance(task)
     info = conv.info()
     return {
@@ -155,12 +155,12 @@ def import_into(
     else is written to only with `append` (see the module docstring)."""
     cid = conversation_id
     try:
-        existing = kk.store.conversation(cid, tenant=kk.tenant)
+        existing = kk.store.find_conversation(kk.tenant, cid)
     except NotFound:
         existing = None
     skip = 0
     if existing is not None and existing.next_seq:
-        log = keys([e.message for e in kk.store.entries(cid)])
+        log = keys([e.message for e in kk.store.entries(existing.id)])
         file = keys(transcript.messages)
         if already_there(log, file):
             skip = len(transcript.messages)

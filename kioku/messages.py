@@ -100,13 +100,14 @@ class Message:
     def parts_json(self) -> str:
         return json.dumps([p.to_json() for p in self.parts], ensure_ascii=False)
 
-    def content_hash(self) -> str:
+    def content_hash(self, parts_json: str | None = None) -> str:
+        """`parts_json`: this message's `parts_json()` when the caller has it already."""
         h = hashlib.sha256()
         h.update(self.role.encode())
         h.update(b"\0")
         h.update(self.author.encode())
         h.update(b"\0")
-        h.update(self.parts_json().encode())
+        h.update((self.parts_json() if parts_json is None else parts_json).encode())
         return h.hexdigest()[:32]
 
 

@@ -28,8 +28,10 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     insert,
+    inspect,
     select,
     text,
+    update,
 )
 
 metadata = MetaData()
@@ -55,7 +57,10 @@ conversations = Table(
     # bumps at every fold: the memory exchange changed, the prompt cache breaks once
     Column("memory_version", Integer, nullable=False, default=0),
     Column("created_at", Float, nullable=False),
+    # the id the tenant named it by (issue 11): ids are per tenant, `id` is the row's key
+    Column("public_id", String(200), nullable=True),
     Index("ix_conversations_tenant", "tenant"),
+    Index("ux_conversations_tenant_public", "tenant", "public_id", unique=True),
 )
 
 messages = Table(
@@ -365,3 +370,63 @@ note_mentions = Table(
 )
 
 MIGRATIONS.append(("0008_i14b_fact_ledger", _create(note_facts, note_mentions)))
+
+# one turn at a time, and requests that change nothing twice (issue 11) ------------------------
+
+# The turn lock of a conversation, by tenant and the id the client sent (a lock can be taken
+# before the conversation exists). On SQLite the row is the lock: `owner` holds it until
+# `lease_until` (renewed while the turn runs; a dead owner's lock is taken over). On PostgreSQL a
+# session advisory lock is the lock and the row only records what the turns did. Either way the
+# row says which request ran last (`done`, with the seq of its reply) so a duplicate that waited
+# gets the same reply, and which request was running when its owner died (`running`).
+turn_locks = Table(
+    "turn_locks",
+    metadata,
+    Column("tenant", String(200), primary_key=True),
+    Column("conversation", String(200), primary_key=True),
+    Column("owner", String(200), nullable=True),
+    Column("lease_until", Float, nullable=True),
+    Column("running", String(64), nullable=True),
+    Column("done", String(64), nullable=True),
+    Column("done_seq", BigInteger, nullable=True),
+    Column("done_at", Float, nullable=True),
+    Column("last_owner", String(200), nullable=True),
+)
+
+# `Idempotency-Key`s a client sent, per tenant (only a hash of the key is kept), with the reply
+# they produced; a key sent again with the same request gets that reply, with another request 422.
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("tenant", String(200), primary_key=True),
+    Column("key", String(64), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("conversation", String(200), nullable=False),
+    Column("reply_seq", BigInteger, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_idempotency_keys_created", "created_at"),
+)
+
+MIGRATIONS.append(("0009_i11_turn_locks_idempotency", _create(turn_locks, idempotency_keys)))
+
+
+def _conversation_ids_per_tenant(conn: Connection) -> None:
+    """Conversation ids become per tenant: the name a tenant gave a conversation moves to
+    `public_id`, unique per tenant; `id` stays the row's key every other table refers to (so no
+    other row changes). Ids were global until now, so every existing one keeps its key."""
+    if "public_id" not in {c["name"] for c in inspect(conn).get_columns("conversations")}:
+        conn.execute(text("ALTER TABLE conversations ADD COLUMN public_id VARCHAR(200)"))
+    conn.execute(
+        update(conversations)
+        .where(conversations.c.public_id.is_(None))
+        .values(public_id=conversations.c.id)
+    )
+    conn.execute(
+        text(
+            "CREATE UNIQUE INDEX IF NOT EXISTS ux_conversations_tenant_public "
+            "ON conversations (tenant, public_id)"
+        )
+    )
+
+
+MIGRATIONS.append(("0010_i11_conversation_ids_per_tenant", _conversation_ids_per_tenant))

@@ -14,6 +14,7 @@ transaction.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +33,7 @@ from sqlalchemy.sql.elements import BindParameter
 from kioku import schema as s
 from kioku.db import DEFAULT_URL, make_engine, new_id
 from kioku.errors import FoldRefused, NotFound, StoreError
+from kioku.ids import check_id
 from kioku.memory import ItemStatus, MemoryItem, coverage_gaps
 from kioku.messages import LogEntry, Message, parts_from_json
 from kioku.queue import DEFAULT_LEASE_S, Job, JobQueue
@@ -41,6 +43,7 @@ from kioku.store_log import EventLog
 from kioku.store_notes import NotesLedger
 from kioku.store_protocol import ProtocolParts
 from kioku.store_recall import RecallSegments
+from kioku.store_turns import TurnLocks
 
 __all__ = [
     "DEFAULT_LEASE_S",
@@ -62,6 +65,7 @@ class ConversationInfo:
     next_seq: int
     raw_start: int
     memory_version: int
+    public_id: str = ""  # the id the tenant named it by; `id` is the store's key
 
 
 def _message_row(row: Any) -> LogEntry:
@@ -96,6 +100,10 @@ _CID: BindParameter[str] = bindparam("cid")
 _ROLE: BindParameter[str] = bindparam("role")
 _N: BindParameter[int] = bindparam("n")
 _CONVERSATION = select(s.conversations).where(s.conversations.c.id == _CID)
+_BY_NAME = select(s.conversations).where(
+    s.conversations.c.tenant == bindparam("tenant"),
+    s.conversations.c.public_id == bindparam("name"),
+)
 _ENTRIES_FROM = (
     select(s.messages)
     .where(_m.conversation_id == _CID, _m.seq >= bindparam("first"))
@@ -125,8 +133,11 @@ _ALL_ITEMS = (
 _ITEMS = _ALL_ITEMS.where(_mi.status.in_(bindparam("statuses", expanding=True)))
 
 
-class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKeys, ProtocolParts):
-    """The log and memory items (the rest: the bases)."""
+class Store(
+    TurnLocks, JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKeys, ProtocolParts
+):
+    """The log and memory items (the rest: the bases; turn locks and idempotency keys:
+    `TurnLocks`)."""
 
     # conversations -----------------------------------------------------------------------
 
@@ -139,35 +150,51 @@ class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKe
         character: str = "",
         profile: str = "local-64k",
     ) -> ConversationInfo:
+        """The tenant's conversation named `conversation_id`, created if it is new. Ids are per
+        tenant: the row's key (what every other table refers to) is the id itself when no
+        conversation has that key yet, else a generated one, so a tenant can neither take nor
+        detect another tenant's id. Read it back as `ConversationInfo.id`."""
+        name = {"tenant": tenant, "name": conversation_id}
         with self.atomic() as conn:
-            row = conn.execute(
-                select(s.conversations).where(s.conversations.c.id == conversation_id)
-            ).first()
+            row = conn.execute(_BY_NAME, name).first()
             if row is None:
-                # ON CONFLICT DO NOTHING: two first turns of one conversation may race here
-                conn.execute(
-                    self._insert_ignore(s.conversations).values(
-                        id=conversation_id,
-                        tenant=tenant,
-                        character=character,
-                        system_prompt=system_prompt or "",
-                        profile=profile,
-                        next_seq=0,
-                        raw_start=0,
-                        memory_version=0,
-                        created_at=time.time(),
+                check_id(conversation_id)  # only new ids: ones stored before the rule stay
+                for key in (conversation_id, f"~{uuid.uuid4().hex}"):
+                    # ON CONFLICT DO NOTHING: two first turns of one conversation may race
+                    # here, and another tenant may hold the key
+                    conn.execute(
+                        self._insert_ignore(s.conversations).values(
+                            id=key,
+                            public_id=conversation_id,
+                            tenant=tenant,
+                            character=character,
+                            system_prompt=system_prompt or "",
+                            profile=profile,
+                            next_seq=0,
+                            raw_start=0,
+                            memory_version=0,
+                            created_at=time.time(),
+                        )
                     )
-                )
-            elif row.tenant != tenant:
-                # another tenant's conversation: answer as if it did not exist
-                raise NotFound(f"no conversation {conversation_id!r}")
+                    row = conn.execute(_BY_NAME, name).first()
+                    if row is not None:
+                        break
+                assert row is not None  # the generated key is new
             elif system_prompt is not None and system_prompt != row.system_prompt:
                 conn.execute(
                     update(s.conversations)
-                    .where(s.conversations.c.id == conversation_id)
+                    .where(s.conversations.c.id == row.id)
                     .values(system_prompt=system_prompt)
                 )
-        return self.conversation(conversation_id, tenant=tenant)
+        return self.conversation(row.id, tenant=tenant)
+
+    def find_conversation(self, tenant: str, conversation_id: str) -> ConversationInfo:
+        """The tenant's conversation by the id the tenant named it (NotFound if none)."""
+        with self.reading() as conn:
+            row = conn.execute(_BY_NAME, {"tenant": tenant, "name": conversation_id}).first()
+        if row is None:
+            raise NotFound(f"no conversation {conversation_id!r}; `kioku memory` lists them")
+        return self.conversation(row.id, tenant=tenant)
 
     def conversation(self, conversation_id: str, tenant: str | None = None) -> ConversationInfo:
         with self.reading() as conn:
@@ -183,6 +210,7 @@ class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKe
             next_seq=row.next_seq,
             raw_start=row.raw_start,
             memory_version=row.memory_version,
+            public_id=row.public_id or row.id,
         )
 
     def conversations(self, tenant: str | None = None) -> list[ConversationInfo]:
@@ -405,12 +433,18 @@ class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKe
 
     def append_many(
         self, conversation_id: str, messages: Sequence[tuple[Message, int]], batch: int = 5000
-    ) -> int:
-        """Store many (message, tokens) at once, in one transaction, under the next seqs; return
-        the next seq after them. For laying out long histories (benchmarks, tests)."""
+    ) -> list[LogEntry]:
+        """Store many (message, tokens) at once, in one transaction, under consecutive gap-free
+        seqs, oldest first. A stateless client's first request may carry thousands (one
+        transaction each took 2 ms per message); benchmarks lay out long histories with it."""
+        if not messages:
+            return []
         c = s.conversations.c
         with self.atomic() as conn:
-            row = conn.execute(select(c.next_seq).where(c.id == conversation_id)).first()
+            q = select(c.next_seq).where(c.id == conversation_id)
+            if self.is_postgres:
+                q = q.with_for_update()  # gap-free: one writer of next_seq at a time
+            row = conn.execute(q).first()
             if row is None:
                 raise NotFound(f"no conversation {conversation_id!r}")
             first, now = int(row.next_seq), time.time()
@@ -421,23 +455,25 @@ class Store(JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKe
                     role=m.role,
                     author=m.author,
                     at=m.at.isoformat() if m.at else None,
-                    parts=m.parts_json(),
+                    parts=parts,
                     text=m.text,
                     tokens=tokens,
-                    content_hash=m.content_hash(),
+                    content_hash=m.content_hash(parts),
                     created_at=now,
                     superseded=0,
                     meta=None,
                 )
                 for i, (m, tokens) in enumerate(messages)
+                for parts in (m.parts_json(),)  # once: the hash is of it too
             ]
             for k in range(0, len(rows), batch):
                 conn.execute(insert(s.messages), rows[k : k + batch])
-            after = first + len(rows)
             conn.execute(
-                update(s.conversations).where(c.id == conversation_id).values(next_seq=after)
+                update(s.conversations)
+                .where(c.id == conversation_id)
+                .values(next_seq=first + len(rows))
             )
-            return after
+        return [LogEntry(seq=first + i, message=m, tokens=t) for i, (m, t) in enumerate(messages)]
 
     # what a turn was shown (issue 9) --------------------------------------------------------
 

@@ -24,15 +24,16 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from difflib import SequenceMatcher
 from typing import TYPE_CHECKING
 
+from kioku.align import opcodes
 from kioku.dates import received
 from kioku.errors import InputError, SyncConflict
+from kioku.fit import refuse_if_never_fits
 from kioku.messages import LogEntry, Message, Part, Role
 from kioku.models import Completion
 from kioku.normal_form import normal_form
-from kioku.protocol import reply_message
+from kioku.protocol import message_tokens, reply_message
 from kioku.revisions import Change
 
 if TYPE_CHECKING:
@@ -118,9 +119,7 @@ def diff(log: Sequence[Logged], incoming: Sequence[Incoming], *, named: bool = F
         raise InputError("the request has no user or assistant message to answer")
     if not log:
         return SyncPlan(appends=tuple(incoming))
-    ops = SequenceMatcher(
-        None, [x.key for x in log], [m.key for m in incoming], autojunk=False
-    ).get_opcodes()
+    ops = opcodes([x.key for x in log], [m.key for m in incoming])
     equal = [k for k, op in enumerate(ops) if op[0] == "equal"]
     if not equal:
         raise SyncConflict(
@@ -302,26 +301,40 @@ def sync(
         plan = diff_new(log_tail(conv, len(incoming)), incoming)
     else:
         plan = diff(log_tail(conv, 2 * len(incoming) + TAIL_SLACK), incoming, named=named)
-    if blobs:  # the media of what will be stored, before the rows that name them
-        changed = [*plan.appends, *(e.message for e in plan.edits)]
-        refs = {p.ref for m in changed for p in m.parts if p.ref in blobs}
-        conv.store.put_blobs({r: blobs[r] for r in refs if r is not None})
-    return apply(conv, plan, character, user)
+    return apply(conv, plan, character, blobs, user)
 
 
 def apply(
-    conv: Conversation, plan: SyncPlan, character: str | None = None, user: str = ""
+    conv: Conversation,
+    plan: SyncPlan,
+    character: str | None = None,
+    blobs: Mapping[str, bytes] | None = None,
+    user: str = "",
 ) -> Synced:
-    """Store a plan. `character` names unnamed assistant messages (default: the
-    conversation's character), `user` unnamed user messages (default: "user")."""
-    store = conv.store
+    """Store a plan (and the `blobs` its messages name). `character` names unnamed assistant
+    messages (default: the conversation's character), `user` unnamed user messages (default:
+    "user"). A message that can never fit the window refuses the whole plan before anything is
+    stored."""
+    store, k = conv.store, conv.kioku
     changed = [*plan.appends, *(e.message for e in plan.edits)]
     if character is None and any(m.role == "assistant" and not m.name for m in changed):
         character = conv.info().character
     character = character or ""
+    now = received(k.clock())
+    new = [to_message(m, character, user, now) for m in plan.appends]
+    edited = [to_message(e.message, character, user) for e in plan.edits]
+    tokens = [message_tokens(m, k.counter, k.profile.image_tokens) for m in new]
+    refuse_if_never_fits(
+        conv, [*tokens, *(message_tokens(m, k.counter, k.profile.image_tokens) for m in edited)]
+    )
+    if any(m.is_empty() for m in new):
+        raise InputError("empty message: nothing to store (send some text)")
+    if blobs:  # the media of what will be stored, before the rows that name them
+        refs = {p.ref for m in changed for p in m.parts if p.ref in blobs}
+        store.put_blobs({r: blobs[r] for r in refs if r is not None})
     stale: tuple[int, ...] = ()
     if plan.changes:
-        changes = [Change(e.seq, to_message(e.message, character, user)) for e in plan.edits]
+        changes = [Change(e.seq, m) for e, m in zip(plan.edits, edited, strict=True)]
         changes += [Change(q, None, "delete") for q in plan.deletes]
         done = conv.revise(changes)
         stale = done.stale
@@ -342,8 +355,7 @@ def apply(
             store.incr(conv.id, "deletions", len(plan.deletes))
         if stale:
             store.incr(conv.id, "stale_items", len(stale))
-    now = received(conv.kioku.clock())
-    appended = [conv.append(to_message(m, character, user, now)) for m in plan.appends]
+    appended = store.append_many(conv.id, list(zip(new, tokens, strict=True)))
     if appended:
         entry = appended[-1]
     elif plan.turn is not None:
@@ -353,11 +365,13 @@ def apply(
     return Synced(entry, plan, tuple(e.seq for e in appended), stale)
 
 
-def replace_reply(conv: Conversation, seq: int, reply: Completion, author: str = "") -> LogEntry:
+def replace_reply(
+    conv: Conversation, seq: int, reply: Completion, author: str = "", meta: dict | None = None
+) -> LogEntry:
     """A regeneration or swipe: the new reply takes the old one's seq (the old one is kept as a
     version). A cut reply is marked and counted as `Conversation.record` does."""
     store = conv.store
-    meta = {"finish_reason": "length"} if reply.truncated else None
+    meta = {**(meta or {}), **({"finish_reason": "length"} if reply.truncated else {})} or None
     message = reply_message(reply, author=author or conv.info().character)
     done = conv.revise([Change(seq, message, "regenerate", meta)])
     store.incr(conv.id, "regenerations")

@@ -150,11 +150,12 @@ def open_kioku(settings: Settings, *, write: bool, background: bool = False) -> 
 
 
 def find_conversation(store: Store, conversation_id: str, tenant: str) -> ConversationInfo:
-    """The conversation, or NotFound naming the ones that exist (a read never creates one)."""
+    """The tenant's conversation by its id (ids are per tenant; use the returned `.id`, the
+    store's key), or NotFound naming the ones that exist (a read never creates one)."""
     try:
-        return store.conversation(conversation_id, tenant=tenant)
+        return store.find_conversation(tenant, conversation_id)
     except NotFound:
-        ids = [c.id for c in store.conversations(tenant)]
+        ids = [c.public_id or c.id for c in store.conversations(tenant)]
         if not ids:
             raise NotFound(
                 f"no conversation {conversation_id!r}: this database has none yet "

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from kioku.engine import Kioku
 from kioku.errors import ConfigError, InputError, MessageTooLarge, ModelError, TruncatedReply
+from kioku.fit import message_limit
 from kioku.memory import coverage_gaps
 from kioku.messages import Message
 from kioku.models import Completion, ScriptedModel, Usage
@@ -186,15 +187,29 @@ def test_major_gc_folds_older_half_into_synopsis() -> None:
     assert coverage_ok(kk, "c") == []
 
 
-def test_message_larger_than_window_is_stored_and_reported() -> None:
+def test_message_that_can_never_fit_is_refused_before_it_is_stored() -> None:
     kk = make(Clock())
-    conv = kk.conversation("c")
-    with pytest.raises(MessageTooLarge):
-        conv.prepare("word " * 50000)
-    assert kk.store.count_messages("c") == 1
-    # the conversation goes on: the giant message is folded away by the ceiling
-    p = conv.prepare("still there?")
-    assert p.account.fits
+    conv = kk.conversation("c", system_prompt="You are Mika. " * 200)
+    giant = "word " * 50000
+    for _ in range(2):  # a retry stores nothing either
+        with pytest.raises(MessageTooLarge, match="nothing was stored") as e:
+            conv.prepare(giant)
+        assert e.value.seq is None and e.value.limit < e.value.tokens
+    assert kk.store.count_messages("c") == 0
+    # the limit is the prompt's own (card, margin, template, a date line): the largest message
+    # that passes it is answered, not refused after it was stored
+    limit = message_limit(conv)
+    assert (
+        e.value.limit == limit < kk.profile.prompt_budget - kk.counter.count("You are Mika. " * 200)
+    )
+    lo, hi = 1, 50000
+    while lo < hi:  # the most words whose count is within the limit
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if kk.counter.count("word " * mid) <= limit else (lo, mid - 1)
+    p = conv.prepare("word " * lo)
+    assert p.messages[-1].content.startswith("word word") and kk.store.count_messages("c") == 1
+    p = conv.prepare("still there?")  # the giant is folded away
+    assert p.account.fits and p.messages[-1].content.endswith("still there?")
     assert coverage_ok(kk, "c") == []
 
 

@@ -86,35 +86,47 @@ def test_every_route_wants_a_key(service: Harness) -> None:
 
 
 def test_another_tenant_is_refused_everywhere(service: Harness) -> None:
+    """Ids are per tenant: another tenant's routes under the same id reach nothing of this
+    one's (404 until it creates its own), and its chat under that id starts its own
+    conversation, without learning that the id is taken."""
     chat(service, "victim-1", "my secret is 1234")
     with service.http("acme") as h:
         h.put("/v1/conversations/victim-1/notes", json={"text": "- [fact] user: owns a boat"})
-    before = service.store.conversation("victim-1")
-    notes_before = service.store.notes_snapshot("victim-1")
-    for method, url, kw in routes(service, "victim-1"):
+    victim = service.store.find_conversation("acme", "victim-1")
+    notes_before = service.store.notes_snapshot(victim.id)
+    by_chat_last = sorted(routes(service, "victim-1"), key=lambda r: r[1] == "/v1/chat/completions")
+    for method, url, kw in by_chat_last:
         with service.http("mallory") as h:
             r = h.request(method, url, **kw)
         body = r.text
         assert "1234" not in body and "owns a boat" not in body, (method, url)
-        if "/conversations/" in url or url == "/v1/chat/completions":
+        if "/conversations/" in url:
             assert r.status_code == 404, (method, url, r.status_code, body)
             assert r.json()["error"]["type"] == "not_found_error"
+        elif url == "/v1/chat/completions":
+            assert r.status_code == 200, body  # mallory's own "victim-1"
         elif url == "/v1/conversations":
             assert r.json() == {"data": []} or all(c["id"] != "victim-1" for c in r.json()["data"])
         elif url == "/metrics":
             assert 'kioku_turns_total{tenant="mallory"} 0' in body
-    # the user field cannot reach it either
+    # the user field reaches mallory's conversation too, never acme's
     with service.http("mallory") as h:
         r = h.post(
             "/v1/chat/completions",
             json={"user": "victim-1", "messages": [{"role": "user", "content": "hi"}]},
         )
-        assert r.status_code == 404
+        assert r.status_code == 200
+        seen = "\n".join(m["content"] for m in service.up.chats()[-1]["messages"])
+        assert "1234" not in seen and "let me in" in seen
+        mine = h.get("/v1/conversations/victim-1/messages").json()["data"]
+        assert [m["text"] for m in mine] == ["let me in", "(reply to: let me in)", "hi",
+                                              "(reply to: hi)"]  # fmt: skip
     service.idle()
-    after = service.store.conversation("victim-1")
-    assert after == before
-    assert service.store.notes_snapshot("victim-1") == notes_before
-    assert service.texts("victim-1") == ["my secret is 1234", "(reply to: my secret is 1234)"]
+    assert service.store.find_conversation("acme", "victim-1") == victim
+    assert service.store.notes_snapshot(victim.id) == notes_before
+    assert service.texts(victim.id) == ["my secret is 1234", "(reply to: my secret is 1234)"]
+    theirs = service.store.find_conversation("mallory", "victim-1")
+    assert theirs.id != victim.id and theirs.public_id == victim.public_id == "victim-1"
 
 
 def test_conversations_and_paged_messages(service: Harness) -> None:

@@ -4,6 +4,7 @@ SillyTavern-style session with an edit and a swipe, concurrency, disconnects, up
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -115,7 +116,7 @@ def test_length_finish_passes_through_and_is_counted(service: Harness) -> None:
     assert r.choices[0].finish_reason == "length"
     service.idle()
     assert service.store.counters("len-1")["truncated_replies"] == 1
-    assert service.store.entries("len-1")[-1].meta == {"finish_reason": "length"}
+    assert service.store.entries("len-1")[-1].meta["finish_reason"] == "length"
     assert any(e["event"] == "truncated_reply" for e in service.store.log_entries("len-1"))
 
 
@@ -253,11 +254,17 @@ def test_deleting_a_message_in_the_raw_window(service: Harness) -> None:
 
 
 def test_fifty_concurrent_turns_on_one_conversation(service: Harness) -> None:
+    """They take turns (one at a time per conversation), so the last waits for 49 others."""
     service.up.delay_s = 0.05
     c = service.openai(timeout=60)
     texts = [f"concurrent {i}" for i in range(50)]
-    with ThreadPoolExecutor(max_workers=50) as pool:
-        replies = list(pool.map(lambda t: user_turn(c, "many-1", t), texts))
+    gate = service.svc.gate
+    wait, gate.wait_s = gate.wait_s, 60.0
+    try:
+        with ThreadPoolExecutor(max_workers=50) as pool:
+            replies = list(pool.map(lambda t: user_turn(c, "many-1", t), texts))
+    finally:
+        gate.wait_s = wait
     assert all(r.choices[0].finish_reason == "stop" for r in replies)
     service.idle()
     rows = service.store.entries("many-1")
@@ -506,3 +513,57 @@ def test_request_fields_kioku_does_not_use_reach_the_upstream(service: Harness) 
     assert sent["top_k"] == 5 and sent["cache_prompt"] is True
     assert sent["max_tokens"] == 256  # capped at the profile's response reserve
     assert "user" not in sent and "stream" not in sent
+
+
+def test_a_streamed_request_answered_with_something_else_is_refused_before_relaying(
+    service: Harness,
+) -> None:
+    junk = b'{"choices": [{"message": {"content": "not a stream"}}]}'
+    service.up.raw = lambda body: (200, "application/json", junk) if body.get("stream") else None
+    try:
+        with service.http() as h:
+            r = h.post(
+                "/v1/chat/completions",
+                headers=conv_header("junk-1"),
+                json={"stream": True, "messages": [{"role": "user", "content": "stream?"}]},
+            )
+        assert r.status_code == 502
+        assert "instead of an event stream" in r.json()["error"]["message"]
+        assert set(r.json()) == {"error"} and "data:" not in r.text  # nothing was relayed
+        # SSE under a wrong content type is still a stream
+        sse = b'data: {"choices": [{"index": 0, "delta": {"content": "ok"}}]}\n\n'
+        sse += b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
+        sse += b"data: [DONE]\n\n"
+        service.up.raw = lambda body: (200, "text/plain", sse)
+        text = "".join(
+            ch.choices[0].delta.content or ""
+            for ch in user_turn(service.openai(), "junk-1", "stream?", stream=True)
+            if ch.choices
+        )
+        assert text == "ok"
+    finally:
+        service.up.raw = None
+    assert service.texts("junk-1") == ["stream?", "ok"]
+
+
+def test_upstream_failures_are_logged_with_their_cause(
+    service: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    from kioku.service.upstream import Upstream
+
+    svc = service.svc
+    real = svc.upstream
+    svc.upstream = Upstream("http://127.0.0.1:9/v1", svc.profile)
+    try:
+        with caplog.at_level(logging.WARNING, logger="kioku.service"):
+            with pytest.raises(openai.APIStatusError):
+                user_turn(service.openai(), "cause-1", "anyone?")
+            service.up.fail = lambda body: 503
+            svc.upstream = real
+            with pytest.raises(openai.APIStatusError):
+                user_turn(service.openai(), "cause-1", "anyone?")
+    finally:
+        svc.upstream = real
+    lines = [r.getMessage() for r in caplog.records if r.name == "kioku.service"]
+    assert any("cause-1" in m and "ConnectError" in m for m in lines), lines
+    assert any("cause-1" in m and "failed with 503" in m for m in lines), lines

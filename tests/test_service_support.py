@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,13 +95,13 @@ def make_kioku(tenant: str, store: Store) -> Kioku:
     return Kioku(store, profile=SERVICE_PROFILE, tenant=tenant, layers=Layers(store))
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    db = f"sqlite:///{Path(tmp_path_factory.mktemp('service')) / 'kioku.db'}"
+@contextmanager
+def running(db: str, **settings: Any) -> Iterator[Harness]:
+    """kioku serve on `db` in front of a fresh fake upstream; `settings` change `Settings`."""
     store = Store.open(db)
     with FakeUpstream() as up:
         app = create_app(
-            Settings(db=db, llm_url=up.url),
+            Settings(db=db, llm_url=up.url, **settings),
             store=store,
             make_kioku=make_kioku,
             worker=False,
@@ -108,6 +109,13 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
         )
         with ServerThread(app) as server:
             yield Harness(server.url, up, store, app.state.service)
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    db = f"sqlite:///{Path(tmp_path_factory.mktemp('service')) / 'kioku.db'}"
+    with running(db) as h:
+        yield h
 
 
 @pytest.fixture

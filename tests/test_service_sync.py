@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kioku.engine import Kioku
-from kioku.errors import SyncConflict
+from kioku.errors import MessageTooLarge, SyncConflict
 from kioku.memory import coverage_gaps
 from kioku.models import Completion, Usage
 from kioku.profiles import LOCAL_8K
@@ -359,3 +359,29 @@ def test_revision_of_a_stale_synopsis_keeps_its_range() -> None:
     new = next(i for i in active if i.kind == "synopsis")
     assert new.id != synopsis.id and new.span == synopsis.span and not new.stale
     assert coverage_gaps(active, conv.info().raw_start) == []
+
+
+def test_a_long_first_transcript_is_stored_in_a_few_statements() -> None:
+    """A stateless client's first request may carry its whole chat: stored in one transaction,
+    not one (three statements) per message."""
+    from sqlalchemy import event
+
+    kk = Kioku(Store.open("sqlite://"), profile=LOCAL_8K)
+    conv = kk.conversation("long", system_prompt="card")
+    statements: list[str] = []
+    event.listen(kk.store.engine, "before_cursor_execute", lambda *a: statements.append(str(a[2])))
+    chat = [("user" if i % 2 == 0 else "assistant", f"message {i}") for i in range(2_000)]
+    synced = sync(conv, inc(chat), stateful=False)
+    assert synced.entry.seq == 1_999 and len(synced.appended) == 2_000
+    assert len(statements) < 20, statements[:10]
+    assert [e.text for e in kk.store.entries("long")] == [t for _, t in chat]
+
+
+def test_a_message_that_can_never_fit_stores_nothing_of_the_request() -> None:
+    kk = Kioku(Store.open("sqlite://"), profile=LOCAL_8K)
+    conv = kk.conversation("big", system_prompt="card")
+    chat = [("user", "hello"), ("assistant", "hi"), ("user", "word " * 40_000)]
+    for _ in range(2):  # a retry neither
+        with pytest.raises(MessageTooLarge, match="nothing was stored"):
+            sync(conv, inc(chat), stateful=False)
+    assert kk.store.count_messages("big") == 0

@@ -6,9 +6,10 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, insert, select
 
-from kioku.errors import LeaseLost, NotFound, StoreError
+from kioku import schema as s
+from kioku.errors import InputError, LeaseLost, NotFound, StoreError
 from kioku.memory import MemoryItem
 from kioku.messages import Message, Part
 from kioku.store import Store
@@ -79,12 +80,15 @@ def test_migrations_are_recorded_and_not_rerun(db_url: str) -> None:
 
 
 def test_other_tenant_sees_nothing(store: Store) -> None:
-    store.ensure_conversation("c", tenant="a")
+    a = store.ensure_conversation("c", tenant="a")
     with pytest.raises(NotFound):
-        store.conversation("c", tenant="b")
+        store.conversation(a.id, tenant="b")
     with pytest.raises(NotFound):
-        store.ensure_conversation("c", tenant="b")
+        store.find_conversation("b", "c")
     assert store.conversations("b") == []
+    # the same id names b's own conversation: nothing says a has one
+    b = store.ensure_conversation("c", tenant="b")
+    assert b.id != a.id and [c.id for c in store.conversations("b")] == [b.id]
 
 
 def test_fold_refuses_a_gap_and_changes_nothing(store: Store) -> None:
@@ -225,3 +229,68 @@ def test_blobs_are_kept_once_and_a_reply_keeps_only_its_latest_choices(store: St
         assert [m.text for m in store.choices("c", reply.seq)] == ["three"]
     assert [m.text for m in store.choices("c", reply.seq)] == ["three"]
     assert store.choices("c", reply.seq + 1) == []
+
+
+# conversation ids per tenant (issue 11) ------------------------------------------------------
+
+
+def test_conversation_ids_are_per_tenant(store: Store) -> None:
+    a = store.ensure_conversation("mika", tenant="acme", system_prompt="A's card")
+    b = store.ensure_conversation("mika", tenant="zeta", system_prompt="Z's card")
+    assert a.id != b.id and a.public_id == b.public_id == "mika"
+    assert store.ensure_conversation("mika", tenant="zeta").id == b.id  # found again, by name
+    store.append(a.id, Message.user("acme's secret"), 3)
+    store.append(b.id, Message.user("zeta's line"), 3)
+    assert [e.text for e in store.entries(a.id)] == ["acme's secret"]
+    assert [e.text for e in store.entries(b.id)] == ["zeta's line"]
+    assert store.find_conversation("zeta", "mika").system_prompt == "Z's card"
+    with pytest.raises(NotFound):
+        store.find_conversation("other", "mika")
+    with pytest.raises(NotFound):
+        store.conversation(a.id, tenant="zeta")
+    assert [c.public_id for c in store.conversations("zeta")] == ["mika"]
+
+
+def test_a_new_conversation_id_is_checked_and_an_old_one_is_not(store: Store) -> None:
+    with pytest.raises(InputError, match="conversation id"):
+        store.ensure_conversation("a/b", tenant="acme")
+    with store.atomic() as conn:  # stored before the rule
+        conn.execute(
+            insert(s.conversations).values(
+                id="legacy/1",
+                public_id="legacy/1",
+                tenant="acme",
+                character="",
+                system_prompt="",
+                profile="x",
+                next_seq=0,
+                raw_start=0,
+                memory_version=0,
+                created_at=0.0,
+            )  # fmt: skip
+        )
+    assert store.ensure_conversation("legacy/1", tenant="acme").id == "legacy/1"
+
+
+def test_the_migration_gives_existing_conversations_their_names(db_url: str) -> None:
+    """A database from before ids were per tenant: every row keeps its key, named by it."""
+    store = Store.open(db_url)
+    store.ensure_conversation("old-1", tenant="acme")
+    store.append("old-1", Message.user("kept"), 1)
+    with store.atomic() as conn:  # back to the schema before 0010
+        conn.exec_driver_sql("DROP INDEX ux_conversations_tenant_public")
+        conn.exec_driver_sql("ALTER TABLE conversations DROP COLUMN public_id")
+        conn.execute(
+            delete(s.migrations_table).where(
+                s.migrations_table.c.name == "0010_i11_conversation_ids_per_tenant"
+            )
+        )
+    store.close()
+    store = Store.open(db_url)
+    info = store.find_conversation("acme", "old-1")
+    assert (info.id, info.public_id) == ("old-1", "old-1")
+    assert [e.text for e in store.entries(info.id)] == ["kept"]
+    # the name is unique per tenant now, and another tenant may use it
+    assert store.ensure_conversation("old-1", tenant="acme").id == "old-1"
+    assert store.ensure_conversation("old-1", tenant="zeta").id != "old-1"
+    store.close()

@@ -398,8 +398,8 @@ def audit(
         from kioku import terminal
 
         store = terminal.open_store(db or settings.db, write=False)
-        terminal.find_conversation(store, conversation, settings.tenant)
-        result = audit_store(store, conversation, model=chat, tenant=settings.tenant, log=log)
+        key = terminal.find_conversation(store, conversation, settings.tenant).id
+        result = audit_store(store, key, model=chat, tenant=settings.tenant, log=log)
     if report:
         report.write_text(markdown(result), encoding="utf-8")
     if as_json:

@@ -18,6 +18,7 @@ from kioku.errors import StoreError
 from kioku.memory import MemoryItem
 from kioku.revisions import versions
 from kioku.service.auth import tenant_of
+from kioku.service.limits import StrictJSONRoute
 from kioku.structure import is_structured, merge_threads
 
 if TYPE_CHECKING:
@@ -154,7 +155,7 @@ class LogOut(BaseModel):
     data: list[LogRow]
 
 
-router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+router = APIRouter(prefix="/v1/conversations", tags=["conversations"], route_class=StrictJSONRoute)
 
 
 def _kioku(request: Request, tenant: str) -> Kioku:
@@ -164,8 +165,8 @@ def _kioku(request: Request, tenant: str) -> Kioku:
 
 def _conversation(request: Request, tenant: str, conversation_id: str) -> Conversation:
     kk = _kioku(request, tenant)
-    kk.store.conversation(conversation_id, tenant=tenant)  # NotFound (404) for others' ids
-    return Conversation(kk, conversation_id)
+    # ids are per tenant: another tenant's conversation of the same id is another row
+    return Conversation(kk, kk.store.find_conversation(tenant, conversation_id).id)
 
 
 def _item(i: MemoryItem) -> ItemOut:
@@ -205,7 +206,7 @@ def list_conversations(
     return ConversationList(
         data=[
             ConversationOut(
-                id=c.id,
+                id=c.public_id or c.id,
                 character=c.character,
                 messages=c.next_seq,
                 raw_start=c.raw_start,

@@ -8,10 +8,9 @@ schema at `/openapi.json`, and `GET /healthz` (no key, no data). Every error ans
 OpenAI's shape `{"error": {"message", "type", "param", "code"}}` (`code` a string or null), never
 a stack trace.
 
-Turns of one conversation are serialized in this process (a lock per conversation around the
-store work, not around the upstream call), which keeps a stateless client's sync exact. Several
-`kioku serve` processes on one database stay correct (seqs are gap-free in the store) but each
-conversation should be routed to one of them for exact syncing of stateless clients.
+Turns of one conversation take turns, in this process and across every `kioku serve` process
+on the same database (`kioku.service.turns`), which keeps a stateless client's sync exact and
+lets any process serve any conversation.
 """
 
 from __future__ import annotations
@@ -41,13 +40,17 @@ from kioku.errors import (
     ConfigError,
     ContextOverflow,
     InputError,
+    KeyReused,
     KiokuError,
     MessageTooLarge,
     ModelError,
     ModelTimeout,
     NotFound,
+    NotJSON,
+    RequestTooLarge,
     StoreError,
     SyncConflict,
+    TurnInProgress,
     Unauthorized,
     UpstreamError,
     error_body,
@@ -60,8 +63,10 @@ from kioku.service.auth import tenant_of
 from kioku.service.console_api import router as console_router
 from kioku.service.conventions import COMPLETIONS_REFUSED
 from kioku.service.keys import KeyRing
+from kioku.service.limits import BodyLimit, StrictJSONRoute
 from kioku.service.metrics import Metrics
 from kioku.service.status import router as status_router
+from kioku.service.turns import Gate
 from kioku.service.upstream import KEEPALIVE_S, Upstream
 from kioku.store import Store
 
@@ -76,7 +81,8 @@ Tenant = Annotated[str, Depends(tenant_of)]
 
 @dataclass
 class Slot:
-    """Per conversation in this process: a lock and the cached `Conversation`."""
+    """Per conversation in this process: its turn lock here (the store's lock spans
+    processes) and the cached `Conversation`."""
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     conv: Conversation | None = None
@@ -125,6 +131,20 @@ class Service:
         self._slots: OrderedDict[tuple[str, str], Slot] = OrderedDict()
         self._worker_kk: Kioku | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        # a request waits for the conversation's turn at most as long as one turn can take
+        self.gate = Gate(
+            self.store,
+            wait_s=self.profile.reply_timeout_s + self.profile.connect_timeout_s,
+            spawn=self.spawn,
+            resolve=self.conversation_key,
+        )
+
+    def conversation_key(self, tenant: str, conversation_id: str) -> str | None:
+        """The store's key of a tenant's conversation, None if it has none by that id."""
+        try:
+            return self.store.find_conversation(tenant, conversation_id).id
+        except NotFound:
+            return None
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run work after a response (kept until done; `close` waits for it)."""
@@ -180,6 +200,7 @@ def error_response(
 
 def kioku_error(e: KiokuError) -> JSONResponse:
     status, kind, code, param = 500, "server_error", None, None
+    headers: dict[str, str] | None = None
     if isinstance(e, NotFound):
         status, kind, code = 404, "not_found_error", "not_found"
     elif isinstance(e, SyncConflict):
@@ -188,6 +209,16 @@ def kioku_error(e: KiokuError) -> JSONResponse:
         status, kind, code = 400, "invalid_request_error", "context_length_exceeded"
     elif isinstance(e, BadParameter):
         status, kind, code, param = 400, "invalid_request_error", e.code, e.param
+    elif isinstance(e, RequestTooLarge):
+        status, kind, code = 413, "invalid_request_error", "request_too_large"
+    elif isinstance(e, NotJSON):
+        status, kind, code = 415, "invalid_request_error", "unsupported_media_type"
+    elif isinstance(e, KeyReused):
+        status, kind, code = 422, "invalid_request_error", "idempotency_key_reused"
+        param = "Idempotency-Key"
+    elif isinstance(e, TurnInProgress):
+        status, kind, code = 409, "conflict_error", "turn_in_progress"
+        headers = {"Retry-After": str(max(1, round(e.retry_after_s)))}
     elif isinstance(e, InputError):
         status, kind = 400, "invalid_request_error"
     elif isinstance(e, StoreError):
@@ -198,7 +229,7 @@ def kioku_error(e: KiokuError) -> JSONResponse:
         status, kind, code = 502, "upstream_error", "upstream_error"
     elif isinstance(e, ConfigError):
         kind, code = "config_error", "config_error"
-    return error_response(status, str(e), kind, code=code, param=param)
+    return error_response(status, str(e), kind, headers, code=code, param=param)
 
 
 def _install_handlers(app: FastAPI) -> None:
@@ -299,6 +330,9 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = svc
+    app.state.max_messages = settings.max_messages
+    app.router.route_class = StrictJSONRoute  # set before the routes are added
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     _install_handlers(app)
 
     @app.post(
@@ -308,7 +342,8 @@ def create_app(
         response_model=None,
     )
     async def chat_completions(request: Request, body: proxy.ChatBody, tenant: Tenant) -> Response:
-        return await proxy.chat(svc, body, tenant, dict(request.headers))
+        raw = await request.body()  # read once already; names the request (kioku.service.turns)
+        return await proxy.chat(svc, body, tenant, dict(request.headers), raw)
 
     @app.get("/v1/models", tags=["proxy"], summary="The upstream's models", response_model=None)
     async def models(tenant: Tenant) -> Response:

@@ -7,9 +7,12 @@ reply has arrived and the user has "read" it for a think time drawn uniformly fr
 runs straight against the upstream, then through `kioku serve` (its own process, SQLite, the
 production wiring: layers, embedded worker), in the same run. Added latency = kioku's
 percentile minus the direct one. Both a stateful client (only the new message) and a
-stateless one (the whole transcript every turn, as SillyTavern does) are measured, and, for
-information, the saturated case (think time 0: N requests always in flight, which on a 2-core
-machine measures queueing behind kioku's CPU time per turn, not its latency).
+stateless one (the whole transcript every turn, as SillyTavern does) are measured, and the
+saturated case (think time 0: N requests always in flight, which measures queueing behind
+kioku's CPU time per turn, not its latency) for each process count of `--processes`
+(`kioku serve --workers N`, on SQLite or, with `--db`, PostgreSQL). On a machine with C cores
+the saturated latency can fall only until N reaches the cores left beside the load generator,
+the fake upstream (this process) and the database server.
 
 The load generator is a minimal asyncio HTTP/1.1 client (one keep-alive connection per
 conversation) so that the measuring costs little of the CPU kioku runs on. Everything binds
@@ -20,12 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +101,12 @@ class _Conn:
             self.writer.close()
 
 
+async def _timed_load(*args: Any, **kw: Any) -> tuple[list[float], int, float]:
+    started = time.perf_counter()
+    latencies, errors = await _load(*args, **kw)
+    return latencies, errors, time.perf_counter() - started
+
+
 async def _load(
     port: int,
     path: str,
@@ -145,20 +157,18 @@ async def _load(
     return latencies, errors
 
 
-def _serve_child(db: str, upstream: str, port: int) -> None:
+def _serve_child(db: str, upstream: str, port: int, workers: int) -> None:
     import logging
 
-    import uvicorn
-
     from kioku.config import Settings
-    from kioku.service.app import create_app
+    from kioku.service.serving import serve
 
     logging.disable(logging.WARNING)
-    app = create_app(Settings(db=db, llm_url=upstream))
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False)
+    settings = Settings(db=db, llm_url=upstream)
+    serve(settings, port=port, workers=workers, log_level="error", access_log=False)
 
 
-def _wait_ready(port: int, deadline_s: float = 60.0) -> None:
+def _wait_ready(port: int, deadline_s: float = 120.0) -> None:
     import httpx
 
     end = time.monotonic() + deadline_s
@@ -172,90 +182,167 @@ def _wait_ready(port: int, deadline_s: float = 60.0) -> None:
     raise RuntimeError("kioku serve did not start for the benchmark")
 
 
+def _start(db: str, upstream: str, workers: int) -> tuple[subprocess.Popen[bytes], int]:
+    from kioku.service.loopback import free_port
+
+    port = free_port()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "kioku.service.bench", "--serve", db, upstream, str(port)]
+        + [str(workers)]
+    )
+    try:
+        _wait_ready(port)
+    except BaseException:
+        child.kill()
+        raise
+    return child, port
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    child.terminate()
+    try:
+        child.wait(60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait(10)
+
+
+PATH = "/v1/chat/completions"
+
+
+async def _phases(
+    port: int,
+    upstream_port: int,
+    auth: dict[str, str],
+    tag: str,
+    warm: int,
+    n: int,
+    m: int,
+    think_ms: float,
+    *,
+    paced: bool,
+    saturated: bool,
+) -> dict[str, Any]:
+    # warm both paths (imports, pools, pages) before measuring
+    await _load(upstream_port, PATH, warm, 2, {}, False, f"warm-{tag}")
+    await _load(port, PATH, warm, 2, auth, False, f"warm-{tag}")
+    out: dict[str, Any] = {}
+    if paced:
+        out["direct"] = await _load(upstream_port, PATH, n, m, {}, False, "d", think_ms)
+        out["stateful"] = await _load(port, PATH, n, m, auth, False, f"sf{tag}", think_ms)
+        out["stateless"] = await _load(port, PATH, n, m, auth, True, f"sl{tag}", think_ms)
+        if saturated:
+            out["sat_direct"] = await _timed_load(upstream_port, PATH, n, m, {}, False, "sd")
+    if saturated:
+        out["sat_kioku"] = await _timed_load(port, PATH, n, m, auth, False, f"sk{tag}")
+    return out
+
+
+def _added(via: list[float], direct: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(_pct(via, 0.5) - _pct(direct, 0.5), 2),
+        "p95": round(_pct(via, 0.95) - _pct(direct, 0.95), 2),
+    }
+
+
 def run(
     conversations: int = 20,
     turns: int = 20,
     upstream_ms: float = 20.0,
     think_ms: float = DEFAULT_THINK_MS,
     saturated: bool = True,
+    processes: Sequence[int] = (1,),
+    db: str | None = None,
 ) -> dict[str, Any]:
+    """The paced load through one process; the saturated load through each process count."""
     from kioku.service.keys import create_key
-    from kioku.service.loopback import FakeUpstream, free_port
+    from kioku.service.loopback import FakeUpstream
     from kioku.store import Store
 
+    counts = list(dict.fromkeys(processes)) or [1]
+    run_id = uuid.uuid4().hex[:6]  # conversations of this run, on a database that may be shared
+    load_before = os.getloadavg()[0]
+    n, m = conversations, turns
+    results: dict[str, Any] = {}
+    by_count: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp, FakeUpstream(delay_s=upstream_ms / 1000) as up:
-        db = f"sqlite:///{Path(tmp) / 'bench.db'}"
-        _, key = create_key(Store.open(db), "bench")
-        port = free_port()
-        child = subprocess.Popen(
-            [sys.executable, "-m", "kioku.service.bench", "--serve", db, up.url, str(port)]
-        )
-        try:
-            _wait_ready(port)
-            auth = {"authorization": f"Bearer {key}"}
-
-            async def all_phases() -> dict[str, tuple[list[float], int]]:
-                # warm both paths (imports, connection pools, SQLite pages) before measuring
-                await _load(up.port, "/v1/chat/completions", 4, 2, {}, False, "warm")
-                await _load(port, "/v1/chat/completions", 4, 2, auth, False, "warm")
-                path, n, m, th = "/v1/chat/completions", conversations, turns, think_ms
-                out = {
-                    "direct": await _load(up.port, path, n, m, {}, False, "d", th),
-                    "stateful": await _load(port, path, n, m, auth, False, "sf", th),
-                    "stateless": await _load(port, path, n, m, auth, True, "sl", th),
+        url = db or f"sqlite:///{Path(tmp) / 'bench.db'}"
+        store = Store.open(url)
+        _, key = create_key(store, "bench")
+        store.close()
+        auth = {"authorization": f"Bearer {key}"}
+        for i, count in enumerate(counts):
+            child, port = _start(url, up.url, count)
+            try:
+                phase = asyncio.run(
+                    _phases(
+                        port,
+                        up.port,
+                        auth,
+                        f"{run_id}-p{count}",
+                        4 * count,
+                        n,
+                        m,
+                        think_ms,
+                        paced=i == 0,
+                        saturated=saturated,
+                    )  # fmt: skip
+                )
+            finally:
+                _stop(child)
+            if i == 0:
+                results = phase
+            if saturated:
+                sk, errors, wall = phase["sat_kioku"]
+                by_count[str(count)] = {
+                    "via_kioku_ms": _summary(sk),
+                    "added_ms": _added(sk, results["sat_direct"][0]),
+                    "errors": errors,
+                    "turns_per_s": round(len(sk) / wall, 1),
                 }
-                if saturated:
-                    out["sat_direct"] = await _load(up.port, path, n, m, {}, False, "sd")
-                    out["sat_kioku"] = await _load(port, path, n, m, auth, False, "sk")
-                return out
-
-            results = asyncio.run(all_phases())
-        finally:
-            child.terminate()
-            child.wait(10)
     direct, direct_errors = results["direct"]
     via, via_errors = results["stateful"]
     sl, sl_errors = results["stateless"]
-    d50, d95 = _pct(direct, 0.5), _pct(direct, 0.95)
-    added = {"p50": round(_pct(via, 0.5) - d50, 2), "p95": round(_pct(via, 0.95) - d95, 2)}
+    added = _added(via, direct)
     report: dict[str, Any] = {
         "conversations": conversations,
         "turns": turns,
         "think_ms": think_ms,
+        "database": "postgresql" if url.startswith("postgresql") else "sqlite",
         "upstream_ms": {"configured": upstream_ms, **_summary(direct)},
         "via_kioku_ms": _summary(via),
         "added_ms": added,
         "errors": direct_errors + via_errors,
         "stateless": {
             "via_kioku_ms": _summary(sl),
-            "added_ms": {
-                "p50": round(_pct(sl, 0.5) - d50, 2),
-                "p95": round(_pct(sl, 0.95) - d95, 2),
-            },
+            "added_ms": _added(sl, direct),
             "errors": sl_errors,
         },
         "floor": {
             "added_p50_ms": FLOOR_ADDED_P50_MS,
             "ok": added["p50"] <= FLOOR_ADDED_P50_MS and direct_errors + via_errors == 0,
         },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        },
     }
     if saturated:
-        sd, _ = results["sat_direct"]
-        sk, sk_errors = results["sat_kioku"]
+        sd, _, sd_wall = results["sat_direct"]
+        first = by_count[str(counts[0])]
         report["saturated"] = {
-            "upstream_ms": _summary(sd),
-            "via_kioku_ms": _summary(sk),
-            "added_ms": {
-                "p50": round(_pct(sk, 0.5) - _pct(sd, 0.5), 2),
-                "p95": round(_pct(sk, 0.95) - _pct(sd, 0.95), 2),
-            },
-            "errors": sk_errors,
+            "upstream_ms": {**_summary(sd), "turns_per_s": round(len(sd) / sd_wall, 1)},
+            # the first process count, as before; every count under "processes"
+            "via_kioku_ms": first["via_kioku_ms"],
+            "added_ms": first["added_ms"],
+            "errors": first["errors"],
+            "processes": by_count,
         }
     return report
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
-        _serve_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        _serve_child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     else:
         print(json.dumps(run(), indent=1))

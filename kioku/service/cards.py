@@ -20,9 +20,9 @@ EXCERPT = 60
 
 
 def stored_card(store: Store, conversation_id: str, tenant: str) -> str | None:
-    """The card a conversation has now, or None when it does not exist yet."""
+    """The card a tenant's conversation has now, or None when it does not exist yet."""
     try:
-        return store.conversation(conversation_id, tenant=tenant).system_prompt
+        return store.find_conversation(tenant, conversation_id).system_prompt
     except NotFound:
         return None
 

@@ -41,6 +41,22 @@ def serve(
             "--worker/--no-worker", help="Run summaries in this process (or in `kioku worker`)."
         ),
     ] = True,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Serving processes (one saturates one core; PostgreSQL for more than one).",
+        ),
+    ] = 1,
+    max_body: Annotated[
+        int | None,
+        typer.Option("--max-body", help="Largest request body in bytes (413 beyond; 8 MiB)."),
+    ] = None,
+    max_messages: Annotated[
+        int | None,
+        typer.Option("--max-messages", help="Most messages in one request (413 beyond)."),
+    ] = None,
     summary_delay: Annotated[
         float | None,
         typer.Option(
@@ -63,9 +79,7 @@ def serve(
 
     Example: kioku serve --db kioku.db --upstream http://127.0.0.1:8080/v1 --port 8000
     """
-    import uvicorn
-
-    from kioku.service.app import create_app
+    from kioku.service.serving import serve as run
 
     s = settings(
         db,
@@ -74,17 +88,23 @@ def serve(
         llm_url=upstream,
         summarizer_url=summarizer_upstream,
         llm_model=model,
+        max_body_bytes=max_body,
+        max_messages=max_messages,
         summary_delay_s=summary_delay,
         cors_origins=tuple(cors_origin) if cors_origin else None,
     )
+    if not s.llm_url:
+        from kioku.errors import ConfigError
+
+        raise ConfigError("no upstream: pass --upstream URL (or set KIOKU_LLM_URL)")
     store = terminal.open_store(s.db, write=True)
-    app = create_app(s, store=store, worker=worker)
     p = s.profile_obj
     terminal.note(
         f"kioku serving on http://{host}:{port} → {s.llm_url} (profile {p.name}, "
-        f"upstream timeout {p.reply_timeout_s:g} s; console at /console)"
+        f"upstream timeout {p.reply_timeout_s:g} s, {workers} process"
+        f"{'es' if workers > 1 else ''}; console at /console)"
     )
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=30)
+    run(s, host=host, port=port, workers=workers, worker=worker, store=store)
 
 
 @keys_app.command("create")
@@ -150,18 +170,54 @@ def bench_serve(
     think_ms: Annotated[
         float, typer.Option("--think-ms", help="Mean pause between a reply and the next turn.")
     ] = 500.0,
+    processes: Annotated[
+        str,
+        typer.Option(
+            "--processes", help="Process counts for the saturated load (kioku serve --workers)."
+        ),
+    ] = "1",
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Database URL (default: a temporary SQLite file)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """kioku's added latency on loopback: a fake upstream answering in fixed time, N concurrent
-    conversations × M turns, direct and through kioku in the same run.
+    conversations × M turns, direct and through kioku in the same run; saturated (always N in
+    flight) for each process count.
 
-    Example: kioku bench serve --json
+    Example: kioku bench serve --processes 1,2,4 --db postgresql://kioku:kioku@127.0.0.1/kioku --json
     """
     from kioku.service.bench import run
 
     result = run(
-        conversations=conversations, turns=turns, upstream_ms=upstream_ms, think_ms=think_ms
+        conversations=conversations,
+        turns=turns,
+        upstream_ms=upstream_ms,
+        think_ms=think_ms,
+        processes=[int(x) for x in processes.split(",") if x.strip()],
+        db=db,
     )
+    if as_json:
+        emit(result)
+    else:
+        terminal.text("\n".join(terminal.outline(result)))
+
+
+def bench_sync(
+    sizes: Annotated[str, typer.Option("--sizes", help="Transcript lengths, comma-separated.")] = (
+        "2000,20000"
+    ),
+    as_json: JsonOpt = False,
+) -> None:
+    """CPU a stateless client's transcript costs to sync (first request, next turn, and a chat
+    of repeated messages), per transcript length: it must grow linearly.
+
+    Example: kioku bench sync --sizes 2000,20000 --json
+    """
+    from kioku.bench.sync import run
+
+    result = run([int(x) for x in sizes.split(",") if x.strip()])
     if as_json:
         emit(result)
     else:
@@ -175,3 +231,4 @@ def register(app: typer.Typer) -> None:
     for group in app.registered_groups:
         if group.name == "bench" and group.typer_instance is not None:
             group.typer_instance.command("serve")(bench_serve)
+            group.typer_instance.command("sync")(bench_sync)

@@ -19,13 +19,14 @@ from kioku.engine import Conversation, Kioku
 from kioku.hooks import NoLayers
 from kioku.messages import LogEntry
 from kioku.service.auth import tenant_of
+from kioku.service.limits import StrictJSONRoute
 
 MAX_SEQ = 2**62
 
 ConversationId = Annotated[str, Path(min_length=1, max_length=200)]
 Tenant = Annotated[str, Depends(tenant_of)]
 
-router = APIRouter(prefix="/v1/conversations", tags=["console"])
+router = APIRouter(prefix="/v1/conversations", tags=["console"], route_class=StrictJSONRoute)
 
 
 class Hit(BaseModel):
@@ -110,8 +111,8 @@ class LineEdit(BaseModel):
 
 def _conversation(request: Request, tenant: str, conversation_id: str) -> Conversation:
     kk: Kioku = request.app.state.service.kioku(tenant)
-    kk.store.conversation(conversation_id, tenant=tenant)  # NotFound (404) for others' ids
-    return Conversation(kk, conversation_id)
+    # ids are per tenant: another tenant's conversation of the same id is another row (404)
+    return Conversation(kk, kk.store.find_conversation(tenant, conversation_id).id)
 
 
 def _line(e: LogEntry, stored: dict[int, float]) -> TranscriptLine:

@@ -86,6 +86,12 @@ REQUEST_HEADERS: tuple[Header, ...] = (
         "the name user messages are stored under (the user's persona); otherwise the name the "
         "conversation already uses, or `user`",
     ),
+    Header(
+        "Idempotency-Key",
+        "names the request (a UUID, say) so that sending it again gets the same reply for "
+        "24 h, even after a crash; the same key with another body is refused (422)",
+        max_length=255,
+    ),
 )
 
 RESPONSE_HEADERS: tuple[Header, ...] = (
@@ -96,6 +102,15 @@ RESPONSE_HEADERS: tuple[Header, ...] = (
     Header("X-Kioku-Regenerated", "on a swipe or regeneration: the seq of the reply replaced"),
     Header("X-Kioku-Continued", "on a continue: the seq of the reply the new text extends"),
     Header("X-Kioku-Stored", "`false` on a side request (quiet, impersonate): nothing was stored"),
+    Header(
+        "X-Kioku-Reply-Seq",
+        "the seq of the stored reply (not on a stream: its headers leave before the reply)",
+    ),
+    Header(
+        "X-Kioku-Replayed",
+        "`true` on a reply another run of the same request got (a duplicate that waited for "
+        "it, or a repeated Idempotency-Key)",
+    ),
     Header(
         "X-Kioku-Upstream-Ms",
         "milliseconds the upstream took to answer (non-streamed responses only: a streamed "

@@ -38,7 +38,7 @@ from kioku.sync import Incoming, diff, log_tail, to_message
 
 if TYPE_CHECKING:
     from kioku.service.app import Slot
-    from kioku.service.proxy import Split
+    from kioku.service.chat_request import Split
 
 GENERATION_HEADER = "x-kioku-generation"
 USER_HEADER = "x-kioku-user"

@@ -7,8 +7,9 @@ records every request body it got, so a test can read the prompt kioku sent. Rep
 `reply(body) -> str | dict` (a dict is a whole completion payload, e.g. to script
 `finish_reason: "length"`, tool calls or several choices; streamed, every choice's content and
 tool calls go out as deltas), failures from `fail(body) -> int | None` (an HTTP status to
-answer, with `error` as the error object), and `garbage` is a raw line a stream sends after its
-first delta. Binds 127.0.0.1 only.
+answer, with `error` as the error object), `garbage` is a raw line a stream sends after its
+first delta, and any other answer comes from `raw(body) -> (status, content type, bytes) | None`
+(e.g. a 200 that is not the SSE a streamed request asked for). Binds 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class FakeUpstream:
         self.delay_s = delay_s
         self.reply = reply
         self.fail = fail
+        self.raw: Callable[[dict[str, Any]], tuple[int, str, bytes] | None] | None = None
         self.model = model
         self.chunk_delay_s = chunk_delay_s
         self.error: dict[str, Any] | None = None
@@ -154,6 +156,9 @@ class FakeUpstream:
         if status:
             error = self.error or {"message": f"scripted failure {status}"}
             return self._send(writer, status, json.dumps({"error": error}).encode())
+        scripted = self.raw(body) if self.raw else None
+        if scripted is not None:
+            return self._send(writer, scripted[0], scripted[2], scripted[1])
         payload = self._payload(body)
         if body.get("stream"):
             await self._stream(writer, payload)
@@ -222,10 +227,15 @@ class FakeUpstream:
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
 
     @staticmethod
-    def _send(writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
+    def _send(
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+    ) -> None:
         reason = {200: "OK", 404: "Not Found", 400: "Bad Request"}.get(status, "Error")
         writer.write(
-            f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n"
             f"content-length: {len(body)}\r\n\r\n".encode()
             + body
         )

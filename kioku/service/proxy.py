@@ -3,9 +3,11 @@ record the reply.
 
 Store first: the request's new messages are stored (and the turn's compaction applied) before
 the upstream is called, so an upstream failure or a client that hangs up loses nothing the
-client wrote. The reply is recorded while the response leaves, under the conversation's lock
-(taken before the last byte is sent, released once the reply is stored), so the client's next
-request always finds it in the log and no client waits for the store.
+client wrote. The reply is committed before the last byte of the response: before responding,
+or, streaming, before the event that carries `finish_reason` and `[DONE]`, so a process killed
+at any point never loses a reply a client received, and a read right after a 200 sees it. The
+whole turn holds the conversation's turn lock (`kioku.service.turns`): one turn at a time,
+across processes, and a duplicate or a retry gets the reply its first run got.
 
 The client's leading system messages are the character card (the conversation's system prompt,
 the prefix-cache base); system messages further down (author's notes, post-history
@@ -32,24 +34,33 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kioku import protocol
 from kioku.alternation import alternate
 from kioku.context import Prompt
-from kioku.dates import parse_client_date
 from kioku.engine import Conversation
 from kioku.errors import BadParameter, InputError, ModelError, UpstreamError
-from kioku.messages import LogEntry, Role
-from kioku.models import ChatMessage, Completion
+from kioku.ids import check_id, is_valid_id
+from kioku.messages import LogEntry
+from kioku.models import Completion
 from kioku.service import generation as gen
 from kioku.service.cards import note_card, stored_card
+from kioku.service.chat_request import ChatBody, Split, split_messages
 from kioku.service.conventions import check_headers, header_text
 from kioku.service.metrics import prefix_reuse
+from kioku.service.turns import (
+    IDEMPOTENCY_HEADER,
+    REQUEST_META,
+    Replay,
+    Ticket,
+    name_request,
+    replay_response,
+)
 from kioku.service.upstream import StreamState, completions_of
-from kioku.sync import Incoming, Synced, SyncPlan, replace_reply, sync
+from kioku.store_turns import HeldTurn
+from kioku.sync import Synced, SyncPlan, replace_reply, sync
 
 if TYPE_CHECKING:
     from kioku.service.app import Service, Slot
@@ -59,97 +70,6 @@ log = logging.getLogger("kioku.service")
 CONVERSATION_HEADER = "x-kioku-conversation"
 CHARACTER_HEADER = "x-kioku-character"
 MODE_HEADER = "x-kioku-mode"  # stateful | stateless (default: one message = stateful)
-ROLES: dict[str, Role] = {
-    "system": "system",
-    "developer": "system",
-    "user": "user",
-    "assistant": "assistant",
-    "tool": "tool",
-    "function": "tool",
-}
-
-
-class ChatMessageIn(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: str
-    content: str | list[dict[str, Any]] | None = None
-    name: str | None = None
-
-
-class ChatBody(BaseModel):
-    """An OpenAI chat completion request; fields kioku does not use pass to the upstream."""
-
-    model_config = ConfigDict(extra="allow")
-    model: str | None = None
-    messages: list[ChatMessageIn] = Field(min_length=1)
-    stream: bool = False
-    user: str | None = Field(None, description="Names the conversation (or X-Kioku-Conversation).")
-    max_tokens: int | None = Field(None, ge=1)
-
-
-def content_text(content: str | list[dict[str, Any]] | None) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "\n".join(
-        str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text"
-    )
-
-
-def system_text(content: str | list[dict[str, Any]] | None, where: str) -> str:
-    """A system message is text (the card, an author's note): an image there would vanish."""
-    if isinstance(content, list) and any(
-        not isinstance(p, dict) or p.get("type") != "text" for p in content
-    ):
-        raise BadParameter(
-            f"{where} is a system message with a part that is not text; kioku keeps system "
-            "messages as text: send images in a user message",
-            f"{where}.content",
-        )
-    return content_text(content)
-
-
-@dataclass(frozen=True)
-class Split:
-    system: str | None  # leading system messages: the character card
-    chat: tuple[Incoming, ...]
-    before_last: tuple[ChatMessage, ...] = ()  # system messages inside the history
-    after_last: tuple[ChatMessage, ...] = ()  # system messages after the last message
-    blobs: Mapping[str, bytes] = field(default_factory=dict)  # media parts, by sha256
-
-
-def split_messages(messages: Sequence[ChatMessageIn]) -> Split:
-    system: list[str] = []
-    chat: list[Incoming] = []
-    inside: list[ChatMessage] = []
-    after: list[ChatMessage] = []
-    blobs: dict[str, bytes] = {}
-    for i, m in enumerate(messages):
-        role = ROLES.get(m.role)
-        if role is None:
-            raise InputError(f"unknown role {m.role!r}; use system, user, assistant or tool")
-        if role == "system":
-            text = system_text(m.content, f"messages.{i}")
-            if not chat:
-                system.append(text)
-            else:
-                after.append(ChatMessage("system", text))
-            continue
-        parsed = protocol.incoming(
-            m.role, m.content, name=m.name, extra=m.model_extra, where=f"messages.{i}"
-        )
-        if parsed.is_empty:
-            continue  # nothing kioku can store
-        blobs.update(parsed.blobs)
-        inside.extend(after)
-        after = []
-        at = parse_client_date((m.model_extra or {}).get("send_date"))
-        chat.append(Incoming(role, parsed.text, m.name or "", parsed.parts, at))
-    if not chat:
-        raise InputError("the request has no user or assistant message to answer")
-    system_prompt = "\n\n".join(system) if system else None
-    return Split(system_prompt, tuple(chat), tuple(inside), tuple(after), blobs)
 
 
 @dataclass
@@ -163,6 +83,7 @@ class Turn:
     media: Mapping[str, Any] = field(default_factory=dict)  # blob hash -> content part
     side: bool = False  # a side request (quiet, impersonate, Test Message): nothing is stored
     extend: int | None = None  # a continue: the stored reply the new text extends
+    conversation_id: str = ""  # as the client named it (the store's key may differ)
 
     @property
     def entry(self) -> LogEntry:
@@ -182,24 +103,28 @@ def start_turn(
     stateful: bool | None,
     character: str,
     started: float,
+    *,
+    fresh: bool = False,
     generation: gen.Generation | None = None,
     user: str | None = None,
 ) -> Turn:
-    """Store what is new and build the prompt (runs in a thread, under the slot's lock)."""
+    """Store what is new and build the prompt (runs in a thread, holding the turn lock).
+    `fresh`: another process ran the last turn, so what this one cached may be stale."""
     kk = svc.kioku(tenant)
-    if slot.conv is None or (split.system is not None and split.system != slot.system):
-        old = (
-            slot.system if slot.conv is not None else stored_card(kk.store, conversation_id, tenant)
-        )
+    if fresh:  # what this process read of the conversation may have changed since
+        slot.transcripts = slot.user = None
+    if fresh or slot.conv is None or (split.system is not None and split.system != slot.system):
+        known = slot.conv is not None and not fresh
+        old = slot.system if known else stored_card(kk.store, conversation_id, tenant)
         slot.conv = kk.conversation(
             conversation_id, system_prompt=split.system, character=character
         )
-        note_card(kk.store, conversation_id, old, split.system)
+        note_card(kk.store, slot.conv.id, old, split.system)
         slot.system = split.system
         slot.character = slot.conv.info().character
     conv = slot.conv
     if gen.is_side(generation, split, stateful, gen.sends_transcripts(conv, slot)):
-        return side_turn(tenant, conv, split, slot.character, started)
+        return side_turn(tenant, conv, split, slot.character, started, conversation_id)
     synced = sync(
         conv,
         split.chat,
@@ -216,19 +141,35 @@ def start_turn(
         extend = synced.entry.seq
     prompt = conv.prepare_for(synced.entry)
     media = protocol.media_of(conv.store.blobs(protocol.refs_of(prompt.messages)))
-    return Turn(tenant, conv, synced, prompt, started, slot.character, media, extend=extend)
+    return Turn(
+        tenant,
+        conv,
+        synced,
+        prompt,
+        started,
+        slot.character,
+        media,
+        extend=extend,
+        conversation_id=conversation_id,
+    )
 
 
 def start_side(
     svc: Service, tenant: str, conversation_id: str, split: Split, character: str, started: float
 ) -> Turn:
     """A side request: the conversation's memory when it exists, nothing created or stored."""
-    conv = Conversation(svc.kioku(tenant), conversation_id)
-    return side_turn(tenant, conv, split, character, started)
+    key = svc.conversation_key(tenant, conversation_id) if conversation_id else None
+    conv = Conversation(svc.kioku(tenant), key or "")  # "": none, its memory is empty
+    return side_turn(tenant, conv, split, character, started, conversation_id)
 
 
 def side_turn(
-    tenant: str, conv: Conversation, split: Split, character: str, started: float
+    tenant: str,
+    conv: Conversation,
+    split: Split,
+    character: str,
+    started: float,
+    conversation_id: str = "",
 ) -> Turn:
     """A side request's turn: its images come from the request itself (nothing of it is
     stored) or, for the raw window's, from the store."""
@@ -236,26 +177,38 @@ def side_turn(
     refs = protocol.refs_of(prompt.messages)
     blobs = {**conv.store.blobs(refs - split.blobs.keys()), **split.blobs}
     media = protocol.media_of({r: blobs[r] for r in refs if r in blobs})
-    return Turn(tenant, conv, Synced(entry, SyncPlan()), prompt, started, character, media, True)
+    return Turn(
+        tenant,
+        conv,
+        Synced(entry, SyncPlan()),
+        prompt,
+        started,
+        character,
+        media,
+        side=True,
+        conversation_id=conversation_id,
+    )
 
 
 def finish_turn(
-    turn: Turn, completion: Completion, others: Sequence[Completion] = ()
+    turn: Turn, completion: Completion, others: Sequence[Completion] = (), request: str = ""
 ) -> LogEntry | None:
-    """Record the reply (a regeneration replaces the old one) and, with n > 1, the other
-    choices beside it; a reply with neither text nor tool calls is not stored."""
+    """Record the reply (a regeneration replaces the old one) with the name of the request it
+    answers and, with n > 1, the other choices beside it; a reply with neither text nor tool
+    calls is not stored."""
     conv = turn.conv
     if turn.side:
         return None
     if not completion.text.strip() and not completion.tool_calls:
         conv.store.log(conv.id, "reply", "not_stored", detail="no text and no tool calls")
         return None
+    meta = {REQUEST_META: request} if request else None
     if turn.extend is not None:
         entry = gen.continued(conv, turn.extend, completion)
     elif turn.regenerate is not None:
-        entry = replace_reply(conv, turn.regenerate, completion, turn.character)
+        entry = replace_reply(conv, turn.regenerate, completion, turn.character, meta)
     else:
-        entry = conv.record(completion, author=turn.character)
+        entry = conv.record(completion, author=turn.character, meta=meta)
     if others or turn.regenerate is not None:
         alternatives = [protocol.reply_message(c, turn.character) for c in others]
         conv.store.set_choices(conv.id, entry.seq, alternatives)
@@ -282,9 +235,12 @@ def upstream_body(body: ChatBody, turn: Turn, split: Split, reserve: int) -> dic
     return data
 
 
-def kioku_headers(turn: Turn, upstream_s: float | None = None) -> dict[str, str]:
+def kioku_headers(
+    turn: Turn, upstream_s: float | None = None, reply: LogEntry | None = None
+) -> dict[str, str]:
     h = {
-        "X-Kioku-Conversation": quote(turn.conv.id, safe=""),  # percent-encoded UTF-8
+        # percent-encoded UTF-8
+        "X-Kioku-Conversation": quote(turn.conversation_id or turn.conv.id, safe=""),
         "X-Kioku-Seq": str(turn.entry.seq),
         "X-Kioku-Memory-Version": str(turn.prompt.memory_version),
         "X-Kioku-Prompt-Tokens": str(turn.prompt.tokens),
@@ -297,6 +253,8 @@ def kioku_headers(turn: Turn, upstream_s: float | None = None) -> dict[str, str]
         h["X-Kioku-Continued"] = str(turn.extend)
     if upstream_s is not None:
         h["X-Kioku-Upstream-Ms"] = f"{upstream_s * 1000:.2f}"
+    if reply is not None:
+        h["X-Kioku-Reply-Seq"] = str(reply.seq)
     return h
 
 
@@ -315,15 +273,30 @@ def _note_failure(turn: Turn, error: UpstreamError) -> None:
     conv.store.incr(conv.id, "upstream_errors")
 
 
-async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str]) -> Response:
-    started = time.monotonic()
+def _check_conversation(svc: Service, tenant: str, conversation_id: str, param: str) -> None:
+    """A new conversation's id must follow `kioku.ids`; one stored before the rule still works."""
+    if svc.gate.resolve(tenant, conversation_id) is None:
+        try:
+            check_id(conversation_id)
+        except InputError as e:
+            raise BadParameter(str(e), param) from None
+
+
+async def chat(
+    svc: Service, body: ChatBody, tenant: str, headers: dict[str, str], raw: bytes = b""
+) -> Response:
+    arrived, started = time.time(), time.monotonic()
     check_headers(headers)
-    cid = header_text(headers.get(CONVERSATION_HEADER)) or body.user
+    cid = header_text(headers.get(CONVERSATION_HEADER)) or body.user or ""
     generation = gen.generation_of(headers.get(gen.GENERATION_HEADER))
-    if not cid and generation not in gen.SIDE:
+    side = generation in gen.SIDE  # nothing stored: no turn lock, no new id
+    if not cid and not side:
         raise InputError(
             "name the conversation: send the header X-Kioku-Conversation (or the `user` field)"
         )
+    if not side and not is_valid_id(cid):
+        param = "X-Kioku-Conversation" if headers.get(CONVERSATION_HEADER) else "user"
+        await run_in_threadpool(_check_conversation, svc, tenant, cid, param)
     split = split_messages(body.messages)
     mode = headers.get(MODE_HEADER, "").lower()
     stateful = {"stateful": True, "stateless": False}.get(mode)
@@ -331,25 +304,54 @@ async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str
         (m.name for m in split.chat if m.role == "assistant" and m.name), ""
     )
     user = header_text(headers.get(gen.USER_HEADER))
-    slot = svc.slot(tenant, cid or "")
-    async with slot.lock:
-        if not cid or generation in gen.SIDE:
-            turn = await run_in_threadpool(
-                start_side, svc, tenant, cid or "", split, character, started
-            )
-        else:
-            turn = await run_in_threadpool(
-                start_turn, svc, slot, tenant, cid, split, stateful, character, started,
-                generation, user,
+    if side:
+        turn = await run_in_threadpool(start_side, svc, tenant, cid, split, character, started)
+        return await _run(svc, body, tenant, None, turn, split)
+    request = name_request(
+        header_text(headers.get(IDEMPOTENCY_HEADER)),
+        raw,
+        tenant=tenant,
+        conversation=cid,
+        shape=f"{mode}\0{character}\0{generation}\0{user}",
+    )
+    replay = await svc.gate.replayed(tenant, cid, request)
+    if replay is None:
+        slot = svc.slot(tenant, cid)
+
+        def begin(held: HeldTurn) -> Turn:
+            # another process ran the last turn: what this one cached may be stale
+            last = held.previous.last_owner
+            fresh = last is not None and last != svc.gate.owner.name
+            return start_turn(
+                svc, slot, tenant, cid, split, stateful, character, started,
+                fresh=fresh, generation=generation, user=user,
             )  # fmt: skip
-        if not turn.side:
-            reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
-            slot.last_prompt = turn.prompt.messages
-            svc.metrics.prefix_reuse.observe(tenant, reuse)
+
+        held = await svc.gate.enter(slot, tenant, cid, request, arrived, then=begin)
+        if not isinstance(held, Replay):
+            try:
+                return await _run(svc, body, tenant, held, held.value, split)
+            except BaseException:
+                held.finish_soon()  # nothing if the turn already ended (or a stream took it)
+                raise
+        replay = held
+    return replay_response(cid, replay, stream=body.stream, model=body.model or "")
+
+
+async def _run(
+    svc: Service, body: ChatBody, tenant: str, ticket: Ticket | None, turn: Turn, split: Split
+) -> Response:
+    """The turn, holding its ticket (its message stored, its prompt built; a side request has
+    none): upstream, commit the reply, respond."""
+    if ticket is not None and not turn.side:
+        slot = ticket.slot
+        reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
+        slot.last_prompt = turn.prompt.messages
+        svc.metrics.prefix_reuse.observe(tenant, reuse)
     svc.metrics.prompt_tokens.observe(tenant, turn.prompt.tokens)
     data = upstream_body(body, turn, split, svc.profile.response_reserve)
     if body.stream:
-        return await _stream(svc, slot, turn, data)
+        return await _stream(svc, turn, data, ticket)
     p = svc.profile
     try:
         async with asyncio.timeout(p.reply_timeout_s + p.connect_timeout_s):
@@ -366,11 +368,23 @@ async def chat(svc: Service, body: ChatBody, tenant: str, headers: dict[str, str
     except UpstreamError as error:
         await _failed(svc, turn, error)
         raise
-    await _store_reply(svc, slot, turn, completion, answer.seconds, others)
-    return JSONResponse(answer.payload, headers=kioku_headers(turn, answer.seconds))
+    reply = await _commit(svc, ticket, turn, completion, answer.seconds, others)
+    return JSONResponse(answer.payload, headers=kioku_headers(turn, answer.seconds, reply))
 
 
 async def _failed(svc: Service, turn: Turn, error: UpstreamError) -> None:
+    """Count, log (with the cause: the access line only says 502) and record a failure."""
+    cause = error.__cause__
+    log.warning(
+        "upstream %s (%s) for tenant %r, conversation %r, message #%s: %s%s",
+        error.kind,
+        error.status,
+        turn.tenant,
+        turn.conversation_id or turn.conv.id,
+        turn.entry.seq,
+        error.message,
+        f" (cause: {cause!r})" if cause is not None else "",
+    )
     svc.metrics.error(turn.tenant, error.kind)
     await run_in_threadpool(_note_failure, turn, error)
 
@@ -383,48 +397,63 @@ def _observe(svc: Service, turn: Turn, upstream_s: float) -> None:
     m.overhead_seconds.observe(turn.tenant, max(0.0, total - upstream_s))
 
 
-async def _store_reply(
+async def _commit(
     svc: Service,
-    slot: Slot,
+    ticket: Ticket | None,
     turn: Turn,
     completion: Completion,
     upstream_s: float,
     others: Sequence[Completion] = (),
-) -> None:
-    """Record the reply while the response leaves. The conversation's lock is taken now and
-    held until the reply is stored, so the client's next request (which waits for the lock)
-    always finds it in the log, and the client does not wait for the store. Then the tic guard
-    reads the new reply, so the next turn finds its alerts computed."""
-    if turn.side:
+) -> LogEntry | None:
+    """Store the reply and end the turn (the lock then names the request that got it), before
+    the client sees the reply's last byte. Then the tic guard reads the new reply, off the
+    response's path, so the next turn finds its alerts computed. A side request stores
+    nothing."""
+    if ticket is None or turn.side:
+        if ticket is not None:  # a Test Message inside a turn: the turn ends with no reply
+            await ticket.finish(None)
         _observe(svc, turn, upstream_s)
-        return
-    await slot.lock.acquire()
+        return None
+
+    def store_and_end() -> LogEntry | None:
+        # the reply, its counters and the turn's end (with the request that got the reply)
+        # commit as one transaction; PostgreSQL's lock is let go once it has
+        with turn.conv.store.atomic():
+            reply = finish_turn(turn, completion, others, ticket.request.name)
+            ticket.end(reply.seq if reply is not None else None, release=False)
+        ticket.release_store()
+        return reply
+
+    try:
+        reply = await run_in_threadpool(store_and_end)  # one hop for both
+    except BaseException:
+        svc.metrics.error(turn.tenant, "reply_not_stored")
+        await ticket.finish(None)
+        raise
+    ticket.released()
     _observe(svc, turn, upstream_s)
 
-    async def store() -> None:
-        try:
-            await run_in_threadpool(finish_turn, turn, completion, others)
-        except Exception:
-            svc.metrics.error(turn.tenant, "reply_not_stored")
-            log.exception("the reply to %s #%s was not stored", turn.conv.id, turn.entry.seq)
-        finally:
-            slot.lock.release()
+    async def tics() -> None:
         try:
             await run_in_threadpool(turn.conv.kioku.layers.tic_alerts, turn.conv.id)
         except Exception:
             log.exception("tic detection failed for %s", turn.conv.id)
 
-    svc.spawn(store())
+    svc.spawn(tics())
+    return reply
 
 
 def _sse_error(error: UpstreamError) -> str:
     return f"data: {json.dumps(error.body())}\n\n"
 
 
-async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) -> Response:
+async def _stream(
+    svc: Service, turn: Turn, data: dict[str, Any], ticket: Ticket | None
+) -> Response:
     """Relay the upstream's SSE. The status code is chosen once the upstream answered (or
     refused); an upstream slower than `svc.keepalive_s` gets a 200 with keep-alive comments,
-    and an error after that arrives as an SSE `error` event."""
+    and an error after that arrives as an SSE `error` event. From the event that carries
+    `finish_reason` on, the events are held back until the reply is stored."""
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
     opened = time.monotonic()
 
@@ -444,12 +473,31 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
     except TimeoutError:
         first = None
     if first is not None and first[0] == "error":
+        task.cancel()
         await _failed(svc, turn, first[1])
         raise first[1]
 
     async def relay() -> AsyncIterator[str]:
         state = StreamState("the upstream")
-        recorded = False
+        held_back: list[str] = []
+        commit: asyncio.Task[LogEntry | None] | None = None
+
+        async def commit_now() -> None:
+            nonlocal commit
+            completion = state.completion()
+            assert completion is not None
+            commit = asyncio.ensure_future(
+                _commit(
+                    svc,
+                    ticket,
+                    turn,
+                    completion,
+                    time.monotonic() - opened,
+                    state.completions()[1:],
+                )
+            )
+            await asyncio.shield(commit)
+
         try:
             if first is None:
                 yield ": kioku is waiting for the upstream\n\n"
@@ -469,8 +517,12 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
                     await _failed(svc, turn, UpstreamError(502, f"the upstream: {state.error}"))
                     return
                 if kind == "line":
-                    if state.done and not recorded:
-                        recorded = await _record(svc, slot, turn, state, opened)
+                    if commit is None and state.finish_reason is not None:
+                        held_back.append(value + "\n")
+                        if state.done:
+                            await commit_now()
+                            yield "".join(held_back)
+                        continue
                     yield value + "\n"
                 elif kind == "error":
                     await _failed(svc, turn, value)
@@ -478,7 +530,10 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
                     return
                 elif kind == "end":
                     break
-            if not recorded and not await _record(svc, slot, turn, state, opened):
+            if commit is None and state.completion() is not None:
+                await commit_now()  # the upstream ended without [DONE]
+                yield "".join(held_back)
+            elif commit is None:
                 error = UpstreamError(
                     502,
                     f"the upstream's stream ended without a finish_reason after "
@@ -489,7 +544,9 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
         finally:
             if not task.done():
                 task.cancel()
-            if not recorded and state.finish_reason is None and not turn.side:
+            if ticket is not None:
+                ticket.finish_soon(after=commit)
+            if commit is None and state.finish_reason is None and not turn.side:
                 # the client hung up (or the upstream broke): the user message stays stored
                 conv = turn.conv
                 asyncio.get_running_loop().run_in_executor(
@@ -509,12 +566,3 @@ async def _stream(svc: Service, slot: Slot, turn: Turn, data: dict[str, Any]) ->
         media_type="text/event-stream",
         headers={**kioku_headers(turn), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
-
-
-async def _record(svc: Service, slot: Slot, turn: Turn, state: StreamState, opened: float) -> bool:
-    completion = state.completion()
-    if completion is None:
-        return False
-    others = state.completions()[1:]
-    await _store_reply(svc, slot, turn, completion, time.monotonic() - opened, others)
-    return True

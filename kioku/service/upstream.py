@@ -195,8 +195,13 @@ class Upstream:
             if r.is_error:
                 await r.aread()
                 raise self._error(r)
+            buffered = await self._not_a_stream(r)
 
             async def lines() -> AsyncIterator[str]:
+                if buffered is not None:  # an SSE body under another content type
+                    for line in buffered.splitlines():
+                        yield line
+                    return
                 try:
                     async for line in r.aiter_lines():
                         yield line
@@ -206,6 +211,26 @@ class Upstream:
             yield lines()
         finally:
             await r.aclose()
+
+    async def _not_a_stream(self, r: httpx.Response) -> str | None:
+        """A 200 to a streamed request must be SSE: anything else (a JSON completion from a
+        server that ignores `stream`, an HTML error page from a proxy) is refused before a byte
+        of it reaches the client. Returns the body when it is SSE under another content type."""
+        if "text/event-stream" in r.headers.get("content-type", ""):
+            return None
+        try:
+            body = (await r.aread()).decode("utf-8", "replace")
+        except httpx.HTTPError as e:
+            raise self._transport_error(e) from e
+        first = body.lstrip("\r\n").split("\n", 1)[0]
+        if first.startswith(("data:", ":", "event:", "id:", "retry:")):
+            return body
+        kind = r.headers.get("content-type") or "no content type"
+        raise UpstreamError(
+            502,
+            f"the upstream ({self.root}) answered a streamed request with {kind} instead of "
+            f"an event stream: {body[:200]!r}; check that it supports stream=true",
+        )
 
     async def models(self) -> dict[str, Any]:
         try:

@@ -1,0 +1,59 @@
+"""Can a message ever fit? Refuse one that cannot before it is stored.
+
+A message is sent verbatim, so one larger than the window beside the system prompt and the
+response reserve can never be answered, whatever memory does. Storing it anyway (as kioku once
+did: "400 … stored as seq 0") leaves a row every later turn trips over, and each retry stored
+another copy. The limit is the one `context.plan` applies to the message it answers (the card's
+profile, its ceiling, the learned margin, the template's overhead), less a date line the
+message may get in the window, so what passes here is never refused there for its size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date
+from typing import TYPE_CHECKING
+
+from kioku.budget import template_of, usable
+from kioku.dates import date_line
+from kioku.errors import MessageTooLarge
+from kioku.messages import Message
+from kioku.protocol import message_tokens
+
+if TYPE_CHECKING:
+    from kioku.engine import Conversation
+
+LANGS = ("en", "ja", "zh")  # the languages `kioku.dates` writes dates in
+# a day whose date line is as long as any (a Wednesday in September, two-digit day)
+_LONGEST_DAY = date(2000, 9, 27)
+
+
+def message_limit(conv: Conversation) -> int:
+    """The most tokens one message of `conv` may have."""
+    k = conv.kioku
+    system = conv.info().system_prompt
+    profile = k.card_profile(system)
+    budget = min(usable(profile.prompt_budget, k.margin.share), profile.ceiling)
+    system_t = k.counter.count(system) if system else 0
+    # the longest date line of any language (reading `conv.lang` here would fix the language
+    # before the conversation's first message is stored)
+    line_t = max(k.counter.count(date_line(_LONGEST_DAY, lang) + "\n") for lang in LANGS)
+    return budget - system_t - template_of(k.counter).messages(2 if system else 1) - line_t
+
+
+def refuse_if_never_fits(conv: Conversation, tokens: Sequence[int]) -> None:
+    """Raise `MessageTooLarge` (nothing stored) if a message of so many tokens can never fit."""
+    if not tokens:
+        return
+    largest = max(tokens)
+    limit = message_limit(conv)
+    if largest > limit:
+        raise MessageTooLarge(largest, limit)
+
+
+def fitted(conv: Conversation, message: Message) -> int:
+    """The tokens of a message that can fit (`refuse_if_never_fits` otherwise)."""
+    k = conv.kioku
+    tokens = message_tokens(message, k.counter, k.profile.image_tokens)
+    refuse_if_never_fits(conv, [tokens])
+    return tokens
