@@ -103,6 +103,7 @@ def extras_of(entry: LogEntry) -> Extras | None:
 _NOT_WORDS = re.compile(r"[\W\d_]+")
 
 
+@lru_cache(maxsize=8192)  # every raw message's gist is asked for again each turn
 def gist(text: str) -> str:
     """A line's words without numbers, punctuation or case: "Reply 12." and "reply 31" are
     the same line said again."""

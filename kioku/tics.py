@@ -20,6 +20,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from bm25s.stopwords import STOPWORDS_EN_PLUS
@@ -152,6 +153,16 @@ def _sentence_atoms(text: str) -> list[list[_Atom]]:
     return [a for m in _SENTENCE.finditer(text) if (a := _atoms(m.group(), m.start()))]
 
 
+# A turn looks at the last replies again, of which only the newest is new: each reply is parsed
+# once (the results are read, never changed).
+@lru_cache(maxsize=512)
+def _parsed(
+    text: str,
+) -> tuple[list[list[_Atom]], tuple[dict[tuple[str, ...], str], dict[tuple[str, ...], str]]]:
+    sentences = _sentence_atoms(text)
+    return sentences, _candidates(text, sentences)
+
+
 def _candidates(
     text: str, sentences: list[list[_Atom]]
 ) -> tuple[dict[tuple[str, ...], str], dict[tuple[str, ...], str]]:
@@ -223,8 +234,9 @@ def detect_tics(
         if count >= threshold and _substantial(g, kind) and g not in seen:
             seen[g] = (count, kind, text)
 
-    sentences = [_sentence_atoms(t) for t in recent]
-    per_msg = [_candidates(t, sa) for t, sa in zip(recent, sentences, strict=True)]
+    parsed = [_parsed(t) for t in recent]
+    sentences = [s for s, _ in parsed]
+    per_msg = [c for _, c in parsed]
     passes: tuple[tuple[TicKind, int], ...] = (("ending", 0), ("opener", 1))
     for kind, pick in passes:
         df: Counter[tuple[str, ...]] = Counter()
