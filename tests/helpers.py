@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from sqlalchemy import insert
+
+from kioku import schema as s
 from kioku.errors import ModelUnavailable
+from kioku.store import Store
 from kioku.summarizer import ExtractiveSummarizer, Summary, SummaryTask
 from kioku.tokens import ScriptEstimator
 
@@ -34,3 +38,23 @@ class FlakySummarizer:
         if self.always_fail or n in self.fail_on:
             raise ModelUnavailable("scripted failure")
         return self.inner.summarize(task)
+
+
+def store_unchecked_conversation(store: Store, conversation_id: str, tenant: str) -> None:
+    """A conversation row written past `ensure_conversation`'s id check, as one stored before
+    ids had a charset was."""
+    with store.atomic() as conn:
+        conn.execute(
+            insert(s.conversations).values(
+                id=conversation_id,
+                public_id=conversation_id,
+                tenant=tenant,
+                character="",
+                system_prompt="",
+                profile="x",
+                next_seq=0,
+                raw_start=0,
+                memory_version=0,
+                created_at=0.0,
+            )
+        )

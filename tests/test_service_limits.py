@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import insert
 
-from kioku import schema as s
+from tests.helpers import store_unchecked_conversation
 from tests.test_service_support import Harness, running
 
 LIMIT = 64 * 1024
@@ -225,21 +224,7 @@ def test_ids_in_any_script_with_spaces_inside_are_reachable_by_rest(small: Harne
 
 
 def test_a_conversation_stored_before_the_rule_still_works(small: Harness) -> None:
-    with small.store.atomic() as conn:
-        conn.execute(
-            insert(s.conversations).values(
-                id="legacy/1",
-                public_id="legacy/1",
-                tenant="acme",
-                character="",
-                system_prompt="",
-                profile="x",
-                next_seq=0,
-                raw_start=0,
-                memory_version=0,
-                created_at=0.0,
-            )  # fmt: skip
-        )
+    store_unchecked_conversation(small.store, "legacy/1", "acme")
     with small.http() as h:
         r = h.post(
             "/v1/chat/completions", headers={"X-Kioku-Conversation": "legacy/1"}, json=chat_body()

@@ -6,13 +6,14 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, select
 
 from kioku import schema as s
 from kioku.errors import InputError, LeaseLost, NotFound, StoreError
 from kioku.memory import MemoryItem
 from kioku.messages import Message, Part
 from kioku.store import Store
+from tests.helpers import store_unchecked_conversation
 from tests.pg import BACKENDS, backend_url
 
 # Every test here runs on SQLite and on PostgreSQL (`KIOKU_TEST_PG`, see tests/pg.py), each on
@@ -254,21 +255,7 @@ def test_conversation_ids_are_per_tenant(store: Store) -> None:
 def test_a_new_conversation_id_is_checked_and_an_old_one_is_not(store: Store) -> None:
     with pytest.raises(InputError, match="conversation id"):
         store.ensure_conversation("a/b", tenant="acme")
-    with store.atomic() as conn:  # stored before the rule
-        conn.execute(
-            insert(s.conversations).values(
-                id="legacy/1",
-                public_id="legacy/1",
-                tenant="acme",
-                character="",
-                system_prompt="",
-                profile="x",
-                next_seq=0,
-                raw_start=0,
-                memory_version=0,
-                created_at=0.0,
-            )  # fmt: skip
-        )
+    store_unchecked_conversation(store, "legacy/1", "acme")  # stored before the rule
     assert store.ensure_conversation("legacy/1", tenant="acme").id == "legacy/1"
 
 
