@@ -13,23 +13,19 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
+from kioku.service.loopback import free_port
 from tests.conftest import need
+from tests.process import ChildServer
 
 DEFAULT_GGUF = Path.home() / ".cache" / "kioku" / "gemma.gguf"
 N_CTX = 4096
-READY_TIMEOUT_S = 120.0
 
 
 def gguf_path() -> Path | None:
@@ -47,13 +43,7 @@ def gguf_path() -> Path | None:
     return Path(assemble(DEFAULT_GGUF))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class LlamaServer:
+class LlamaServer(ChildServer):
     """One `python -m llama_cpp.server` process; `url` is its root (http://127.0.0.1:PORT)."""
 
     def __init__(
@@ -65,6 +55,7 @@ class LlamaServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.alias = "gemma"
+        self.name = "llama server"
         self._logdir = tempfile.mkdtemp(prefix="kioku-llama-")
         self.log = Path(self._logdir) / "server.log"
         self.args = [
@@ -88,45 +79,13 @@ class LlamaServer:
         ]
         if chat_format:
             self.args += ["--chat_format", chat_format]
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> LlamaServer:
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"llama server exited with {self.proc.returncode}:\n{self.tail()}"
-                )
-            try:
-                if httpx.get(f"{self.url}/v1/models", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        self.stop()
-        raise RuntimeError(f"llama server not ready after {READY_TIMEOUT_S} s:\n{self.tail()}")
-
-    def tail(self, n: int = 2000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would: no goodbye to open connections."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
+        self.launch(self.args, f"{self.url}/v1/models")
+        return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        super().stop()
         shutil.rmtree(self._logdir, ignore_errors=True)
 
 

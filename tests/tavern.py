@@ -13,22 +13,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from kioku.service.loopback import free_port
 from tests.conftest import need
+from tests.process import ChildServer
 
 REPO = Path(__file__).resolve().parent.parent
 EXTENSION = REPO / "integrations" / "sillytavern"
 CACHE = Path.home() / ".cache" / "kioku" / "sillytavern"
 USER = "Alex"
-READY_TIMEOUT_S = 120.0
 
 
 def install_dir() -> Path | None:
@@ -48,7 +45,7 @@ def need_sillytavern() -> Path:
     return root
 
 
-class SillyTavern:
+class SillyTavern(ChildServer):
     """`node server.js` on a free port with its own data folder, pointed at kioku."""
 
     def __init__(self, root: Path, data: Path, kioku_url: str, kioku_key: str) -> None:
@@ -59,7 +56,7 @@ class SillyTavern:
         self.kioku_url = kioku_url
         self.kioku_key = kioku_key
         self.log = data / "sillytavern.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.name = "SillyTavern"
 
     def configure(self, extension: bool = True) -> None:
         """What a new user clicks through once: the API connection, the user's name, and the
@@ -91,35 +88,8 @@ class SillyTavern:
     def start(self) -> SillyTavern:
         args = ["node", "server.js", "--port", str(self.port), "--dataRoot", str(self.data)]
         args += ["--listen", "false", "--autorun", "false", "--whitelist", "false"]
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(args, cwd=self.root, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"SillyTavern exited:\n{self.tail()}")
-            try:
-                if httpx.get(self.url, timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"SillyTavern did not start in {READY_TIMEOUT_S} s:\n{self.tail()}")
-
-    def tail(self, n: int = 3000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        self.launch(args, self.url, cwd=self.root, poll_s=0.3)
+        return self
 
 
 def wait_for(check: Callable[[], Any], timeout_s: float = 30.0, what: str = "") -> Any:
