@@ -38,6 +38,7 @@ class View:
     info: ConversationInfo
     window: list[LogEntry]
     memory: Memory
+    ready: list[MemoryItem]  # summaries written and waiting for their fold
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class Compactor:
                 raw_start=info.raw_start,
                 raw=sizes,
                 memory=view.memory,
-                ready=conv.store.items(conv.id, "ready"),
+                ready=view.ready,
                 jobs=jobs,
                 fixed=fixed,
                 frame=frame,

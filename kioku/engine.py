@@ -32,7 +32,7 @@ from kioku.errors import (
 from kioku.fit import fitted
 from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.lang import detect_lang
-from kioku.memory import Memory
+from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message, Role
 from kioku.models import ChatModel, Completion
 from kioku.profiles import LOCAL_64K, Profile
@@ -231,8 +231,12 @@ class Conversation:
             self._character = self.info().character
         return self._character
 
-    def memory(self, info: ConversationInfo | None = None) -> Memory:
-        active = self.store.items(self.id, "active")
+    def memory(
+        self, info: ConversationInfo | None = None, active: list[MemoryItem] | None = None
+    ) -> Memory:
+        """`active`: the active items, when the caller has read them."""
+        if active is None:
+            active = self.store.items(self.id, "active")
         if any(i.stale for i in active):
             # an edited message under memory: show the corrected messages until the re-summary
             k = self.kioku
@@ -434,7 +438,10 @@ class Conversation:
     def view(self) -> View:
         """The state a turn is decided and built from, read in this one place."""
         info = self.info()
-        return View(info, self.raw_window(info), self.memory(info))
+        items = self.store.items(self.id, "active", "ready")  # one read for both
+        active = [i for i in items if i.status == "active"]
+        ready = [i for i in items if i.status == "ready"]
+        return View(info, self.raw_window(info), self.memory(info, active), ready)
 
     def settle(self) -> TurnReport:
         """Apply whatever became ready (folds, major GCs) without a new message: what the next

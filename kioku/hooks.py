@@ -59,6 +59,11 @@ class MemoryLayers(Protocol):
         """Phrases the character repeats across its recent replies."""
         ...
 
+    def after_reply(self, conversation_id: str, reply: LogEntry) -> Sequence[TicAlert]:
+        """`tic_alerts` once `reply` is stored, ready for the next turn (the service calls it
+        after the response, off the turn's path)."""
+        ...
+
     def edit_notes(
         self, conv: Conversation, edited: str, base: str | None = None
     ) -> notes_layer.EditResult:
@@ -95,6 +100,9 @@ class NoLayers:
         return None
 
     def tic_alerts(self, conversation_id: str) -> Sequence[TicAlert]:
+        return ()
+
+    def after_reply(self, conversation_id: str, reply: LogEntry) -> Sequence[TicAlert]:
         return ()
 
     def edit_notes(

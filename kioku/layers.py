@@ -15,8 +15,8 @@ and n-grams:
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
 
 from kioku import notes as notes_layer
 from kioku import tics as tics_layer
@@ -32,6 +32,7 @@ from kioku.salience import is_question
 from kioku.store import Store
 
 TIC_WINDOW = 20
+TIC_CONVERSATIONS = 1024  # conversations whose last replies `Layers` keeps in memory
 _ASIDE = re.compile(r"\[[^\]]*\]")
 _QUOTES = "「」『』\"'“”‘’()（）"
 
@@ -42,6 +43,10 @@ def _unquote(phrase: str) -> str:
 
 def _core(text: str) -> str:
     return re.sub(r"[\W_]+", "", text).casefold()
+
+
+# (seq, content hash) of the replies read; the alerts; the replies
+_TicState = tuple[tuple[tuple[int, str], ...], list[tics_layer.TicAlert], list[LogEntry]]
 
 
 def _speakers(entry: LogEntry) -> list[str]:
@@ -69,9 +74,10 @@ class Layers:
         self.notes_extractor = notes_layer.NotesExtractor(notes_model) if notes_model else None
         self.tic_threshold = tic_threshold
         self._alerted: dict[str, set[str]] = {}
-        # the last detection per conversation, keyed by the replies it read: every turn asks,
-        # but the answer changes only when a reply is added or edited
-        self._tics: dict[str, tuple[Any, list[tics_layer.TicAlert]]] = {}
+        # the last detection per conversation, keyed by the replies it read (kept, so the next
+        # reply is added to them, not read again): every turn asks, but the answer changes only
+        # when a reply is added or edited. The conversations served lately, not every one.
+        self._tics: OrderedDict[str, _TicState] = OrderedDict()
 
     def recollections(
         self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
@@ -97,13 +103,30 @@ class Layers:
         if hit is not None and hit[0] == key:
             return list(hit[1])
         replies = self.store.tail(conversation_id, TIC_WINDOW, role="assistant")
+        return self._detect(conversation_id, key, replies)
+
+    def after_reply(self, conversation_id: str, reply: LogEntry) -> list[tics_layer.TicAlert]:
+        """The alerts once `reply` is stored, from the replies this process saw last time and
+        the new one, without reading them again (a turn's cost); read when that is not known."""
+        hit = self._tics.get(conversation_id)
+        if hit is None or reply.role != "assistant" or (hit[0] and reply.seq <= hit[0][-1][0]):
+            return self.tic_alerts(conversation_id)
+        key = (*hit[0], (reply.seq, reply.message.content_hash()))[-TIC_WINDOW:]
+        return self._detect(conversation_id, key, [*hit[2], reply][-TIC_WINDOW:])
+
+    def _detect(
+        self, conversation_id: str, key: tuple[tuple[int, str], ...], replies: list[LogEntry]
+    ) -> list[tics_layer.TicAlert]:
         # bracketed asides ([shares a photo: …]) are markup, not the character's voice
         texts = [_ASIDE.sub("", e.text) for e in replies]
         alerts = tics_layer.detect_tics(texts, threshold=self.tic_threshold, window=TIC_WINDOW)
         # A name opening narration ("Mina smiled…") repeats, but it is not a way of speaking.
         names = {_core(n) for e in replies for n in (e.message.author, *_speakers(e))}
         alerts = [a for a in alerts if _core(a.phrase) not in names and _core(a.phrase)]
-        self._tics[conversation_id] = (key, alerts)
+        self._tics[conversation_id] = (key, alerts, replies)
+        self._tics.move_to_end(conversation_id)
+        while len(self._tics) > TIC_CONVERSATIONS:
+            self._tics.popitem(last=False)
         return list(alerts)
 
     def instructions(self, conv: Conversation) -> list[str]:

@@ -107,6 +107,7 @@ class _Atom:
     end: int
 
 
+@lru_cache(maxsize=512)  # the last replies, again each turn
 def _normalize(text: str) -> str:
     return re.sub(r"[ \t\u3000]+", " ", unicodedata.normalize("NFKC", text)).strip()
 
@@ -131,7 +132,8 @@ def _is_symbol(key: str) -> bool:
     return len(key) == 1 and unicodedata.category(key) == "So"
 
 
-def _substantial(keys: Sequence[str], kind: TicKind) -> bool:
+@lru_cache(maxsize=8192)  # the same edges and phrases come back turn after turn
+def _substantial(keys: tuple[str, ...], kind: TicKind) -> bool:
     """False for punctuation, stop words and common CJK function strings."""
     words = [k for k in keys if _is_word(k)]
     cjk = "".join(k for k in keys if _is_cjk(k))
@@ -156,11 +158,28 @@ def _sentence_atoms(text: str) -> list[list[_Atom]]:
 # A turn looks at the last replies again, of which only the newest is new: each reply is parsed
 # once (the results are read, never changed).
 @lru_cache(maxsize=512)
-def _parsed(
-    text: str,
-) -> tuple[list[list[_Atom]], tuple[dict[tuple[str, ...], str], dict[tuple[str, ...], str]]]:
+def _parsed(text: str) -> _Parsed:
     sentences = _sentence_atoms(text)
-    return sentences, _candidates(text, sentences)
+    return _Parsed(sentences, _candidates(text, sentences), _shortest_grams(sentences))
+
+
+def _shortest_grams(sentences: list[list[_Atom]]) -> dict[tuple[str, ...], list[tuple[int, int]]]:
+    """Every n-gram of MIN_PHRASE_ATOMS atoms within a sentence → where it starts (sentence,
+    atom): the first level of `_frequent_phrases`, the costly one, done once per reply."""
+    n = MIN_PHRASE_ATOMS
+    out: dict[tuple[str, ...], list[tuple[int, int]]] = {}
+    for j, sent in enumerate(sentences):
+        keys = [a.key for a in sent]
+        for i in range(len(keys) - n + 1):
+            out.setdefault(tuple(keys[i : i + n]), []).append((j, i))
+    return out
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    sentences: list[list[_Atom]]
+    edges: tuple[dict[tuple[str, ...], str], dict[tuple[str, ...], str]]  # endings, openers
+    grams: dict[tuple[str, ...], list[tuple[int, int]]]  # `_shortest_grams`
 
 
 def _candidates(
@@ -185,35 +204,42 @@ def _candidates(
 
 
 def _frequent_phrases(
-    docs: Sequence[list[list[_Atom]]], texts: Sequence[str], threshold: int
+    parsed: Sequence[_Parsed], texts: Sequence[str], threshold: int
 ) -> tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], str]]:
     """Atom n-grams within one sentence, in ≥ threshold documents, grown level by level: an
     (n+1)-gram can only be frequent where its n-gram prefix is, so each level looks at few
-    positions."""
+    positions. The first level comes counted with each reply (`_Parsed.grams`)."""
     counts: dict[tuple[str, ...], int] = {}
     shown: dict[tuple[str, ...], str] = {}
-    # start positions (sentence, atom) still worth extending, per document
-    live = [[(j, i) for j, sent in enumerate(d) for i in range(len(sent))] for d in docs]
+    docs = [p.sentences for p in parsed]
+    df: Counter[tuple[str, ...]] = Counter()
+    for p in parsed:
+        df.update(p.grams.keys())
+    frequent = {g for g, c in df.items() if c >= threshold}
+    # per document, the start positions (sentence, atom) still worth extending → their n-gram
+    grams = [
+        dict(sorted((pos, g) for g in frequent.intersection(p.grams) for pos in p.grams[g]))
+        for p in parsed
+    ]
     n = MIN_PHRASE_ATOMS
-    while n <= MAX_PHRASE_ATOMS and any(live):
-        grams: list[dict[tuple[int, int], tuple[str, ...]]] = [
-            {(j, i): tuple(a.key for a in d[j][i : i + n]) for j, i in starts if i + n <= len(d[j])}
-            for d, starts in zip(docs, live, strict=True)
-        ]
-        df: Counter[tuple[str, ...]] = Counter()
-        for g in grams:
-            df.update(set(g.values()))
-        frequent = {g for g, c in df.items() if c >= threshold}
-        if not frequent:
-            break
-        live = []
-        for d, text, g in zip(docs, texts, grams, strict=True):
-            keep = [pos for pos, gram in g.items() if gram in frequent]
-            for j, i in keep:
-                shown.setdefault(g[(j, i)], text[d[j][i].start : d[j][i + n - 1].end])
-            live.append(keep)
+    while frequent:
         counts.update({g: df[g] for g in frequent})
+        for d, text, at in zip(docs, texts, grams, strict=True):
+            for (j, i), g in at.items():
+                if g not in shown:
+                    shown[g] = text[d[j][i].start : d[j][i + n - 1].end]
         n += 1
+        if n > MAX_PHRASE_ATOMS:
+            break
+        grams = [
+            {(j, i): g + (d[j][i + n - 1].key,) for (j, i), g in at.items() if i + n <= len(d[j])}
+            for d, at in zip(docs, grams, strict=True)
+        ]
+        df = Counter()
+        for at in grams:
+            df.update(set(at.values()))
+        frequent = {g for g, c in df.items() if c >= threshold}
+        grams = [{pos: g for pos, g in at.items() if g in frequent} for at in grams]
     return counts, shown
 
 
@@ -235,8 +261,7 @@ def detect_tics(
             seen[g] = (count, kind, text)
 
     parsed = [_parsed(t) for t in recent]
-    sentences = [s for s, _ in parsed]
-    per_msg = [c for _, c in parsed]
+    per_msg = [p.edges for p in parsed]
     passes: tuple[tuple[TicKind, int], ...] = (("ending", 0), ("opener", 1))
     for kind, pick in passes:
         df: Counter[tuple[str, ...]] = Counter()
@@ -247,7 +272,7 @@ def detect_tics(
                 shown.setdefault(g, text)
         for g, c in df.items():
             note(g, c, kind, shown[g])
-    counts, shown_p = _frequent_phrases(sentences, recent, threshold)
+    counts, shown_p = _frequent_phrases(parsed, recent, threshold)
     for g, c in counts.items():
         note(g, c, "phrase", shown_p[g])
     dominated: set[tuple[str, ...]] = set()

@@ -23,6 +23,7 @@ import unicodedata
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -137,13 +138,16 @@ class _ClassTable(dict[int, int]):
 _TABLE = _ClassTable()
 
 
-def text_features(text: str) -> dict[str, int]:
+# Every turn counts (and calibrates on) the whole prompt again, of which only the newest
+# messages are new; the counts are read, never changed.
+@lru_cache(maxsize=8192)
+def text_features(text: str) -> Mapping[str, int]:
     """The counts `ScriptEstimator` multiplies by its rates, one per name in `FEATURES`."""
     classes = text.translate(_TABLE)
     f = {name: classes.count(code) for name, code in _CODE.items()}
     for name, pattern in _RUNS.items():
         f[name] = len(pattern.findall(classes))
-    return f
+    return MappingProxyType(f)
 
 
 # --- the estimate --------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from kioku.layers import Layers
 from kioku.memory import coverage_gaps
 from kioku.messages import Message
 from kioku.profiles import LOCAL_8K
+from kioku.revisions import Change
 from kioku.store import Store
 from kioku.summarizer import ExtractiveSummarizer
 from kioku.tokens import ScriptEstimator
@@ -170,3 +171,39 @@ def test_extractive_summarizer_keeps_attribution() -> None:
         (4, "Mika"),
         (4, "Mika (thought)"),
     ]
+
+
+def test_alerts_after_a_reply_match_a_fresh_read_without_reading_the_replies_again() -> None:
+    kk, clock = make()
+    layers = kk.layers
+    assert isinstance(layers, Layers)
+    tic = "nya~ just kidding, darling!"
+    conv = kk.conversation("t", system_prompt="You are Mika.")
+    reads: list[str] = []
+    tail = kk.store.tail
+
+    def counted_tail(*args: object, **kw: object) -> object:
+        reads.append("tail")
+        return tail(*args, **kw)  # type: ignore[arg-type]
+
+    kk.store.tail = counted_tail  # type: ignore[method-assign]
+    alerted = []
+    for i in range(40):  # the tic comes in at reply 8 and goes at reply 22: alerts change
+        clock.advance(10)
+        conv.prepare(FILLER[i % 5] + f" ({i})")
+        said = FILLER[(i + 1) % 5] + f" Reply {i}." + (f" {tic}" if 8 <= i < 22 else "")
+        reply = conv.record(said)
+        reads.clear()
+        got = layers.after_reply("t", reply)
+        assert reads == [] or i == 0  # the first time, nothing was known: read once
+        assert got == Layers(kk.store).tic_alerts("t")  # what a process reading afresh finds
+        assert layers.tic_alerts("t") == got  # the next turn asks: no new detection
+        alerted.append(any("nya" in a.phrase for a in got))
+    assert alerted[15] and not alerted[-1]
+    # a reply edited elsewhere: the next turn's key no longer matches, and it reads again
+    last = kk.store.tail("t", 1, role="assistant")[0]
+    conv.revise([Change(last.seq, Message.of("assistant", f"Edited. {tic}"))])
+    reads.clear()
+    again = layers.tic_alerts("t")
+    assert reads == ["tail"]
+    assert again == Layers(kk.store).tic_alerts("t")

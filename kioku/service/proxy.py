@@ -434,8 +434,10 @@ async def _commit(
     _observe(svc, turn, upstream_s)
 
     async def tics() -> None:
+        if reply is None:
+            return
         try:
-            await run_in_threadpool(turn.conv.kioku.layers.tic_alerts, turn.conv.id)
+            await run_in_threadpool(turn.conv.kioku.layers.after_reply, turn.conv.id, reply)
         except Exception:
             log.exception("tic detection failed for %s", turn.conv.id)
 
