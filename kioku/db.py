@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Self
 
@@ -159,6 +159,7 @@ class Database:
         self.readonly = readonly
         # the connection of the transaction this thread has open, if any (see `atomic`)
         self._open = threading.local()
+        self._statements: dict[str, Any] = {}
         try:
             if readonly:
                 _check_schema(engine)
@@ -186,6 +187,15 @@ class Database:
 
     def _insert_ignore(self, table: Any) -> Any:
         return self._upsert(table).on_conflict_do_nothing()
+
+    def _built(self, name: str, build: Callable[[], Any]) -> Any:
+        """A statement of this store's dialect, built once: building a SQLAlchemy statement
+        costs more than SQLite takes to run it, and a turn runs a dozen. Its values come as
+        parameters (`bindparam`)."""
+        stmt = self._statements.get(name)
+        if stmt is None:
+            stmt = self._statements[name] = build()
+        return stmt
 
     def close(self) -> None:
         self.engine.dispose()

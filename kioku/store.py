@@ -131,6 +131,34 @@ _ALL_ITEMS = (
     select(s.memory_items).where(_mi.conversation_id == _CID).order_by(_mi.first_seq, _mi.id)
 )
 _ITEMS = _ALL_ITEMS.where(_mi.status.in_(bindparam("statuses", expanding=True)))
+_NEXT_SEQ = select(s.conversations.c.next_seq).where(s.conversations.c.id == _CID)
+_NEXT_SEQ_LOCKED = _NEXT_SEQ.with_for_update()  # PostgreSQL: one writer of next_seq at a time
+_SET_NEXT_SEQ = (
+    update(s.conversations)
+    .where(s.conversations.c.id == _CID)
+    .values(next_seq=bindparam("next_seq"))
+)
+_INSERT_MESSAGE = insert(s.messages)  # the values come as parameters: compiled once
+
+
+def _message_values(
+    conversation_id: str, seq: int, message: Message, tokens: int, meta: Any, now: float
+) -> dict[str, Any]:
+    parts = message.parts_json()  # once: the hash is of it too
+    return dict(
+        conversation_id=conversation_id,
+        seq=seq,
+        role=message.role,
+        author=message.author,
+        at=message.at.isoformat() if message.at else None,
+        parts=parts,
+        text=message.text,
+        tokens=tokens,
+        content_hash=message.content_hash(parts),
+        created_at=now,
+        superseded=0,
+        meta=meta,
+    )
 
 
 class Store(
@@ -138,6 +166,10 @@ class Store(
 ):
     """The log and memory items (the rest: the bases; turn locks and idempotency keys:
     `TurnLocks`)."""
+
+    @property
+    def _next_seq(self) -> Any:
+        return _NEXT_SEQ_LOCKED if self.is_postgres else _NEXT_SEQ
 
     # conversations -----------------------------------------------------------------------
 
@@ -242,33 +274,13 @@ class Store(
         tokens: int,
         meta: dict[str, Any] | None = None,
     ) -> LogEntry:
-        c = s.conversations.c
-        q = select(c.next_seq).where(c.id == conversation_id)
-        if self.is_postgres:
-            q = q.with_for_update()
-        row = conn.execute(q).first()
+        row = conn.execute(self._next_seq, {"cid": conversation_id}).first()
         if row is None:
             raise NotFound(f"no conversation {conversation_id!r}")
         seq = int(row.next_seq)
-        conn.execute(
-            update(s.conversations).where(c.id == conversation_id).values(next_seq=seq + 1)
-        )
-        conn.execute(
-            insert(s.messages).values(
-                conversation_id=conversation_id,
-                seq=seq,
-                role=message.role,
-                author=message.author,
-                at=message.at.isoformat() if message.at else None,
-                parts=message.parts_json(),
-                text=message.text,
-                tokens=tokens,
-                content_hash=message.content_hash(),
-                created_at=time.time(),
-                superseded=0,
-                meta=meta,
-            )
-        )
+        conn.execute(_SET_NEXT_SEQ, {"cid": conversation_id, "next_seq": seq + 1})
+        values = _message_values(conversation_id, seq, message, tokens, meta, time.time())
+        conn.execute(_INSERT_MESSAGE, values)
         return LogEntry(seq=seq, message=message, tokens=tokens, meta=meta or {})
 
     def entries(
@@ -439,40 +451,18 @@ class Store(
         transaction each took 2 ms per message); benchmarks lay out long histories with it."""
         if not messages:
             return []
-        c = s.conversations.c
         with self.atomic() as conn:
-            q = select(c.next_seq).where(c.id == conversation_id)
-            if self.is_postgres:
-                q = q.with_for_update()  # gap-free: one writer of next_seq at a time
-            row = conn.execute(q).first()
+            row = conn.execute(self._next_seq, {"cid": conversation_id}).first()
             if row is None:
                 raise NotFound(f"no conversation {conversation_id!r}")
             first, now = int(row.next_seq), time.time()
             rows = [
-                dict(
-                    conversation_id=conversation_id,
-                    seq=first + i,
-                    role=m.role,
-                    author=m.author,
-                    at=m.at.isoformat() if m.at else None,
-                    parts=parts,
-                    text=m.text,
-                    tokens=tokens,
-                    content_hash=m.content_hash(parts),
-                    created_at=now,
-                    superseded=0,
-                    meta=None,
-                )
+                _message_values(conversation_id, first + i, m, tokens, None, now)
                 for i, (m, tokens) in enumerate(messages)
-                for parts in (m.parts_json(),)  # once: the hash is of it too
             ]
             for k in range(0, len(rows), batch):
-                conn.execute(insert(s.messages), rows[k : k + batch])
-            conn.execute(
-                update(s.conversations)
-                .where(c.id == conversation_id)
-                .values(next_seq=first + len(rows))
-            )
+                conn.execute(_INSERT_MESSAGE, rows[k : k + batch])
+            conn.execute(_SET_NEXT_SEQ, {"cid": conversation_id, "next_seq": first + len(rows)})
         return [LogEntry(seq=first + i, message=m, tokens=t) for i, (m, t) in enumerate(messages)]
 
     # what a turn was shown (issue 9) --------------------------------------------------------

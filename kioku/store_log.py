@@ -11,10 +11,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import bindparam, func, insert, select
 
 from kioku import schema as s
 from kioku.db import Database
+
+_INSERT_LOG = insert(s.compaction_log)  # the values come as parameters: compiled once
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,8 @@ class EventLog(Database):
     ) -> None:
         with self.atomic() as conn:
             conn.execute(
-                insert(s.compaction_log).values(
+                _INSERT_LOG,
+                dict(
                     conversation_id=conversation_id,
                     event=event_name,
                     outcome=outcome,
@@ -54,7 +57,7 @@ class EventLog(Database):
                     last_seq=last_seq,
                     detail=detail,
                     at=time.time() if at is None else at,
-                )
+                ),
             )
 
     def log_entries(self, conversation_id: str | None = None) -> list[dict[str, Any]]:
@@ -66,15 +69,18 @@ class EventLog(Database):
             return [dict(r._mapping) for r in conn.execute(q)]
 
     def incr(self, conversation_id: str, name: str, by: int = 1) -> None:
-        with self.atomic() as conn:
+        def build() -> Any:
             t = s.counters.c
+            return self._upsert(s.counters).on_conflict_do_update(
+                index_elements=[t.conversation_id, t.name],
+                set_={"value": t.value + bindparam("by")},
+            )
+
+        with self.atomic() as conn:
             # one statement, so two first increments racing on PostgreSQL cannot both insert
             conn.execute(
-                self._upsert(s.counters)
-                .values(conversation_id=conversation_id, name=name, value=by)
-                .on_conflict_do_update(
-                    index_elements=[t.conversation_id, t.name], set_={"value": t.value + by}
-                )
+                self._built("incr", build),
+                {"conversation_id": conversation_id, "name": name, "value": by, "by": by},
             )
 
     def counters(self, conversation_id: str | None = None) -> dict[str, int]:

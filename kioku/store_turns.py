@@ -24,7 +24,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, delete, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    bindparam,
+    create_engine,
+    delete,
+    select,
+    text,
+    update,
+)
 
 from kioku import schema as s
 from kioku.db import Database
@@ -64,6 +73,24 @@ class KeyRecord:
     conversation: str
     reply_seq: int
     created_at: float
+
+
+_LOCK_ROW = select(s.turn_locks).where(
+    s.turn_locks.c.tenant == bindparam("tenant"),
+    s.turn_locks.c.conversation == bindparam("conversation"),
+)
+_END_TURN = (
+    update(s.turn_locks)
+    .where(
+        s.turn_locks.c.tenant == bindparam("of_tenant"),
+        s.turn_locks.c.conversation == bindparam("of_conversation"),
+        s.turn_locks.c.owner == bindparam("of_owner"),
+    )
+    .values({c: bindparam(f"new_{c}") for c in ("owner", "lease_until", "running", "last_owner")})
+)
+_END_TURN_DONE = _END_TURN.values(
+    {c: bindparam(f"new_{c}") for c in ("done", "done_seq", "done_at")}
+)
 
 
 def _lock_key(tenant: str, conversation: str) -> str:
@@ -141,11 +168,8 @@ class TurnLocks(Database):
         lease_s: float,
         alive: Callable[[str], bool],
     ) -> TurnState | None:
-        t = s.turn_locks
         with self.atomic() as conn:
-            row = conn.execute(
-                select(t).where(t.c.tenant == tenant, t.c.conversation == conversation)
-            ).first()
+            row = conn.execute(_LOCK_ROW, {"tenant": tenant, "conversation": conversation}).first()
             held = row is not None and row.owner is not None
             if (
                 row is not None
@@ -157,11 +181,15 @@ class TurnLocks(Database):
                 and alive(row.owner)
             ):
                 return None
-            values = dict(owner=owner, lease_until=now + lease_s, running=request)
             conn.execute(
-                self._upsert(t)
-                .values(tenant=tenant, conversation=conversation, **values)
-                .on_conflict_do_update(index_elements=[t.c.tenant, t.c.conversation], set_=values)
+                self._built("claim_turn", self._claim_statement),
+                dict(
+                    tenant=tenant,
+                    conversation=conversation,
+                    owner=owner,
+                    lease_until=now + lease_s,
+                    running=request,
+                ),
             )
         if row is None:
             return TurnState()
@@ -188,6 +216,12 @@ class TurnLocks(Database):
             )
         return bool(done.rowcount)
 
+    def _claim_statement(self) -> Any:
+        t = s.turn_locks
+        stmt = self._upsert(t)
+        new = {c: stmt.excluded[c] for c in ("owner", "lease_until", "running")}
+        return stmt.on_conflict_do_update(index_elements=[t.c.tenant, t.c.conversation], set_=new)
+
     def end_turn(
         self,
         held: HeldTurn,
@@ -202,23 +236,21 @@ class TurnLocks(Database):
         Idempotency-Key hash and fingerprint that name it for `IDEMPOTENCY_TTL_S`). Inside a
         caller's `atomic()` pass `release=False` and `release_turn` once it has committed: on
         PostgreSQL the advisory lock must outlive what the turn wrote."""
-        t, k = s.turn_locks, s.idempotency_keys
+        k = s.idempotency_keys
         values: dict[str, Any] = dict(
             owner=None, lease_until=None, running=None, last_owner=held.owner
         )
+        ends = _END_TURN
         if done is not None:
             values |= dict(done=done, done_seq=done_seq, done_at=now)
+            ends = _END_TURN_DONE
         try:
             with self.atomic() as conn:
-                conn.execute(
-                    update(t)
-                    .where(
-                        t.c.tenant == held.tenant,
-                        t.c.conversation == held.conversation,
-                        t.c.owner == held.owner,  # a lock taken over is no longer ours to end
-                    )
-                    .values(**values)
+                # a lock taken over is no longer ours to end
+                where = dict(
+                    of_tenant=held.tenant, of_conversation=held.conversation, of_owner=held.owner
                 )
+                conn.execute(ends, {f"new_{c}": v for c, v in values.items()} | where)
                 if key is not None and done_seq is not None:
                     conn.execute(delete(k).where(k.c.created_at < now - IDEMPOTENCY_TTL_S))
                     conn.execute(
