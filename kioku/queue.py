@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import Connection, and_, insert, or_, select, text, update
+from sqlalchemy import Connection, and_, bindparam, insert, or_, select, text, update
 
 from kioku import schema as s
 from kioku.db import Database, new_id
@@ -40,6 +40,11 @@ class Job:
     attempts: int
     run_after: float
     payload: dict[str, Any]
+
+
+# every turn asks for its conversation's jobs: built once
+_JOBS = select(s.jobs).where(s.jobs.c.conversation_id == bindparam("cid")).order_by(s.jobs.c.id)
+_JOBS_OF_STATUS = _JOBS.where(s.jobs.c.status.in_(bindparam("statuses", expanding=True)))
 
 
 def _job_row(row: Any) -> Job:
@@ -96,12 +101,10 @@ class JobQueue(Database):
             return new_id(r)
 
     def jobs(self, conversation_id: str, *statuses: JobStatus) -> list[Job]:
-        j = s.jobs.c
-        q = select(s.jobs).where(j.conversation_id == conversation_id)
-        if statuses:
-            q = q.where(j.status.in_(statuses))
+        q = _JOBS_OF_STATUS if statuses else _JOBS
+        params = {"cid": conversation_id, "statuses": list(statuses)}
         with self.reading() as conn:
-            return [_job_row(r) for r in conn.execute(q.order_by(j.id))]
+            return [_job_row(r) for r in conn.execute(q, params)]
 
     def claim_job(
         self,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, bindparam, insert, select, update
 
 from kioku import schema as s
 from kioku.db import Database
@@ -24,6 +24,15 @@ from kioku.errors import NotFound
 from kioku.messages import LogEntry, Message, parts_from_json
 
 ChangeKind = Literal["edit", "delete", "regenerate", "continue"]  # continue: issue 12
+
+
+# a stateless turn compares the client's transcript with the newest messages: built once
+_VISIBLE_TAIL = (
+    select(s.messages.c.seq, s.messages.c.role, s.messages.c.text)
+    .where(s.messages.c.conversation_id == bindparam("cid"), s.messages.c.superseded == 0)
+    .order_by(s.messages.c.seq.desc())
+    .limit(bindparam("n"))
+)
 
 
 @dataclass(frozen=True)
@@ -188,15 +197,8 @@ class MessageEdits(Database):
     def visible_tail(self, conversation_id: str, n: int) -> list[tuple[int, str, str]]:
         """(seq, role, text) of the newest `n` messages a client can see (deleted ones are not),
         oldest first."""
-        m = s.messages.c
-        q = (
-            select(m.seq, m.role, m.text)
-            .where(m.conversation_id == conversation_id, m.superseded == 0)
-            .order_by(m.seq.desc())
-            .limit(n)
-        )
         with self.reading() as conn:
-            rows = list(conn.execute(q))
+            rows = list(conn.execute(_VISIBLE_TAIL, {"cid": conversation_id, "n": n}))
         return [(int(r.seq), str(r.role), str(r.text)) for r in reversed(rows)]
 
     def message_page(

@@ -260,6 +260,11 @@ _RATE_SCALE_FLOOR = 0.1
 _OVERHEAD_SCALE = (5.0, 3.0)
 
 
+def _refit_every(observations: int) -> int:
+    """1 for the first 64 observations, then one in n/32, at most one in 16."""
+    return min(16, max(1, observations // 32))
+
+
 class CalibratedEstimator:
     """A `ScriptEstimator` whose rates are fitted to what the serving model actually reports.
 
@@ -291,6 +296,7 @@ class CalibratedEstimator:
         self._xtx = [[0.0] * d for _ in range(d)]
         self._xty = [0.0] * d
         self._n = 0
+        self._fitted_n = 0  # observations in `_current`
         self._current = self.prior
         self._stale = False
         self._lock = threading.Lock()
@@ -301,11 +307,15 @@ class CalibratedEstimator:
 
     @property
     def current(self) -> ScriptEstimator:
-        """The fitted estimator as of the last observation (the prior before any)."""
-        if self._stale:
+        """The fitted estimator as of the last observation (the prior before any). Once the fit
+        has settled it is redone every few observations, not after each: a service observes
+        every turn, and one more of hundreds barely moves the rates, while a fit costs more
+        than the rest of counting a turn."""
+        if self._stale and self._n - self._fitted_n >= _refit_every(self._n):
             with self._lock:
                 if self._stale:
                     self._current = self._fit()
+                    self._fitted_n = self._n
                     self._stale = False
         return self._current
 
