@@ -196,6 +196,9 @@ class Conversation:
         self.kioku = kioku
         self.id = conversation_id
         self.last_turn = TurnReport()
+        # the raw window the turn being built was read with (newest last): a layer may use it
+        # instead of reading the same messages again (`Layers.tic_alerts`)
+        self.turn_window: Sequence[LogEntry] = ()
         self._last_prompt: Prompt | None = None
         self._raw: list[LogEntry] = []  # cache of the raw window; the log is append-only
         self._lang: str | None = None
@@ -352,7 +355,11 @@ class Conversation:
         if plan.kept is not None or entry.role != "user":  # answered before: shown as it was
             return context.finish(plan, k.counter)
         recollections = k.layers.recollections(self, entry, info.raw_start, plan.recall_room)
-        return context.finish(plan, k.counter, recollections, k.layers.instructions(self))
+        self.turn_window = window
+        try:
+            return context.finish(plan, k.counter, recollections, k.layers.instructions(self))
+        finally:
+            self.turn_window = ()
 
     def _keep_extras(self, entry: LogEntry, prompt: Prompt) -> None:
         """Keep what this turn was shown with its message, so later turns show it unchanged."""

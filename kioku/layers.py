@@ -97,9 +97,22 @@ class Layers:
             min_relevance=p.question_relevance if asks else p.recall_relevance,
         )
 
-    def tic_alerts(self, conversation_id: str) -> list[tics_layer.TicAlert]:
-        key = tuple(self.store.tail_hashes(conversation_id, TIC_WINDOW, role="assistant"))
+    def tic_alerts(
+        self, conversation_id: str, window: Sequence[LogEntry] = ()
+    ) -> list[tics_layer.TicAlert]:
+        """`window`: the raw window a turn read (newest last). When it holds the last replies
+        and they are the ones the last detection saw, nothing is read."""
         hit = self._tics.get(conversation_id)
+        if hit is not None and window:
+            replies = [e for e in window if e.role == "assistant"][-TIC_WINDOW:]
+            if len(replies) == TIC_WINDOW or window[0].seq == 0:  # it holds them all
+                seen = hit[2]
+                if len(seen) == len(replies) and all(
+                    a.seq == b.seq and a.message == b.message
+                    for a, b in zip(seen, replies, strict=True)
+                ):
+                    return list(hit[1])
+        key = tuple(self.store.tail_hashes(conversation_id, TIC_WINDOW, role="assistant"))
         if hit is not None and hit[0] == key:
             return list(hit[1])
         replies = self.store.tail(conversation_id, TIC_WINDOW, role="assistant")
@@ -132,7 +145,7 @@ class Layers:
     def instructions(self, conv: Conversation) -> list[str]:
         if not self.tics_on:
             return []
-        alerts = self.tic_alerts(conv.id)
+        alerts = self.tic_alerts(conv.id, conv.turn_window)
         if not alerts:
             return []
         known = self._known(conv.id)

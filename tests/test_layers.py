@@ -187,7 +187,14 @@ def test_alerts_after_a_reply_match_a_fresh_read_without_reading_the_replies_aga
         return tail(*args, **kw)  # type: ignore[arg-type]
 
     kk.store.tail = counted_tail  # type: ignore[method-assign]
-    alerted = []
+    hashes = kk.store.tail_hashes
+
+    def counted_hashes(*args: object, **kw: object) -> object:
+        reads.append("tail_hashes")
+        return hashes(*args, **kw)  # type: ignore[arg-type]
+
+    kk.store.tail_hashes = counted_hashes  # type: ignore[method-assign]
+    alerted, quiet = [], 0
     for i in range(40):  # the tic comes in at reply 8 and goes at reply 22: alerts change
         clock.advance(10)
         conv.prepare(FILLER[i % 5] + f" ({i})")
@@ -196,14 +203,22 @@ def test_alerts_after_a_reply_match_a_fresh_read_without_reading_the_replies_aga
         reads.clear()
         got = layers.after_reply("t", reply)
         assert reads == [] or i == 0  # the first time, nothing was known: read once
+        reads.clear()
+        # the next turn asks, with the raw window it read: nothing is read or detected again
+        window = conv.raw_window()
+        assert layers.tic_alerts("t", window) == got
+        holds = window[0].seq == 0 or sum(e.role == "assistant" for e in window) >= 20
+        assert (reads == []) == holds  # a folded window may not hold the last 20 replies
+        quiet += holds
+        assert layers.tic_alerts("t") == got  # without the window: only the replies' hashes
         assert got == Layers(kk.store).tic_alerts("t")  # what a process reading afresh finds
-        assert layers.tic_alerts("t") == got  # the next turn asks: no new detection
         alerted.append(any("nya" in a.phrase for a in got))
     assert alerted[15] and not alerted[-1]
+    assert quiet >= 20
     # a reply edited elsewhere: the next turn's key no longer matches, and it reads again
     last = kk.store.tail("t", 1, role="assistant")[0]
     conv.revise([Change(last.seq, Message.of("assistant", f"Edited. {tic}"))])
     reads.clear()
-    again = layers.tic_alerts("t")
-    assert reads == ["tail"]
+    again = layers.tic_alerts("t", conv.raw_window())
+    assert reads == ["tail_hashes", "tail"]
     assert again == Layers(kk.store).tic_alerts("t")
