@@ -460,6 +460,8 @@ class Store(
                 _message_values(conversation_id, first + i, m, tokens, None, now)
                 for i, (m, tokens) in enumerate(messages)
             ]
+            for row in rows:  # NULL, not the JSON text "null" that a None would be written as
+                del row["meta"]
             for k in range(0, len(rows), batch):
                 conn.execute(_INSERT_MESSAGE, rows[k : k + batch])
             conn.execute(_SET_NEXT_SEQ, {"cid": conversation_id, "next_seq": first + len(rows)})
