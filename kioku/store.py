@@ -460,8 +460,8 @@ class Store(
                 _message_values(conversation_id, first + i, m, tokens, None, now)
                 for i, (m, tokens) in enumerate(messages)
             ]
-            for row in rows:  # NULL, not the JSON text "null" that a None would be written as
-                del row["meta"]
+            for values in rows:  # NULL, not the JSON text "null" a None would be written as
+                del values["meta"]
             if conn.dialect.name == "sqlite":
                 # the values are plain strings and numbers already: SQLAlchemy's processing of
                 # each row's parameters was a third of a 20,000-message first sync
