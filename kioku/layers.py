@@ -15,6 +15,7 @@ and n-grams:
 from __future__ import annotations
 
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -78,6 +79,7 @@ class Layers:
         # reply is added to them, not read again): every turn asks, but the answer changes only
         # when a reply is added or edited. The conversations served lately, not every one.
         self._tics: OrderedDict[str, _TicState] = OrderedDict()
+        self._tics_lock = threading.Lock()
 
     def recollections(
         self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
@@ -136,10 +138,11 @@ class Layers:
         # A name opening narration ("Mina smiled…") repeats, but it is not a way of speaking.
         names = {_core(n) for e in replies for n in (e.message.author, *_speakers(e))}
         alerts = [a for a in alerts if _core(a.phrase) not in names and _core(a.phrase)]
-        self._tics[conversation_id] = (key, alerts, replies)
-        self._tics.move_to_end(conversation_id)
-        while len(self._tics) > TIC_CONVERSATIONS:
-            self._tics.popitem(last=False)
+        with self._tics_lock:  # turns of other conversations run in other threads
+            self._tics[conversation_id] = (key, alerts, replies)
+            self._tics.move_to_end(conversation_id)
+            while len(self._tics) > TIC_CONVERSATIONS:
+                self._tics.popitem(last=False)
         return list(alerts)
 
     def instructions(self, conv: Conversation) -> list[str]:
