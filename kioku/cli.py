@@ -63,6 +63,13 @@ DataOpt = Annotated[
     Path | None,
     typer.Option("--data", help="The conversation file.", callback=_data),
 ]
+# a dataset's conversation: RealPersonaChat by speaker, LoCoMo by number
+SpeakerOpt = Annotated[
+    str | None, typer.Option("--speaker", help="realpersonachat: whose timeline.")
+]
+LocomoOpt = Annotated[int, typer.Option("--conversation", help="locomo: which conversation.")]
+# a profile by name for a replay (no settings file or environment to fall back on)
+ReplayProfileOpt = Annotated[str, typer.Option("--profile", help="The model profile.")]
 
 
 def settings(
@@ -104,7 +111,7 @@ def import_(
     conversation: Annotated[
         str | None, typer.Option("--conversation", help="Conversation id (default: file name).")
     ] = None,
-    speaker: Annotated[str | None, typer.Option(help="realpersonachat: whose timeline.")] = None,
+    speaker: SpeakerOpt = None,
     index: Annotated[int, typer.Option(help="locomo: which conversation (0-9).")] = 0,
     db: DbOpt = None,
     profile: ProfileOpt = None,
@@ -266,8 +273,8 @@ def summarize(
     model: Annotated[
         str | None, typer.Option("--model", help="OpenAI-compatible base URL of the chronicler.")
     ] = None,
-    speaker: Annotated[str | None, typer.Option(help="realpersonachat: whose timeline.")] = None,
-    index: Annotated[int, typer.Option("--conversation", help="locomo: which conversation.")] = 0,
+    speaker: SpeakerOpt = None,
+    index: LocomoOpt = 0,
     limit: Annotated[int | None, typer.Option(help="Only the first N messages.")] = None,
     profile: ProfileOpt = None,
     window: WindowOpt = None,

@@ -8,7 +8,15 @@ from typing import Annotated, Any
 import typer
 
 from kioku import terminal
-from kioku.cli import FORMATS, DataOpt, JsonOpt, WindowOpt
+from kioku.cli import (
+    FORMATS,
+    DataOpt,
+    JsonOpt,
+    LocomoOpt,
+    ReplayProfileOpt,
+    SpeakerOpt,
+    WindowOpt,
+)
 from kioku.terminal import emit
 
 bench_app = typer.Typer(
@@ -22,13 +30,9 @@ bench_app = typer.Typer(
 def bench_prefix(
     data: DataOpt = None,
     fmt: Annotated[str, typer.Option("--format", help=FORMATS + ".")] = "realpersonachat",
-    speaker: Annotated[
-        str | None, typer.Option("--speaker", help="realpersonachat: whose timeline.")
-    ] = None,
-    conversation: Annotated[
-        int, typer.Option("--conversation", help="locomo: which conversation.")
-    ] = 0,
-    profile: Annotated[str, typer.Option("--profile", help="The model profile.")] = "local-64k",
+    speaker: SpeakerOpt = None,
+    conversation: LocomoOpt = 0,
+    profile: ReplayProfileOpt = "local-64k",
     window: WindowOpt = None,
     max_turns: Annotated[
         int | None, typer.Option("--max-turns", help="Only the first N turns.")

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kioku.cli import DataOpt, DbOpt, LocomoOpt, ReplayProfileOpt, SpeakerOpt, WindowOpt
 from kioku.config import Settings, from_env
 from kioku.errors import InputError
 
@@ -33,14 +34,6 @@ HEADLINE_DEFAULT = (
 out = Console()
 
 
-def _data(value: Path | None) -> Path | None:
-    """`--data`: `../shared/…` also resolves under KIOKU_SHARED, from any folder."""
-    from kioku.datasets import resolve
-
-    return None if value is None else resolve(value)
-
-
-DataOpt = Annotated[Path | None, typer.Option("--data", help="Conversation file.", callback=_data)]
 FormatOpt = Annotated[
     str,
     typer.Option(
@@ -168,20 +161,14 @@ def forgetting(
     min_segment_tokens: Annotated[
         int, typer.Option("--min-segment-tokens", help="Shortest segment that gets questions.")
     ] = 1000,
-    speaker: Annotated[
-        str | None, typer.Option("--speaker", help="realpersonachat: whose timeline.")
-    ] = None,
-    conversation: Annotated[
-        int, typer.Option("--conversation", help="locomo: which conversation.")
-    ] = 0,
+    speaker: SpeakerOpt = None,
+    conversation: LocomoOpt = 0,
     lang: Annotated[str, typer.Option("--lang", help="story: en or ja.")] = "en",
     messages: Annotated[
         int | None, typer.Option("--messages", help="Only the first N messages.")
     ] = None,
-    profile: Annotated[str, typer.Option("--profile", help="The model profile.")] = "local-64k",
-    window: Annotated[
-        int | None, typer.Option("--window", help="Scale the profile to this window.")
-    ] = None,
+    profile: ReplayProfileOpt = "local-64k",
+    window: WindowOpt = None,
     strategies: StrategiesOpt = "generational,rolling,rolling-long,truncation,full",
     tokenizer: TokenizerOpt = "qwen2.5",
     as_json: JsonOpt = False,
@@ -334,14 +321,10 @@ def locomo(
 @eval_app.command("audit")
 def audit(
     conversation: Annotated[str | None, typer.Argument(help="Conversation id in --db.")] = None,
-    db: Annotated[
-        str | None, typer.Option("--db", help="Database URL or SQLite path (env KIOKU_DB).")
-    ] = None,
+    db: DbOpt = None,
     data: DataOpt = None,
     fmt: FormatOpt = "kioku",
-    speaker: Annotated[
-        str | None, typer.Option("--speaker", help="realpersonachat: whose timeline.")
-    ] = None,
+    speaker: SpeakerOpt = None,
     index: Annotated[
         int, typer.Option("--conversation-index", help="locomo: which conversation.")
     ] = 0,
@@ -349,10 +332,8 @@ def audit(
     messages: Annotated[
         int | None, typer.Option("--messages", help="Only the first N messages.")
     ] = None,
-    profile: Annotated[str, typer.Option("--profile", help="The model profile.")] = "local-64k",
-    window: Annotated[
-        int | None, typer.Option("--window", help="Scale the profile to this window.")
-    ] = None,
+    profile: ReplayProfileOpt = "local-64k",
+    window: WindowOpt = None,
     model: ModelOpt = None,
     model_id: ModelIdOpt = None,
     tokenizer: TokenizerOpt = "qwen2.5",
