@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
+from kioku.service.loopback import wait_until_answers
 
 READY_TIMEOUT_S = 120.0
 
@@ -26,19 +25,17 @@ class ChildServer:
     ) -> None:
         """Start `args` with its output in `log`; return once `ready_url` answers 200."""
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}"
-                )
-            try:
-                if httpx.get(ready_url, timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(poll_s)
+            proc = self.proc = subprocess.Popen(args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        if wait_until_answers(
+            ready_url,
+            alive=lambda: proc.poll() is None,
+            timeout_s=READY_TIMEOUT_S,
+            poll_s=poll_s,
+            request_timeout_s=2,
+        ):
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with {proc.returncode}:\n{self.tail()}")
         self.stop()
         raise RuntimeError(f"{self.name} not ready after {READY_TIMEOUT_S} s:\n{self.tail()}")
 

@@ -30,7 +30,7 @@ import pytest
 from sqlalchemy import create_engine
 
 from kioku.service.keys import create_key
-from kioku.service.loopback import FakeUpstream, free_port
+from kioku.service.loopback import FakeUpstream, free_port, wait_until_answers
 from kioku.store import Store
 from tests.pg import BACKENDS, backend_url
 from tests.test_service_support import words
@@ -107,16 +107,10 @@ class Server:
         self.zygote.stdin.write(json.dumps([[*args, "--no-worker"], str(self.log)]) + "\n")
         self.zygote.stdin.flush()
         self.pid = int(self.zygote.stdout.readline())
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise RuntimeError(f"kioku serve exited: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.02)
+        if wait_until_answers(f"{self.url}/healthz", alive=self.alive, poll_s=0.02):
+            return
+        if not self.alive():
+            raise RuntimeError(f"kioku serve exited: {self.log.read_text()[-2000:]}")
         raise RuntimeError("kioku serve did not start")
 
     def kill(self) -> None:

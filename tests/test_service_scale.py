@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,7 +14,7 @@ import httpx
 import pytest
 
 from kioku.service.keys import create_key
-from kioku.service.loopback import FakeUpstream, free_port
+from kioku.service.loopback import FakeUpstream, free_port, wait_until_answers
 from kioku.store import Store
 from tests.pg import fresh_schema
 
@@ -52,14 +51,9 @@ def served(tmp_path: Path) -> Iterator[tuple[str, str, Store, FakeUpstream, int]
             stdout=log, stderr=log, env={**os.environ, "PYTHONPATH": str(ROOT)},
         )  # fmt: skip
         try:
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).is_success:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
+            url = f"http://127.0.0.1:{port}/healthz"
+            wait_until_answers(url, alive=lambda: proc.poll() is None, timeout_s=180)
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
             yield f"http://127.0.0.1:{port}", key, store, up, proc.pid
         finally:
             proc.terminate()

@@ -168,22 +168,8 @@ def _serve_child(db: str, upstream: str, port: int, workers: int) -> None:
     serve(settings, port=port, workers=workers, log_level="error", access_log=False)
 
 
-def _wait_ready(port: int, deadline_s: float = 120.0) -> None:
-    import httpx
-
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("kioku serve did not start for the benchmark")
-
-
 def _start(db: str, upstream: str, workers: int) -> tuple[subprocess.Popen[bytes], int]:
-    from kioku.service.loopback import free_port
+    from kioku.service.loopback import free_port, wait_until_answers
 
     port = free_port()
     child = subprocess.Popen(
@@ -191,7 +177,9 @@ def _start(db: str, upstream: str, workers: int) -> tuple[subprocess.Popen[bytes
         + [str(workers)]
     )
     try:
-        _wait_ready(port)
+        url = f"http://127.0.0.1:{port}/healthz"
+        if not wait_until_answers(url, alive=lambda: child.poll() is None):
+            raise RuntimeError("kioku serve did not start for the benchmark")
     except BaseException:
         child.kill()
         raise

@@ -34,6 +34,31 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_until_answers(
+    url: str,
+    *,
+    alive: Callable[[], bool] = lambda: True,
+    timeout_s: float = 120.0,
+    poll_s: float = 0.1,
+    request_timeout_s: float = 1.0,
+) -> bool:
+    """Poll `url` until it answers 200 (True). False as soon as `alive()` says the server's
+    process is gone, or once `timeout_s` has passed: the caller says which, with its log."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not alive():
+            return False
+        try:
+            if httpx.get(url, timeout=request_timeout_s).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(poll_s)
+    return False
+
+
 def default_reply(body: dict[str, Any]) -> str:
     last = body["messages"][-1]["content"] if body.get("messages") else ""
     # what the user wrote, without the date line kioku puts in front of a new day's message
