@@ -18,6 +18,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import islice
 
 from kioku import notes as notes_layer
 from kioku import tics as tics_layer
@@ -106,7 +107,9 @@ class Layers:
         and they are the ones the last detection saw, nothing is read."""
         hit = self._tics.get(conversation_id)
         if hit is not None and window:
-            replies = [e for e in window if e.role == "assistant"][-TIC_WINDOW:]
+            # from the newest end: a long raw window holds hundreds of messages
+            newest = islice((e for e in reversed(window) if e.role == "assistant"), TIC_WINDOW)
+            replies = list(newest)[::-1]
             if len(replies) == TIC_WINDOW or window[0].seq == 0:  # it holds them all
                 seen = hit[2]
                 if len(seen) == len(replies) and all(
