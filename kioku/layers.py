@@ -98,6 +98,7 @@ class Layers:
             counter=conv.kioku.counter,
             limit=max(p.recall_limit, budget // EXCHANGE_TOKENS) if asks else p.recall_limit,
             min_relevance=p.question_relevance if asks else p.recall_relevance,
+            lang=conv.lang,
         )
 
     def tic_alerts(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -51,33 +51,38 @@ def _line(e: LogEntry) -> RecalledLine:
 
 
 def _fit(
-    lines: tuple[RecalledLine, ...], centre: int, score: float, budget: int, counter: TokenCounter
+    lines: tuple[RecalledLine, ...],
+    centre: int,
+    score: float,
+    budget: int,
+    counter: TokenCounter,
+    lang: str = "en",
 ) -> Recollection | None:
     """The exchange within `budget` tokens: whole, else its centre line, else that line cut."""
+
+    def counted(cand: tuple[RecalledLine, ...]) -> Recollection:
+        rec = Recollection(cand[0].seq, cand[-1].seq, score, cand, lang=lang)
+        return replace(rec, tokens=counter.count(rec.render()))
+
     middle = tuple(ln for ln in lines if ln.seq == centre)
     for cand in (lines, middle):
-        if not cand:
-            continue
-        rec = Recollection(cand[0].seq, cand[-1].seq, score, cand)
-        tokens = counter.count(rec.render())
-        if tokens <= budget:
-            return Recollection(rec.first_seq, rec.last_seq, score, cand, tokens)
+        if cand and (rec := counted(cand)).tokens <= budget:
+            return rec
     if not middle or budget < MIN_CUT_TOKENS:
         return None
     ln = middle[0]
+
+    def cut(n: int) -> Recollection:
+        return counted((RecalledLine(ln.seq, ln.speaker, ln.text[:n] + "…", ln.at),))
+
     lo, hi = 0, len(ln.text)  # the longest prefix of the centre line that fits
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        cut = RecalledLine(ln.seq, ln.speaker, ln.text[:mid] + "…", ln.at)
-        if counter.count(Recollection(ln.seq, ln.seq, score, (cut,)).render()) <= budget:
+        if cut(mid).tokens <= budget:
             lo = mid
         else:
             hi = mid - 1
-    if lo == 0:
-        return None
-    cut = RecalledLine(ln.seq, ln.speaker, ln.text[:lo] + "…", ln.at)
-    rec = Recollection(ln.seq, ln.seq, score, (cut,))
-    return Recollection(ln.seq, ln.seq, score, (cut,), counter.count(rec.render()))
+    return cut(lo) if lo else None
 
 
 def recall(
@@ -92,10 +97,12 @@ def recall(
     neighbours: int = 1,
     min_score: float = 0.0,
     min_relevance: float = 0.0,
+    lang: str = "en",
 ) -> list[Recollection]:
     """The best past exchanges for `query` among seqs < before_seq, best first, together within
-    `budget_tokens` (measured on `Recollection.render()`). Each is the matching turn with its
-    ±`neighbours`, clipped below before_seq; overlapping exchanges are not repeated."""
+    `budget_tokens` (measured on `Recollection.render()`, dates written for `lang`). Each is the
+    matching turn with its ±`neighbours`, clipped below before_seq; overlapping exchanges are
+    not repeated."""
     if budget_tokens <= 0 or limit <= 0 or not query.strip():
         return []
     hits = scorer.search(query, k=limit * 4, before_seq=before_seq)
@@ -113,7 +120,7 @@ def recall(
         lines = tuple(_line(e) for e in entries if e.message.role in ("user", "assistant"))
         if not lines:
             continue
-        fitted = _fit(lines, hit.seq, hit.score, left, counter)
+        fitted = _fit(lines, hit.seq, hit.score, left, counter, lang)
         if fitted is None:
             continue
         out.append(fitted)
@@ -209,6 +216,7 @@ class RecallIndexes:
         counter: TokenCounter,
         limit: int = DEFAULT_LIMIT,
         min_relevance: float = 0.0,
+        lang: str = "en",
     ) -> list[Recollection]:
         idx = self.sync(conversation_id)
         found: list[Hit] = []
@@ -238,6 +246,7 @@ class RecallIndexes:
             counter=counter,
             limit=limit,
             min_relevance=min_relevance,
+            lang=lang,
         )
 
     def _save(self, conversation_id: str, idx: ArchiveIndex) -> None:

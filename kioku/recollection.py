@@ -8,7 +8,10 @@ the text and tokens the prompt spends on it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
+
+from kioku import dates
+from kioku.relative_dates import resolve
 
 
 @dataclass(frozen=True)
@@ -28,15 +31,25 @@ class Recollection:
     score: float
     lines: tuple[RecalledLine, ...]
     tokens: int = 0  # of `text`, by the counter of whoever made it (0: not counted yet)
+    lang: str = "en"  # the conversation's: how its dates are written
 
     @property
     def at(self) -> datetime | None:
         return next((ln.at for ln in self.lines if ln.at), None)
 
     def render(self) -> str:
-        when = f", {self.at:%Y-%m-%d}" if self.at else ""
-        head = f"(#{self.first_seq}–{self.last_seq}{when})"
-        return "\n".join([head, *(f"{ln.speaker}: {ln.text}" for ln in self.lines)])
+        """The excerpt as the prompt shows it. Dates follow the raw window's rule
+        (`kioku.dates`): a date line where the day changes. A recalled line is memory, read
+        long after the day it was said, so its relative dates are resolved ("yesterday" said on
+        8 May reads "yesterday (7 May 2023)"), as they are in chapters and notes."""
+        out = [f"(#{self.first_seq}–{self.last_seq})"]
+        day: date | None = None
+        for ln in self.lines:
+            if ln.at is not None and ln.at.date() != day:
+                day = ln.at.date()
+                out.append(dates.date_line(day, self.lang))
+            out.append(f"{ln.speaker}: {resolve(ln.text, ln.at, self.lang)}")
+        return "\n".join(out)
 
     @property
     def text(self) -> str:

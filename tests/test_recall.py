@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kioku.messages import LogEntry, Message
+from kioku.recollection import RecalledLine, Recollection
 from kioku.recall import (
     ArchiveIndex,
     BM25Params,
@@ -240,8 +241,29 @@ def test_recall_returns_exchanges_with_speaker_and_date():
     assert [ln.speaker for ln in r.lines] == ["Aki", "Mika", "Aki"]
     assert r.at == at
     text = r.render()
-    assert "2024-05-08" in text and "Mika: I adopted a kitten named Mochi" in text
+    # the raw window's date line, and the neighbour's "tomorrow" as the day it meant
+    assert text.splitlines()[1] == "[Wednesday, 8 May 2024]"
+    assert "Mika: I adopted a kitten named Mochi" in text
+    assert "Aki: i should clean the kitchen tomorrow (9 May 2024)" in text
     assert r.tokens == ScriptEstimator().count(text)
+
+
+def test_a_recollection_dates_each_day_it_spans_in_the_conversations_language() -> None:
+    first, second = datetime(2024, 5, 8, 21, tzinfo=UTC), datetime(2024, 5, 12, 9, tzinfo=UTC)
+    lines = (
+        RecalledLine(3, "アキ", "昨日ミカと映画を見た", first),
+        RecalledLine(4, "ミカ", "楽しかったね", first),
+        RecalledLine(5, "アキ", "先週の話だけど", second),
+    )
+    text = Recollection(3, 5, 1.0, lines, lang="ja").render().splitlines()
+    assert text == [
+        "(#3–5)",
+        "[2024年5月8日(水)]",
+        "アキ: 昨日(2024年5月7日)ミカと映画を見た",
+        "ミカ: 楽しかったね",
+        "[2024年5月12日(日)]",
+        "アキ: 先週(2024年4月29日の週)の話だけど",  # said on a Sunday: the week before
+    ]
 
 
 def test_recall_clips_neighbours_at_the_raw_window():
