@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kioku.messages import LogEntry, Message
-from kioku.recollection import RecalledLine, Recollection
 from kioku.recall import (
     ArchiveIndex,
     BM25Params,
@@ -24,6 +23,7 @@ from kioku.recall import (
     index_text,
     recall,
 )
+from kioku.recollection import RecalledLine, Recollection
 from kioku.store import Store
 from kioku.tokens import ScriptEstimator
 
