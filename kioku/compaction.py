@@ -78,10 +78,11 @@ class Compactor:
             self._head_cache = (key, head)
         return self._head_cache[1]
 
-    def compact(self, view: View, squeeze: int = 0) -> tuple[TurnReport, View]:
+    def compact(self, view: View, squeeze: int = 0, asks: bool = False) -> tuple[TurnReport, View]:
         """Decide on `view` and apply the decision; return what happened and the view to build
         the prompt from (`view` itself unless a fold changed it). `squeeze`: plan for that many
-        tokens less (the prompt was found that much too long)."""
+        tokens less (the prompt was found that much too long); `asks`: the turn answers a
+        question, whose recollections want room (`policy.State.asks`)."""
         conv = self.conv
         k = conv.kioku
         info, raw = view.info, view.window
@@ -120,6 +121,7 @@ class Compactor:
                 fixed=fixed,
                 frame=frame,
                 usable=usable(prof.prompt_budget, k.margin.share) - ROUNDING_SLACK - squeeze,
+                asks=asks,
             )
         )
         report = TurnReport(

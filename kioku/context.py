@@ -6,12 +6,18 @@ Order is what keeps the serving engine's prefix cache warm:
      only adds a chapter keeps everything up to the previous chapter byte-identical)
   3. raw window (verbatim from the current start)
   4. the new user message, with what kioku adds to this turn in front of it: recollections and
-     per-turn instructions.
+     per-turn instructions; a question's recollections come after it instead.
 
-Between folds the prompt only grows. What a turn was shown beside its message (its `Extras`)
-stays with that message, rendered exactly as it was, for as long as the message is raw: so the
-prompt the server cached plus its reply is a prefix of the next prompt, and the model still sees
-what it answered. A recollection already visible is not shown again.
+Between folds the prompt only grows. What a turn was shown in front of its message (its
+`Extras`) stays with that message, rendered exactly as it was, for as long as the message is
+raw: so the prompt the server cached plus its reply is a prefix of the next prompt, and the model
+still sees what it answered. A recollection already visible is not shown again.
+
+A message that asks something is where the past is wanted, and where recall may use the room the
+turn has, not the share of the budget kept extras may hold (`Profile.extras_share`). Those
+recollections are shown once, after the question: the next prompt shows the question without
+them, and since nothing of the question moves, the server re-reads only the reply (SPEC §2:
+placed so that it costs no re-read). Kept, they would crowd the raw window until the next fold.
 
 `plan` measures the fixed parts (everything but this turn's additions) in tokens of the rendered
 prompt (`kioku.budget`); `finish` gives this turn's additions what is left. Nothing here does
@@ -68,15 +74,25 @@ class Extras:
     version: int  # the memory version they were first shown under
     recalled: tuple[tuple[int, int], ...] = ()  # seq ranges of the recollections shown
     instructions: tuple[str, ...] = ()
+    # a question's recollections: after the message, on the turn that answers it only (and on
+    # a retry of that turn), never on later turns
+    once: str = ""
+    once_tokens: int = 0
+    once_recalled: tuple[tuple[int, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "text": self.text,
             "tokens": self.tokens,
             "version": self.version,
             "recalled": [list(r) for r in self.recalled],
             "instructions": list(self.instructions),
         }
+        if self.once:
+            out["once"] = self.once
+            out["once_tokens"] = self.once_tokens
+            out["once_recalled"] = [list(r) for r in self.once_recalled]
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Extras:
@@ -86,6 +102,9 @@ class Extras:
             version=int(data.get("version", -1)),
             recalled=tuple((int(a), int(b)) for a, b in data.get("recalled") or ()),
             instructions=tuple(str(i) for i in data.get("instructions") or ()),
+            once=str(data.get("once", "")),
+            once_tokens=int(data.get("once_tokens", 0)),
+            once_recalled=tuple((int(a), int(b)) for a, b in data.get("once_recalled") or ()),
         )
 
 
@@ -114,6 +133,10 @@ def with_extras(extras: str, text: str) -> str:
     return f"{extras}\n\n{text}" if extras else text
 
 
+def with_once(text: str, once: str) -> str:
+    return f"{text}\n\n{once}" if once else text
+
+
 @dataclass(frozen=True)
 class Prompt:
     messages: tuple[ChatMessage, ...]
@@ -129,13 +152,20 @@ class Prompt:
         return ChatRequest(messages=self.messages, max_tokens=self.account.reserve, purpose=purpose)
 
 
-def entry_message(e: LogEntry, extras: Extras | None = None, line: str = "") -> ChatMessage:
+def entry_message(
+    e: LogEntry, extras: Extras | None = None, line: str = "", answering: bool = False
+) -> ChatMessage:
     """A stored message as the prompt shows it: what its turn was shown, then its date line
-    (`kioku.dates`), then the message itself."""
+    (`kioku.dates`), then the message itself; when the prompt `answering` it, the
+    recollections shown once after it."""
     m = _chat_message(e.message)
     if line:
         m = m.prefixed(line)
-    return m.prefixed(with_extras(extras.text, "")) if extras is not None else m
+    if extras is None:
+        return m
+    if answering and extras.once:
+        m = m.suffixed(with_once("", extras.once))
+    return m.prefixed(with_extras(extras.text, "")) if extras.text else m
 
 
 # Every turn renders the whole raw window again; a message renders the same every time.
@@ -181,11 +211,14 @@ class Plan:
     @property
     def recall_room(self) -> int:
         """Tokens recollections may take this turn: a share of what is left, by profile, less
-        the label that introduces them; and never more than the raw window may still hold of
-        what turns were shown (`Profile.extras_share`)."""
+        the label that introduces them. A question's (shown once: nothing is carried) take at
+        most `Profile.question_room`; kept with a message that does not ask, never more than the
+        raw window may still hold of what turns were shown (`Profile.extras_share`)."""
         if self.kept is not None:
             return 0
         share = int(self.room * self.recall_ratio)
+        if self.asks:
+            return max(0, min(share, self.profile.question_tokens) - LABEL_TOKENS)
         left = int(self.budget * self.profile.extras_share) - self.parts.get("carried", 0)
         return max(0, min(share, left) - LABEL_TOKENS)
 
@@ -321,8 +354,8 @@ def finish(
     instructions: Sequence[str] = (),
 ) -> Prompt:
     """The prompt: the fixed part, then the new message with what this turn adds in front of
-    it, as much as the room allows. A message answered before (a retry, a regeneration) keeps
-    exactly the additions it was shown the first time."""
+    it (a question's recollections: after it), as much as the room allows. A message answered
+    before (a retry, a regeneration) keeps exactly the additions it was shown the first time."""
     text = p.new.message.text
     dropped: dict[str, int] = {}
     got_r = got_i = 0
@@ -352,8 +385,10 @@ def finish(
         label = RECOLLECTION_LABEL.get(p.lang, RECOLLECTION_LABEL["en"])
         kept: list[Recollection] = []
         for r in recs:
-            trial = _extras_text([*kept, r], instr_text, label)
-            cost = _added(counter, trial, text) - got_i
+            if p.asks:
+                cost = _added_after(counter, text, _extras_text([*kept, r], "", label))
+            else:
+                cost = _added(counter, _extras_text([*kept, r], instr_text, label), text) - got_i
             if cost <= allowed["recollections"]:
                 kept.append(r)
                 got_r = cost
@@ -361,20 +396,27 @@ def finish(
                 dropped["recollections"] = dropped.get("recollections", 0) + (
                     r.tokens or counter.count(r.text)
                 )
-        body = _extras_text(kept, instr_text, label)
-        if body:
+        ranges = tuple((r.first_seq, r.last_seq) for r in kept)
+        once = _extras_text(kept, "", label) if p.asks else ""
+        body = instr_text if p.asks else _extras_text(kept, instr_text, label)
+        if body or once:
+            tokens = _added(counter, body, text)
             extras = Extras(
                 text=body,
-                tokens=_added(counter, body, text),
+                tokens=tokens,
                 version=p.memory_version,
-                recalled=tuple((r.first_seq, r.last_seq) for r in kept),
+                recalled=() if p.asks else ranges,
                 instructions=tuple(fresh),
+                once=once,
+                once_tokens=_added_after(counter, text, once),
+                once_recalled=ranges if p.asks else (),
             )
-            got_r = extras.tokens - got_i
-    messages = (*p.head, entry_message(p.new, extras, p.new_line))
+            got_r = extras.once_tokens if p.asks else tokens - got_i
+    messages = (*p.head, entry_message(p.new, extras, p.new_line, answering=True))
     parts = dict(p.parts)
     if extras is not None and p.kept is not None:
-        parts["recollections"] = p.kept.tokens  # shown before: the same tokens again
+        # shown before: the same tokens again
+        parts["recollections"] = p.kept.tokens + p.kept.once_tokens
     else:
         parts["recollections"] = got_r
         parts["instructions"] = got_i
@@ -402,7 +444,7 @@ def _unseen(r: Recollection, p: Plan) -> Recollection | None:
         return None
     if len(fresh) == len(r.lines):
         return r
-    return Recollection(fresh[0].seq, fresh[-1].seq, r.score, fresh)
+    return Recollection(fresh[0].seq, fresh[-1].seq, r.score, fresh, lang=r.lang)
 
 
 def _extras_text(recs: Sequence[Recollection], instructions: str, label: str) -> str:
@@ -412,6 +454,13 @@ def _extras_text(recs: Sequence[Recollection], instructions: str, label: str) ->
     if instructions:
         pieces.append(instructions)
     return "\n\n".join(pieces)
+
+
+def _added_after(counter: TokenCounter, text: str, once: str) -> int:
+    """Tokens a question's recollections add after its content (see `_added`)."""
+    if not once:
+        return 0
+    return max(0, counter.count(with_once(text, once)) - counter.count(text))
 
 
 def _added(counter: TokenCounter, extras: str, text: str) -> int:

@@ -38,6 +38,7 @@ from kioku.models import ChatModel, Completion
 from kioku.profiles import LOCAL_64K, Profile
 from kioku.protocol import media_of, message_tokens, refs_of, reply_message
 from kioku.revisions import Change, Revised, revise, stand_ins
+from kioku.salience import is_question
 from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
 from kioku.tokens import ScriptEstimator, TokenCounter
@@ -299,11 +300,13 @@ class Conversation:
     def prepare_for(self, entry: LogEntry) -> Prompt:
         """Apply what is ready and build the prompt answering a stored message (`prepare` after
         its append; the service also calls it to retry or regenerate a turn)."""
-        report, view = self._compact(self.view())
+        # a question's recollections want room: a ready chapter folds for them now
+        asks = entry.role == "user" and is_question(entry.message.text)
+        report, view = self._compact(self.view(), asks=asks)
         if self.kioku.fold_immediately and report.scheduled:
             # the baseline that blocks the turn on the summary and folds in the trigger turn
             self.kioku.worker.run_until_idle(self.id)
-            again, view = self._compact(view)
+            again, view = self._compact(view, asks=asks)
             report = TurnReport(
                 folded=again.folded,
                 forced_cut=report.forced_cut or again.forced_cut,
@@ -316,7 +319,7 @@ class Conversation:
         except ContextOverflow as e:
             # The counts moved under the policy (a calibrating estimate, a longer card): cut as
             # at the ceiling, by what is missing, rather than fail a normal turn.
-            again, view = self._compact(view, squeeze=e.excess + SQUEEZE_SLACK)
+            again, view = self._compact(view, squeeze=e.excess + SQUEEZE_SLACK, asks=asks)
             report = replace(again, reasons=(*report.reasons, *again.reasons))
             prompt = self.prompt_for(entry, info=view.info, window=view.window, memory=view.memory)
         self.last_turn = report
@@ -450,13 +453,14 @@ class Conversation:
         ready = [i for i in items if i.status == "ready"]
         return View(info, self.raw_window(info), self.memory(info, active), ready)
 
-    def settle(self) -> TurnReport:
+    def settle(self, asks: bool = False) -> TurnReport:
         """Apply whatever became ready (folds, major GCs) without a new message: what the next
-        turn would do first. Evaluations call it to read the memory a conversation ends with."""
-        return self._compact(self.view())[0]
+        turn would do first (`asks`: a turn that answers a question). Evaluations call it to
+        read the memory a conversation ends with."""
+        return self._compact(self.view(), asks=asks)[0]
 
-    def _compact(self, view: View, squeeze: int = 0) -> tuple[TurnReport, View]:
-        return self._compactor.compact(view, squeeze)
+    def _compact(self, view: View, squeeze: int = 0, asks: bool = False) -> tuple[TurnReport, View]:
+        return self._compactor.compact(view, squeeze, asks)
 
     def forget_raw_window(self) -> None:
         """Read the raw window from the store again (a fold or an edit moved it)."""

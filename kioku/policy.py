@@ -59,6 +59,11 @@ class State:
     item_overhead: int = 16  # what one memory item adds beyond its text (its heading)
     frame: int = 0  # what the memory exchange costs around its items, paid once memory exists
     usable: int | None = None  # prompt tokens the counter lets kioku plan for (estimate margin)
+    asks: bool = False  # the new message asks something: its recollections want room
+
+    @property
+    def question_room(self) -> int:
+        return min(self.profile.question_tokens, self.ceiling)
 
     @property
     def ceiling(self) -> int:
@@ -68,8 +73,9 @@ class State:
     @property
     def trigger(self) -> int:
         """The profile's trigger, earlier when recent turns are long: a summary scheduled now
-        must be ready before the prompt meets the ceiling."""
-        lead = _turns(self.raw, SUMMARY_LEAD_TURNS)
+        must be ready before the prompt meets the ceiling, or before a question needs its room
+        (`Profile.question_room`)."""
+        lead = max(_turns(self.raw, SUMMARY_LEAD_TURNS), self.question_room)
         return max(self.profile.min_raw, min(self.profile.trigger, self.ceiling - lead))
 
     @property
@@ -79,8 +85,12 @@ class State:
 
     @property
     def needs_room(self) -> bool:
-        """The prompt could not take another message of the recent size: fold what is ready."""
-        return self.prompt + _turns(self.raw, FOLD_AHEAD_TURNS) > self.ceiling
+        """The prompt could not take another message of the recent size, or the recollections
+        of the question it ends with: fold what is ready."""
+        wanted = _turns(self.raw, FOLD_AHEAD_TURNS)
+        if self.asks:
+            wanted = max(wanted, self.question_room)
+        return self.prompt + wanted > self.ceiling
 
 
 # A summary is scheduled at least this many turns before the ceiling, so its delay (30 s) and

@@ -223,7 +223,8 @@ def test_a_recollection_already_visible_is_not_shown_again() -> None:
         recollections=[rec(2, 3, "Tama"), rec(6, 6, "tea")],
     )
     assert p.extras is not None
-    assert p.extras.recalled == ((6, 6),)
+    assert p.extras.once_recalled == ((6, 6),)  # a question's: shown once, after it
+    assert "tea" in p.extras.once and "Tama" not in p.extras.once
     assert p.messages[-3].content == with_extras("(memory)", "and the cat?")
 
 

@@ -20,7 +20,12 @@ def entry(seq: int, text: str, role: str = "user") -> LogEntry:
     return LogEntry(seq, m, COUNTER.count(text))
 
 
-def test_order_is_system_memory_raw_then_recollection_and_new_message() -> None:
+@pytest.mark.parametrize(
+    ("text", "asks"), [("tell me about your cat", False), ("what is your cat's name?", True)]
+)
+def test_order_is_system_memory_raw_then_recollection_and_new_message(
+    text: str, asks: bool
+) -> None:
     mem = Memory(chapters=(MemoryItem("chapter", 0, 9, "[3] Mika: I have a cat.", 8, id=1),))
     raw = [entry(10, "hello"), entry(11, "hi there", "assistant")]
     rec = Recollection(2, 3, 1.0, (RecalledLine(3, "Mika", "my cat is called Tama"),), 14)
@@ -28,7 +33,7 @@ def test_order_is_system_memory_raw_then_recollection_and_new_message() -> None:
         system_prompt="You are Mika.",
         memory=mem,
         raw=raw,
-        new=entry(12, "what is your cat's name?"),
+        new=entry(12, text),
         profile=LOCAL_8K,
         counter=COUNTER,
         recollections=[rec],
@@ -38,8 +43,11 @@ def test_order_is_system_memory_raw_then_recollection_and_new_message() -> None:
     assert p.messages[0].content == "You are Mika."
     assert "not necessarily the truth" in p.messages[1].content
     assert "I have a cat" in p.messages[1].content
-    assert p.messages[-1].content.endswith("what is your cat's name?")
-    assert "Tama" in p.messages[-1].content
+    last = p.messages[-1].content
+    # kept in front of a statement; shown once, after a question (`kioku.context`)
+    assert last.startswith(text) if asks else last.endswith(text)
+    assert "Tama" in last
+    assert p.extras is not None and ("Tama" in p.extras.once) == asks
     assert p.account.raw_messages == 2 and p.account.recollections > 0
     assert p.account.total + p.account.reserve <= p.account.window
 

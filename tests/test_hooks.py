@@ -69,7 +69,7 @@ def test_the_engine_asks_the_layers_at_each_turn_fold_and_chapter() -> None:
     assert conv.memory().notes == "- [name] Mika: keeps the lighthouse"  # rendered at a fold
     # the layers' additions go in front of a user message, recollection first, and stay with
     # it while it is raw (shown once: not repeated beside the newest message)
-    prompt = conv.prepare("and then?").messages
+    prompt = conv.prepare("and then the storm came.").messages
     beside = [m.content for m in prompt if "REMEMBERED-LINE" in m.content]
     assert len(beside) == 1
     content = beside[0]

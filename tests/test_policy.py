@@ -304,3 +304,22 @@ def test_an_estimated_count_plans_for_less_than_the_ceiling() -> None:
     given = state(raw=raw(0, 135), usable=1300)
     assert given.ceiling == 1300
     assert decide(given).forced_cut is not None
+
+
+def test_a_question_folds_the_ready_chapter_its_recollections_need_the_room_of() -> None:
+    """A question wants `question_room` of the ceiling (350 here) for its recollections: at
+    1,200 of 1,400 a statement keeps the window full, a question folds the chapter waiting (the
+    fold the next turns would need anyway: one cache break either way)."""
+    waiting = state(raw=raw(0, 120), ready=[item(7, 0, 53)])
+    assert not decide(waiting).folds
+    asked = decide(replace(waiting, asks=True))
+    assert asked.activate == (7,) and asked.raw_start == 54
+    # a question with the room it wants, or with nothing ready, changes nothing
+    assert not decide(replace(waiting, raw=raw(0, 100), asks=True)).folds
+    assert decide(replace(waiting, ready=[], asks=True)) == decide(replace(waiting, ready=[]))
+
+
+def test_chapters_are_written_early_enough_for_a_questions_room() -> None:
+    assert state().trigger == P.trigger  # 1,400 - 350 leaves it where it was
+    roomy = replace(P, question_room=0.4)
+    assert state(profile=roomy).trigger == 1400 - 560

@@ -54,11 +54,15 @@ def test_a_question_may_fill_the_room_left_a_statement_takes_its_share() -> None
     p_s, told = _prompt("Hanako's kite was painted, I think.")
     assert p_q.asks and not p_s.asks
     assert p_q.room == pytest.approx(p_s.room, abs=8)  # the same raw window either way
-    cap = int(p_q.budget * LOCAL_8K.extras_share)  # what turns may be shown at most
-    # a statement: recall_share of the room; a question: up to all of it (within the cap)
-    assert told.account.recollections <= p_s.room * LOCAL_8K.recall_share
+    kept_cap = int(p_s.budget * LOCAL_8K.extras_share)  # what turns may keep, at most
+    # a statement: recall_share of the room, within what may be kept; a question: all of the
+    # room up to `question_room`, shown once (not held to what may be kept)
+    assert told.account.recollections <= min(p_s.room * LOCAL_8K.recall_share, kept_cap)
     assert asked.account.recollections > 1.5 * told.account.recollections
-    assert asked.account.recollections <= min(p_q.room, cap)
+    assert p_q.room - 40 <= asked.account.recollections <= p_q.room  # the room, filled
+    assert p_q.recall_room <= LOCAL_8K.question_tokens
+    assert asked.extras is not None and asked.extras.tokens == 0  # nothing kept in front
+    assert told.extras is not None and told.extras.once == ""
     assert asked.account.fits and told.account.fits
 
 
@@ -96,6 +100,40 @@ def test_a_question_recalls_past_the_per_turn_limit_when_room_allows() -> None:
     told = ask("The kite had a dragon on it.")
     assert asked.extras is not None and told.extras is not None
     assert len(told.extras.recalled) <= LOCAL_8K.recall_limit
-    assert len(asked.extras.recalled) > LOCAL_8K.recall_limit
+    assert len(asked.extras.once_recalled) > LOCAL_8K.recall_limit
     assert asked.account.recollections > told.account.recollections
     assert asked.account.fits
+
+
+def test_a_questions_recollections_are_shown_once_after_it_and_cost_no_re_read() -> None:
+    clock = Clock()
+    store = Store.open("sqlite://")
+    kk = Kioku(
+        store, profile=LOCAL_8K, counter=COUNTER, clock=clock, layers=Layers(store, tics=False)
+    )
+    conv = kk.conversation("once", system_prompt="You are Mika.")
+    conv.append(Message.user("My sister Hanako flies a blue kite with a dragon on it."))
+    conv.append(Message.assistant("A dragon kite! Hanako must love the wind."))
+    for i in range(6):
+        conv.append(Message.user(f"The tea today is number {i}, a little bitter."))
+        conv.append(Message.assistant(f"Bitter tea number {i} suits a grey day."))
+    conv.cut()  # the kite is in the archive now, not in the raw window
+    question = "What is on Hanako's kite?"
+    asked = conv.prepare(question)
+    last = asked.messages[-1].content
+    head, _, tail = last.partition(question)  # head: the date line the window opens with
+    assert "dragon" in tail and "dragon" not in head
+    assert asked.account.recollections > 0
+    entry = conv.raw_window()[-1]
+    # a retry of the turn shows exactly what the first try showed
+    assert conv.prepare_for(entry).messages == asked.messages
+    conv.record("A dragon, flying over the river.")
+    clock.advance(30)
+    nxt = conv.prepare("I see, thanks.")
+    n = len(asked.messages)
+    # everything before the question is unchanged, and the question now reads as it was
+    # asked: what the server cached up to the end of its words is a prefix of this prompt
+    assert nxt.messages[: n - 1] == asked.messages[: n - 1]
+    again = nxt.messages[n - 1].content
+    assert again == head + question and last.startswith(again)
+    assert nxt.account.parts["carried"] == 0  # nothing of the question's recall is kept

@@ -18,7 +18,8 @@ And the reference (`REFERENCE`), which is not an arm:
 Every arm sees the same turns (`kioku.bench.prefix.turns_of`) on the same simulated clock, and the
 kioku arms are built by the prefix benchmark's `kioku_driver`, with the same summarizer. The
 question is asked at the END of the conversation, after whatever summary was still running has
-landed: `Arm.context(question)` is the prompt that arm would send for it, built without storing
+landed and the question's turn has made room for its recollections (`Conversation.settle`):
+`Arm.context(question)` is the prompt that arm would send for it, built without storing
 the question (so one replay serves every question), by the product's own allocator
 (`Conversation.prompt_for` → `kioku.context.build`) for every arm — so the same budget split,
 the same rendering of messages and of their dates. The question carries the date of the last
@@ -109,8 +110,9 @@ class Context:
 
 
 def context_of(name: str, prompt: Prompt, question: str) -> Context:
-    last = prompt.messages[-1].content
-    extra = last[: -len(question)].strip() if last.endswith(question) else ""
+    # what the turn added around the question: recollections after it, instructions before it
+    before, found, after = prompt.messages[-1].content.rpartition(question)
+    extra = "\n\n".join(p.strip() for p in (before, after) if p.strip()) if found else ""
     return Context(name, prompt.messages, question, prompt.tokens, extra, prompt.account)
 
 
@@ -237,7 +239,8 @@ class KiokuArm:
 
     def finish(self) -> None:
         """The question comes later: every summary still running lands and is folded in (as
-        the first turn after it would), until nothing is left to do."""
+        the first turn after it would), until nothing is left to do; then what the turn of a
+        question does first (a ready chapter folds when the question needs the room)."""
         if self._final is not None:
             return
         p = self.profile
@@ -247,6 +250,7 @@ class KiokuArm:
             report = self.conv.settle()
             if not report.folded and not report.scheduled:
                 break
+        self.conv.settle(asks=True)
         info = self.conv.info()
         self._final = (self.conv.memory(), self.conv.raw_window(), info)
         self._layers.answering = True
