@@ -197,12 +197,20 @@ class Page:
     """Small helpers over the driver: find by id / data-testid, wait for a condition."""
 
     def __init__(self, driver: Any) -> None:
+        from selenium.common.exceptions import StaleElementReferenceException
         from selenium.webdriver.common.by import By
         from selenium.webdriver.support.ui import WebDriverWait
 
         self.d = driver
         self.By = By
-        self.wait = WebDriverWait(driver, 20, poll_frequency=0.1)
+        # the page re-renders a list while a condition reads it: an element gone stale means
+        # "not yet", not a failure
+        self.wait = WebDriverWait(
+            driver,
+            20,
+            poll_frequency=0.1,
+            ignored_exceptions=(StaleElementReferenceException, IndexError),
+        )
 
     def id(self, element_id: str) -> Any:
         return self.d.find_element(self.By.ID, element_id)

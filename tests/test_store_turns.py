@@ -4,6 +4,7 @@ and the record a duplicate reads its reply from."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,9 +47,14 @@ def test_a_dead_holder_is_taken_over_with_the_request_it_was_running(store: Stor
     if dead.session is not None:  # PostgreSQL: the dead process's connection goes away
         dead.session.invalidate()
         dead.session.close()
-    taken = store.take_turn(
-        "acme", "c1", "h:2:b", "req-1", now=100.1, alive=lambda owner: owner != "h:1:dead"
-    )
+    taken = None
+    for _ in range(200):  # PostgreSQL frees its lock once the closed session's backend exits
+        taken = store.take_turn(
+            "acme", "c1", "h:2:b", "req-1", now=100.1, alive=lambda owner: owner != "h:1:dead"
+        )
+        if taken is not None:
+            break
+        time.sleep(0.05)
     assert taken is not None
     assert taken.previous.running == "req-1" and taken.previous.last_owner == "h:1:dead"
     store.end_turn(taken, now=101.0, done="req-1", done_seq=3)
