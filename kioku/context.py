@@ -396,22 +396,21 @@ def finish(
                 dropped["recollections"] = dropped.get("recollections", 0) + (
                     r.tokens or counter.count(r.text)
                 )
+        # the texts the loop measured last: what it took, already counted
         ranges = tuple((r.first_seq, r.last_seq) for r in kept)
         once = _extras_text(kept, "", label) if p.asks else ""
         body = instr_text if p.asks else _extras_text(kept, instr_text, label)
         if body or once:
-            tokens = _added(counter, body, text)
             extras = Extras(
                 text=body,
-                tokens=tokens,
+                tokens=got_i if p.asks else got_r + got_i,
                 version=p.memory_version,
                 recalled=() if p.asks else ranges,
                 instructions=tuple(fresh),
                 once=once,
-                once_tokens=_added_after(counter, text, once),
+                once_tokens=got_r if p.asks else 0,
                 once_recalled=ranges if p.asks else (),
             )
-            got_r = extras.once_tokens if p.asks else tokens - got_i
     messages = (*p.head, entry_message(p.new, extras, p.new_line, answering=True))
     parts = dict(p.parts)
     if extras is not None and p.kept is not None:

@@ -62,7 +62,7 @@ def _fit(
 
     def counted(cand: tuple[RecalledLine, ...]) -> Recollection:
         rec = Recollection(cand[0].seq, cand[-1].seq, score, cand, lang=lang)
-        return replace(rec, tokens=counter.count(rec.render()))
+        return replace(rec, tokens=counter.count(rec.text))
 
     middle = tuple(ln for ln in lines if ln.seq == centre)
     for cand in (lines, middle):
@@ -100,7 +100,7 @@ def recall(
     lang: str = "en",
 ) -> list[Recollection]:
     """The best past exchanges for `query` among seqs < before_seq, best first, together within
-    `budget_tokens` (measured on `Recollection.render()`, dates written for `lang`). Each is the
+    `budget_tokens` (measured on `Recollection.text`, dates written for `lang`). Each is the
     matching turn with its ±`neighbours`, clipped below before_seq; overlapping exchanges are
     not repeated."""
     if budget_tokens <= 0 or limit <= 0 or not query.strip():

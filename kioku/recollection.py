@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime
+from functools import cached_property
 
 from kioku import dates
 from kioku.relative_dates import resolve
@@ -37,8 +38,10 @@ class Recollection:
     def at(self) -> datetime | None:
         return next((ln.at for ln in self.lines if ln.at), None)
 
-    def render(self) -> str:
-        """The excerpt as the prompt shows it. Dates follow the raw window's rule
+    @cached_property
+    def text(self) -> str:
+        """The excerpt as the prompt shows it, rendered once (a question's turn measures it for
+        each recollection it tries beside the ones it took). Dates follow the raw window's rule
         (`kioku.dates`): a date line where the day changes. A recalled line is memory, read
         long after the day it was said, so its relative dates are resolved ("yesterday" said on
         8 May reads "yesterday (7 May 2023)"), as they are in chapters and notes."""
@@ -50,8 +53,3 @@ class Recollection:
                 out.append(dates.date_line(day, self.lang))
             out.append(f"{ln.speaker}: {resolve(ln.text, ln.at, self.lang)}")
         return "\n".join(out)
-
-    @property
-    def text(self) -> str:
-        """What the prompt shows."""
-        return self.render()

@@ -240,7 +240,7 @@ def test_recall_returns_exchanges_with_speaker_and_date():
     assert (r.first_seq, r.last_seq) == (8, 10)
     assert [ln.speaker for ln in r.lines] == ["Aki", "Mika", "Aki"]
     assert r.at == at
-    text = r.render()
+    text = r.text
     # the raw window's date line, and the neighbour's "tomorrow" as the day it meant
     assert text.splitlines()[1] == "[Wednesday, 8 May 2024]"
     assert "Mika: I adopted a kitten named Mochi" in text
@@ -255,7 +255,7 @@ def test_a_recollection_dates_each_day_it_spans_in_the_conversations_language() 
         RecalledLine(4, "ミカ", "楽しかったね", first),
         RecalledLine(5, "アキ", "先週の話だけど", second),
     )
-    text = Recollection(3, 5, 1.0, lines, lang="ja").render().splitlines()
+    text = Recollection(3, 5, 1.0, lines, lang="ja").text.splitlines()
     assert text == [
         "(#3–5)",
         "[2024年5月8日(水)]",
@@ -302,7 +302,7 @@ def test_recall_respects_the_budget(budget):
         limit=3,
     )
     assert sum(r.tokens for r in recs) <= budget
-    assert all(counter.count(r.render()) == r.tokens for r in recs)
+    assert all(counter.count(r.text) == r.tokens for r in recs)
     if budget >= 2000:
         assert len(recs) == 3 and all(len(r.lines) == 3 for r in recs)
     if budget == 40:  # too small for an exchange: the centre line alone, or cut short
