@@ -129,6 +129,12 @@ def gist(text: str) -> str:
     return _NOT_WORDS.sub("", text).casefold()
 
 
+def asks_something(entry: LogEntry) -> bool:
+    """A user message that asks something: where the past is wanted (its recollections may use
+    the turn's room, after it; a ready chapter folds to make that room)."""
+    return entry.role == "user" and is_question(entry.message.text)
+
+
 def with_extras(extras: str, text: str) -> str:
     return f"{extras}\n\n{text}" if extras else text
 
@@ -334,7 +340,7 @@ def plan(
         raw_gists=frozenset(gist(e.message.text) for e in raw),
         kept=extras_of(new),
         new_line=new_line,
-        asks=new.role == "user" and is_question(new.message.text),
+        asks=asks_something(new),
     )
     if p.room < 0:
         raise ContextOverflow(

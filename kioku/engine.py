@@ -38,7 +38,6 @@ from kioku.models import ChatModel, Completion
 from kioku.profiles import LOCAL_64K, Profile
 from kioku.protocol import media_of, message_tokens, refs_of, reply_message
 from kioku.revisions import Change, Revised, revise, stand_ins
-from kioku.salience import is_question
 from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
 from kioku.tokens import ScriptEstimator, TokenCounter
@@ -301,7 +300,7 @@ class Conversation:
         """Apply what is ready and build the prompt answering a stored message (`prepare` after
         its append; the service also calls it to retry or regenerate a turn)."""
         # a question's recollections want room: a ready chapter folds for them now
-        asks = entry.role == "user" and is_question(entry.message.text)
+        asks = context.asks_something(entry)
         report, view = self._compact(self.view(), asks=asks)
         if self.kioku.fold_immediately and report.scheduled:
             # the baseline that blocks the turn on the summary and folds in the trigger turn

@@ -23,6 +23,7 @@ from itertools import islice
 from kioku import notes as notes_layer
 from kioku import tics as tics_layer
 from kioku.archive import Hit
+from kioku.context import asks_something
 from kioku.engine import Conversation
 from kioku.errors import ConfigError
 from kioku.lang import detect_lang
@@ -30,7 +31,6 @@ from kioku.messages import LogEntry
 from kioku.models import ChatModel
 from kioku.recall import EXCHANGE_TOKENS, RecallIndexes
 from kioku.recollection import Recollection
-from kioku.salience import is_question
 from kioku.store import Store
 
 TIC_WINDOW = 20
@@ -89,7 +89,7 @@ class Layers:
             return []
         p = conv.kioku.profile
         # a question may fill the room it was given (`context.Plan.recall_ratio`)
-        asks = is_question(entry.message.text)
+        asks = asks_something(entry)
         return self.recall.recall(
             conv.id,
             entry.message.text,
