@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kioku.bench.prefix import Turn, kioku_driver, turns_of
-from kioku.context import Account, Prompt
+from kioku.context import Account, Prompt, with_once
 from kioku.datasets import Transcript
 from kioku.engine import Conversation, Kioku
 from kioku.errors import InputError
@@ -110,9 +110,14 @@ class Context:
 
 
 def context_of(name: str, prompt: Prompt, question: str) -> Context:
-    # what the turn added around the question: recollections after it, instructions before it
-    before, found, after = prompt.messages[-1].content.rpartition(question)
-    extra = "\n\n".join(p.strip() for p in (before, after) if p.strip()) if found else ""
+    # everything around the question: what is in front of it (extras, a date line), and a
+    # question's recollections after it, cut by the length the allocator appended (a recalled
+    # line may say the question's words too)
+    last = prompt.messages[-1].content
+    once = prompt.extras.once if prompt.extras is not None else ""
+    body = last[: len(last) - len(with_once("", once))]
+    before = body[: -len(question)].strip() if body.endswith(question) else ""
+    extra = "\n\n".join(t for t in (before, once) if t)
     return Context(name, prompt.messages, question, prompt.tokens, extra, prompt.account)
 
 
