@@ -38,6 +38,8 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
+from kioku import dates
+
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 _POSSESSIVE = re.compile(r"(\w)['\u2019]s\b")
 _ARTICLES_AND = re.compile(r"\b(?:a|an|the|and)\b")
@@ -46,10 +48,7 @@ _CJK = re.compile(f"[{_CJK_CHARS}]")
 _CJK_RUN = re.compile(f"([{_CJK_CHARS}])")
 _LIST_LEAD = re.compile(r"^(?:and|or)\s+")
 
-MONTHS = (
-    *("january", "february", "march", "april", "may", "june"),
-    *("july", "august", "september", "october", "november", "december"),
-)
+MONTHS = tuple(m.lower() for m in dates.MONTHS)  # after normalization, lowercase
 _MONTH_OF = {m: m for m in MONTHS} | {m[:3]: m for m in MONTHS} | {"sept": "september"}
 _MONTH = rf"({'|'.join(sorted(_MONTH_OF, key=len, reverse=True))})\.?"
 _ORD = r"(?:st|nd|rd|th)?"
