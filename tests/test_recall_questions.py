@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from kioku.context import build, plan
-from kioku.engine import Kioku
+from kioku.engine import Conversation, Kioku
 from kioku.errors import ConfigError
 from kioku.layers import Layers
 from kioku.memory import Memory
@@ -32,7 +32,7 @@ def recs(n: int) -> list[Recollection]:
         text = f"Hanako's kite number {i} was painted blue and flew over the river in May."
         line = RecalledLine(10 * i, "Mika", text)
         r = Recollection(10 * i, 10 * i, 1.0 - i / 100, (line,))
-        out.append(Recollection(10 * i, 10 * i, r.score, (line,), COUNTER.count(r.render())))
+        out.append(Recollection(10 * i, 10 * i, r.score, (line,), COUNTER.count(r.text)))
     return out
 
 
@@ -71,13 +71,18 @@ def test_question_share_is_checked() -> None:
         replace(LOCAL_8K, question_share=1.5)
 
 
-def test_a_question_recalls_past_the_per_turn_limit_when_room_allows() -> None:
+def mika(cid: str) -> tuple[Kioku, Conversation, Clock]:
+    """A conversation with recall and notes on (no tic guard), at 8k."""
     clock = Clock()
     store = Store.open("sqlite://")
     kk = Kioku(
         store, profile=LOCAL_8K, counter=COUNTER, clock=clock, layers=Layers(store, tics=False)
     )
-    conv = kk.conversation("q", system_prompt="You are Mika.")
+    return kk, kk.conversation(cid, system_prompt="You are Mika."), clock
+
+
+def test_a_question_recalls_past_the_per_turn_limit_when_room_allows() -> None:
+    kk, conv, clock = mika("q")
     animals = ["dragon", "heron", "tiger", "carp", "owl", "fox", "whale", "crane"]
     places = ["river", "harbour", "temple", "meadow", "station"]
     for i in range(240):
@@ -106,12 +111,7 @@ def test_a_question_recalls_past_the_per_turn_limit_when_room_allows() -> None:
 
 
 def test_a_questions_recollections_are_shown_once_after_it_and_cost_no_re_read() -> None:
-    clock = Clock()
-    store = Store.open("sqlite://")
-    kk = Kioku(
-        store, profile=LOCAL_8K, counter=COUNTER, clock=clock, layers=Layers(store, tics=False)
-    )
-    conv = kk.conversation("once", system_prompt="You are Mika.")
+    _, conv, clock = mika("once")
     conv.append(Message.user("My sister Hanako flies a blue kite with a dragon on it."))
     conv.append(Message.assistant("A dragon kite! Hanako must love the wind."))
     for i in range(6):
