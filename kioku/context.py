@@ -343,14 +343,35 @@ def plan(
         asks=asks_something(new),
     )
     if p.room < 0:
-        raise ContextOverflow(
-            f"the prompt needs {p.fixed} tokens but {budget} fit beside the response reserve "
-            f"({profile.response_reserve} of a {profile.window}-token window): system "
-            f"{sys_t}, memory {mem_t}, raw {raw_t + carried} in {len(raw)} messages, new "
-            f"message {new_t}; the raw window must be folded first",
+        raise _overflow(p, sys_t, mem_t, raw_t + carried, new_t)
+    return p
+
+
+def _overflow(p: Plan, sys_t: int, mem_t: int, raw_t: int, new_t: int) -> ContextOverflow:
+    """What does not fit, naming its true cause: the raw window (which the engine folds and
+    asks again), or, when even no raw window would fit, memory or the card (kioku's state, never
+    the user's message, which `MessageTooLarge` checked alone)."""
+    pr = p.profile
+    sizes = (
+        f"system {sys_t}, memory {mem_t}, raw {raw_t} in {p.raw_messages} messages, new "
+        f"message {new_t}"
+    )
+    if p.fixed - raw_t <= p.budget:
+        return ContextOverflow(
+            f"the prompt needs {p.fixed} tokens but {p.budget} fit beside the response reserve "
+            f"({pr.response_reserve} of a {pr.window}-token window): {sizes}; the raw window "
+            "must be folded first",
             excess=-p.room,
         )
-    return p
+    what = "memory" if mem_t else "the system prompt"
+    return ContextOverflow(
+        f"{what} leaves no room for this message: the prompt needs {p.fixed - raw_t} tokens "
+        f"without any raw history, but {p.budget} fit ({sizes}). This is kioku's memory "
+        "state, not your message: the compaction log says why memory was not folded "
+        "(`kioku memory`, GET …/log); a cut (`kioku cut`) folds it now",
+        excess=-p.room,
+        cause="memory" if mem_t else "system",
+    )
 
 
 def finish(

@@ -112,11 +112,14 @@ class LeaseLost(StoreError):
 
 class ContextOverflow(KiokuError):
     """A prompt that cannot be made to fit: raised instead of sending it. `excess` says by how
-    many tokens (0 when unknown)."""
+    many tokens (0 when unknown); `cause` what is too large: the raw window (`"raw"`, which a
+    fold makes room in), or kioku's own `"memory"` or the `"system"` prompt, which no message of
+    the user's can be blamed for."""
 
-    def __init__(self, message: str, excess: int = 0) -> None:
+    def __init__(self, message: str, excess: int = 0, cause: str = "raw") -> None:
         super().__init__(message)
         self.excess = excess
+        self.cause = cause
 
 
 class ModelError(KiokuError):
