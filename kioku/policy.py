@@ -278,8 +278,11 @@ def stand_in_synopsis(state: State, plan: Plan) -> Plan:
     folded: list[MemoryItem] = []
     left = chapter_tokens
     for c in chapters:
-        if not jammed and (c.stale or left <= p.major_gc // 2 or c is chapters[-1]):
-            break  # the newest chapters stay, as a major GC leaves them
+        # the older half, or more until the rest is within the threshold, as a major GC folds
+        # them; the newest chapter stays
+        enough = len(folded) >= len(chapters) // 2 and left <= p.major_gc
+        if not jammed and (c.stale or enough or c is chapters[-1]):
+            break
         folded.append(c)
         left -= c.tokens
     synopsis = plan.synopsis
