@@ -543,6 +543,25 @@ async def _stream(
                 )
                 await _failed(svc, turn, error)
                 yield _sse_error(error)
+        except Exception as e:
+            # past the first byte a status can no longer say it: an error event does, never a
+            # stream that just stops (kioku's own fault, so it is logged with its traceback)
+            log.exception("the stream of conversation %r broke", turn.conversation_id)
+            stored = (
+                commit is not None
+                and commit.done()
+                and not commit.cancelled()
+                and commit.exception() is None
+            )
+            yield _sse_error(
+                UpstreamError(
+                    500,
+                    f"kioku failed while relaying the stream ({type(e).__name__}); the reply "
+                    + ("was stored" if stored else "was not stored: send the request again"),
+                    kind="server_error",
+                    code="stream_failed",
+                )
+            )
         finally:
             if not task.done():
                 task.cancel()
