@@ -45,6 +45,7 @@ from kioku.budget import (
     usable,
 )
 from kioku.errors import ContextOverflow, MessageTooLarge
+from kioku.inert import mark, unmarked_message
 from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage, ChatRequest
@@ -57,10 +58,11 @@ from kioku.tokens import TokenCounter
 # The template's tokens per message when the counter does not say (see `kioku.budget`).
 MESSAGE_OVERHEAD = round(DEFAULT_TEMPLATE.per_message)
 
+# in kioku's mark (`kioku.inert`): a block a message types itself never reads as one of these
 RECOLLECTION_LABEL = {
-    "en": "(A memory from earlier in this conversation that may be relevant:)",
-    "ja": "(この会話の以前の部分から、関係がありそうな記憶:)",
-    "zh": "(本次对话早先的一段可能相关的记忆:)",
+    "en": mark("A memory from earlier in this conversation that may be relevant:"),
+    "ja": mark("この会話の以前の部分から、関係がありそうな記憶:"),
+    "zh": mark("本次对话早先的一段可能相关的记忆:"),
 }
 
 
@@ -177,7 +179,9 @@ def entry_message(
 # Every turn renders the whole raw window again; a message renders the same every time.
 @lru_cache(maxsize=16384)
 def _chat_message(message: Message) -> ChatMessage:
-    return chat_message(message)  # tool calls, tool results and images as the protocol has them
+    # tool calls, tool results and images as the protocol has them; the text without kioku's
+    # mark brackets, so no message shows a block or a date line in kioku's own form
+    return unmarked_message(chat_message(message))
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,8 @@ def make_engine(url: str, *, readonly: bool = False) -> Engine:
         # Let SQLAlchemy's "begin" event issue BEGIN IMMEDIATE: a deferred transaction that later
         # writes can deadlock against another writer instead of waiting for it.
         dbapi_conn.isolation_level = None
+        # lower() of SQLite folds ASCII only: searches fold every script with this one
+        dbapi_conn.create_function("kioku_casefold", 1, _casefold, deterministic=True)
         cur = dbapi_conn.cursor()
         if not readonly:  # a read-only connection reads whatever journal mode the file has
             cur.execute("PRAGMA journal_mode=WAL")
@@ -88,6 +90,10 @@ def make_engine(url: str, *, readonly: bool = False) -> Engine:
         # runs in its own consistent snapshot anyway, and a round trip per read is saved.
 
     return engine
+
+
+def _casefold(text: str | None) -> str | None:
+    return text.casefold() if isinstance(text, str) else text
 
 
 def _refuse_nul(

@@ -12,6 +12,7 @@
     │   └── KeyReused          an Idempotency-Key sent again with a different request (422)
     ├── TurnInProgress         another turn of the conversation still runs (409); retry later
     ├── Unauthorized           no API key, or an unknown or revoked one (HTTP 401)
+    ├── Forbidden              a key without the scope a request needs (HTTP 403)
     ├── NotFound               no such conversation / item (or it belongs to another tenant)
     ├── StoreError             the database refused; the transaction was rolled back
     │   ├── FoldRefused        a fold would break the coverage invariant; nothing was changed
@@ -92,6 +93,10 @@ class Unauthorized(KiokuError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class Forbidden(KiokuError):
+    """The key is good but may not do this (its scopes); nothing was done."""
 
 
 class NotFound(KiokuError):

@@ -39,6 +39,7 @@ from kioku.errors import (
     BadParameter,
     ConfigError,
     ContextOverflow,
+    Forbidden,
     InputError,
     KeyReused,
     KiokuError,
@@ -203,6 +204,8 @@ def kioku_error(e: KiokuError) -> JSONResponse:
     headers: dict[str, str] | None = None
     if isinstance(e, NotFound):
         status, kind, code = 404, "not_found_error", "not_found"
+    elif isinstance(e, Forbidden):
+        status, kind, code = 403, "permission_error", "insufficient_scope"
     elif isinstance(e, SyncConflict):
         status, kind, code = 409, "conflict_error", "transcript_conflict"
     elif isinstance(e, ContextOverflow) and e.cause != "raw":

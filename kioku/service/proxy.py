@@ -47,7 +47,7 @@ from kioku.messages import LogEntry
 from kioku.models import Completion
 from kioku.service import generation as gen
 from kioku.service.cards import note_card, stored_card
-from kioku.service.chat_request import ChatBody, Split, split_messages
+from kioku.service.chat_request import MAX_NAME_LENGTH, ChatBody, Split, split_messages
 from kioku.service.conventions import check_headers, header_text
 from kioku.service.metrics import prefix_reuse
 from kioku.service.turns import (
@@ -304,6 +304,9 @@ async def chat(
         (m.name for m in split.chat if m.role == "assistant" and m.name), ""
     )
     user = header_text(headers.get(gen.USER_HEADER))
+    for header, name in (("X-Kioku-Character", character), ("X-Kioku-User", user)):
+        if name and len(name) > MAX_NAME_LENGTH:
+            raise BadParameter(f"{header} is over {MAX_NAME_LENGTH} characters", header)
     if side:
         turn = await run_in_threadpool(start_side, svc, tenant, cid, split, character, started)
         return await _run(svc, body, tenant, None, turn, split)
