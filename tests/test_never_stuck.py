@@ -223,3 +223,60 @@ def test_a_job_that_breaks_in_any_way_is_retried_then_failed_never_left_running(
     assert job.status == "failed" and store.counters("c")["failed_jobs"] == 1
     (logged,) = [e for e in store.log_entries("c") if e["outcome"] == "failed"]
     assert type(failure).__name__ in logged["detail"]
+
+
+CHILD = """
+import sys, time
+from kioku.profiles import LOCAL_8K
+from kioku.store import Store
+from kioku.worker import Worker
+
+class Hangs:
+    def summarize(self, task):
+        print("started", task.kind, flush=True)
+        time.sleep(120)
+
+Worker(Store.open(sys.argv[1]), Hangs(), LOCAL_8K).run_once()
+"""
+
+
+@pytest.mark.parametrize("kind", ["chapter", "synopsis"])
+def test_a_worker_killed_mid_job_of_either_lane_is_replaced_at_once(
+    kind: str, tmp_path: Path
+) -> None:
+    """kill -9 of a worker process (default name: host, pid, token) in the middle of a chapter
+    or a major GC: the next worker on the host takes the job over at once, not after its lease,
+    and the job is written once."""
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    kk = Kioku(Store.open(url), profile=PROFILE)
+    chat(kk, 120)  # chapters (stand-ins) to fold
+    store = kk.store
+    chapters = [i for i in store.items("c", "active") if i.kind == "chapter"]
+    if kind == "synopsis":
+        ids = [c.id for c in chapters[:2]]
+        span = (chapters[0].first_seq, chapters[1].last_seq)
+        payload: dict[str, Any] = {"chapter_ids": ids, "synopsis_id": None}
+        store.enqueue_job("c", "synopsis", *span, run_after=0, payload=payload)
+    else:
+        info = store.conversation("c")
+        span = (info.raw_start, info.raw_start + 5)
+        store.enqueue_job("c", "chapter", *span, run_after=0)
+    for j in store.jobs("c", "queued"):
+        if (j.kind, j.first_seq) != (kind, span[0]):
+            store.finish_job(j.id, "cancelled")
+    child = subprocess.Popen([sys.executable, "-c", CHILD, url], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    assert child.stdout.readline().split() == ["started", kind]
+    child.kill()
+    child.wait(10)
+    child.stdout.close()
+    (job,) = store.jobs("c", "running")
+    assert job.kind == kind
+    started = time.monotonic()
+    outcome = Worker(store, Sleepy(0), PROFILE).run_once("c")
+    assert outcome is not None and outcome.status == "done", outcome
+    assert time.monotonic() - started < 5  # at once, not after the 30 s lease
+    (again,) = [j for j in store.jobs("c") if j.id == job.id]
+    assert (again.status, again.attempts) == ("done", 2)
+    ready = [i for i in store.items("c", "ready") if i.span == span]
+    assert len(ready) == 1
