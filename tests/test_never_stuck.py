@@ -280,3 +280,23 @@ def test_a_worker_killed_mid_job_of_either_lane_is_replaced_at_once(
     assert (again.status, again.attempts) == ("done", 2)
     ready = [i for i in store.items("c", "ready") if i.span == span]
     assert len(ready) == 1
+
+
+def test_kioku_bench_stuck_replays_a_conversation_whose_summaries_never_come(
+    tmp_path: Path,
+) -> None:
+    import json as _json
+
+    from kioku.bench.stuck import run
+    from kioku.datasets import message_to_json
+
+    path = tmp_path / "chat.jsonl"
+    lines = [{"kioku": 1, "system_prompt": "You are Mika.", "character": "Mika"}]
+    for n in range(300):
+        lines.append(message_to_json(Message.user(f"turn {n}: " + words(n, 40), "Ren")))
+        lines.append(message_to_json(Message.assistant(words(n + 5, 40), "Mika")))
+    path.write_text("\n".join(_json.dumps(x) for x in lines), encoding="utf-8")
+    result = run(path, "kioku", window=3072)
+    assert result["user_turns"] == 300 and result["failed_turns"] == 0, result
+    assert result["memory_tokens_max"] <= result["memory_share_tokens"]
+    assert result["stand_in_synopses"] >= 1
