@@ -10,7 +10,6 @@ of the window and every seq before the raw window covered once.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from sqlalchemy import event
 from kioku.engine import Kioku
 from kioku.memory import coverage_gaps
 from kioku.messages import Message
+from kioku.owners import this_host
 from kioku.profiles import LOCAL_8K, MEMORY_FRAME_TOKENS
 from kioku.store import Store
 from kioku.summarizer import ExtractiveSummarizer, Summary, SummaryTask
@@ -163,7 +163,7 @@ def test_a_job_whose_worker_died_on_this_host_is_taken_over_at_once(tmp_path: Pa
         capture_output=True,
         text=True,
     )
-    holder = f"{socket.gethostname()}:{int(gone.stdout)}:deadbeef:1"  # a worker that was
+    holder = f"{this_host()}:{int(gone.stdout)}:deadbeef:1"  # a worker that was
     assert store.claim_job(holder, time.time(), 600) is not None  # a lease of 10 minutes
     outcome = Worker(store, Sleepy(0), PROFILE).run_once()
     assert outcome is not None and outcome.status == "done"
