@@ -304,9 +304,10 @@ async def chat(
         (m.name for m in split.chat if m.role == "assistant" and m.name), ""
     )
     user = header_text(headers.get(gen.USER_HEADER))
-    for header, name in (("X-Kioku-Character", character), ("X-Kioku-User", user)):
+    for header, name in ((CHARACTER_HEADER, character), (gen.USER_HEADER, user)):
         if name and len(name) > MAX_NAME_LENGTH:
-            raise BadParameter(f"{header} is over {MAX_NAME_LENGTH} characters", header)
+            shown = header.title()  # X-Kioku-Character
+            raise BadParameter(f"{shown} is over {MAX_NAME_LENGTH} characters", shown)
     if side:
         turn = await run_in_threadpool(start_side, svc, tenant, cid, split, character, started)
         return await _run(svc, body, tenant, None, turn, split)
