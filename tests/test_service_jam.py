@@ -10,6 +10,7 @@ and every turn is answered.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -20,6 +21,7 @@ import httpx
 import pytest
 
 from kioku.memory import coverage_gaps
+from kioku.profiles import LOCAL_8K
 from kioku.service.keys import create_key
 from kioku.service.loopback import FakeUpstream
 from kioku.store import Store
@@ -93,6 +95,7 @@ def test_a_kill_while_a_chapter_job_runs_never_jams_the_turns_after_it(
                     statuses[turn(h, "jam", n + k)] += 1
         finally:
             server.stop()
+    print(json.dumps({"before_kill_turns": n, "after_kill": dict(statuses)}))
     assert statuses == {200: 200}, statuses
     covered(store, "jam")
     counters = store.counters(store.find_conversation("acme", "jam").id)
@@ -109,6 +112,7 @@ def test_a_summarizer_ten_times_slower_than_the_chat_never_fails_a_turn(
     coarser, never too large. (On 36c9307 memory outgrew the window here.)"""
     store = Store.open(db)
     statuses: Counter[int] = Counter()
+    memory: Counter[str] = Counter()  # the most memory each conversation held after a turn
     lock = threading.Lock()
     with FakeUpstream(delay_s=0.1) as up, FakeUpstream(delay_s=1.0) as slow:
         up.reply = long_reply
@@ -120,8 +124,11 @@ def test_a_summarizer_ten_times_slower_than_the_chat_never_fails_a_turn(
             with client(server) as h:
                 for n in range(turns):
                     status = turn(h, cid, n)
+                    key = store.find_conversation("acme", cid).id
+                    held = sum(i.tokens for i in store.items(key, "active"))
                     with lock:
                         statuses[status] += 1
+                        memory[cid] = max(memory[cid], held)
 
         try:
             threads = [
@@ -137,12 +144,20 @@ def test_a_summarizer_ten_times_slower_than_the_chat_never_fails_a_turn(
         finally:
             server.stop()
     assert statuses == {200: 500}, statuses
+    # memory within its share: the synopsis, chapters up to a chapter past the major GC, and
+    # the chapter a fold adds
+    share = LOCAL_8K.synopsis_tokens + LOCAL_8K.major_gc + 2 * LOCAL_8K.chapter_tokens
+    assert max(memory.values()) <= share, (memory, share)
     summary_calls = len(slow.chats())
     assert summary_calls >= 3, summary_calls  # the slow summarizer did run meanwhile
     folds = 0
     for i in range(3):
         covered(store, f"slow-{i}")
         folds += store.counters(store.find_conversation("acme", f"slow-{i}").id).get("folds", 0)
+    figures = {"statuses": dict(statuses), "memory_max": max(memory.values()), "share": share}
+    print(
+        json.dumps({**figures, "folds": folds, "summary_calls": summary_calls, "s": round(elapsed)})
+    )
     assert folds >= 3, (folds, elapsed)
     store.close()
 
