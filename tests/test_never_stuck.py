@@ -10,6 +10,7 @@ of the window and every seq before the raw window covered once.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -300,3 +301,31 @@ def test_kioku_bench_stuck_replays_a_conversation_whose_summaries_never_come(
     assert result["user_turns"] == 300 and result["failed_turns"] == 0, result
     assert result["memory_tokens_max"] <= result["memory_share_tokens"]
     assert result["stand_in_synopses"] >= 1
+
+
+def test_a_prompt_that_memory_alone_overfills_names_memory_not_the_message() -> None:
+    """On 36c9307 a turn that memory alone could not fit answered 400 context_length_exceeded,
+    "the raw window must be folded first", as if the user's 16-token message were too long."""
+    from kioku import context
+    from kioku.errors import ContextOverflow
+    from kioku.memory import Memory, MemoryItem
+    from kioku.messages import LogEntry
+    from kioku.service.app import kioku_error
+
+    huge = MemoryItem("chapter", 0, 99, "x " * 9000, 9000, id=1, status="active")
+    new = LogEntry(100, Message.user("a short message of a few tokens"), 8)
+    with pytest.raises(ContextOverflow) as info:
+        context.plan(
+            system_prompt="You are Mika.",
+            memory=Memory(chapters=(huge,)),
+            raw=[],
+            new=new,
+            profile=PROFILE,
+            counter=ScriptEstimator(),
+        )
+    e = info.value
+    assert e.cause == "memory" and "memory leaves no room" in str(e)
+    assert "not your message" in str(e)
+    response = kioku_error(e)
+    assert response.status_code == 503
+    assert json.loads(bytes(response.body))["error"]["code"] == "memory_over_budget"
