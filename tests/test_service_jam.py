@@ -106,7 +106,7 @@ def test_a_kill_while_a_chapter_job_runs_never_jams_the_turns_after_it(
 def test_a_summarizer_ten_times_slower_than_the_chat_never_fails_a_turn(
     db: str, tmp_path: Path
 ) -> None:
-    """Three clients chat at once with replies in 100 ms while every summary call takes 1 s
+    """Three clients chat at once with replies in 50 ms while every summary call takes 500 ms
     (and the chronicler tries three times before its extractive fallback): the worker falls
     ever further behind, major GCs come late or never. 500 turns, all answered; memory is
     coarser, never too large. (On 36c9307 memory outgrew the window here.)"""
@@ -114,7 +114,7 @@ def test_a_summarizer_ten_times_slower_than_the_chat_never_fails_a_turn(
     statuses: Counter[int] = Counter()
     memory: Counter[str] = Counter()  # the most memory each conversation held after a turn
     lock = threading.Lock()
-    with FakeUpstream(delay_s=0.1) as up, FakeUpstream(delay_s=1.0) as slow:
+    with FakeUpstream(delay_s=0.05) as up, FakeUpstream(delay_s=0.5) as slow:
         up.reply = long_reply
         args = (*SERVE, "--summarizer-upstream", slow.url)
         server = Server(db, up.url, tmp_path / "serve.log", create_key(store, "acme")[1], args)
