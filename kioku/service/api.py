@@ -14,7 +14,8 @@ from pydantic import BaseModel, Field
 
 from kioku import notes as notes_layer
 from kioku.engine import Conversation, Kioku
-from kioku.errors import StoreError
+from kioku.errors import NotFound, StoreError
+from kioku.ids import is_valid_id, key_for
 from kioku.memory import MemoryItem
 from kioku.revisions import versions
 from kioku.service.auth import tenant_of
@@ -166,7 +167,13 @@ def _kioku(request: Request, tenant: str) -> Kioku:
 def _conversation(request: Request, tenant: str, conversation_id: str) -> Conversation:
     kk = _kioku(request, tenant)
     # ids are per tenant: another tenant's conversation of the same id is another row
-    return Conversation(kk, kk.store.find_conversation(tenant, conversation_id).id)
+    try:
+        return Conversation(kk, kk.store.find_conversation(tenant, conversation_id).id)
+    except NotFound:
+        if is_valid_id(conversation_id):
+            raise
+    # a chat name kept under an encoded id (`kioku.ids.key_for`) is found by the name too
+    return Conversation(kk, kk.store.find_conversation(tenant, key_for(conversation_id)).id)
 
 
 def _item(i: MemoryItem) -> ItemOut:
