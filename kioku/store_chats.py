@@ -1,5 +1,11 @@
-"""A branch's start, in the store: the parent's messages and memory copied into a new
-conversation in one transaction (`kioku.branches` decides what; this is the SQL of it).
+"""A client's chats, in the store: a rename, and a branch's start.
+
+A rename gives a conversation another name (`public_id`) and keeps everything else: its key,
+which every other table refers to, does not change (SillyTavern renames a chat file; before
+issue 22 the renamed chat started a new conversation and the old one stayed behind, orphaned).
+
+A branch's start: the parent's messages and memory copied into a new conversation in one
+transaction (`kioku.branches` decides what; this is the SQL of it).
 
 Copies, not references: every other part of kioku reads a conversation's own rows (the raw
 window, the chronicler's input, recall, the console), and a parent may be edited, folded or
@@ -19,11 +25,46 @@ from sqlalchemy import Connection, insert, select, update
 
 from kioku import schema as s
 from kioku.db import Database, new_id
-from kioku.errors import FoldRefused, NotFound
+from kioku.errors import FoldRefused, NameTaken, NotFound
 from kioku.memory import MemoryItem, coverage_gaps
 
 
-class BranchCopies(Database):
+class ClientChats(Database):
+    def rename_conversation(self, tenant: str, old: str, new: str) -> str:
+        """Name the tenant's conversation `old` `new` from now on; return its key. NotFound
+        for an unknown `old`, NameTaken when another conversation has the name `new`."""
+        c = s.conversations.c
+        with self.atomic() as conn:
+            row = conn.execute(select(c.id).where(c.tenant == tenant, c.public_id == old)).first()
+            if row is None:
+                raise NotFound(f"no conversation {old!r}; `kioku memory` lists them")
+            if old == new:
+                return str(row.id)
+            taken = conn.execute(select(c.id).where(c.tenant == tenant, c.public_id == new)).first()
+            if taken is not None:
+                raise NameTaken(
+                    f"there is a conversation {new!r} already; rename or delete it first, or "
+                    f"keep the name {old!r}"
+                )
+            conn.execute(update(s.conversations).where(c.id == row.id).values(public_id=new))
+            return str(row.id)
+
+    def hurry_jobs(self, conversation_id: str, now: float) -> int:
+        """Queued summary jobs run now, without their delay (an operator asked for memory
+        now); return how many."""
+        j = s.jobs.c
+        with self.atomic() as conn:
+            r = conn.execute(
+                update(s.jobs)
+                .where(
+                    j.conversation_id == conversation_id,
+                    j.status == "queued",
+                    j.run_after > now,
+                )
+                .values(run_after=now)
+            )
+            return int(r.rowcount or 0)
+
     def copy_branch(
         self,
         parent_id: str,
