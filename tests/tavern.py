@@ -209,13 +209,14 @@ class Tavern:
         sit in menus that open on hover)."""
         self.js("$(arguments[0]).first().trigger('click')", css)
 
-    def open(self) -> None:
+    def open(self, panel: bool = True) -> None:
         self.d.get(self.url)
         wait_for(lambda: self.js("return !!(window.SillyTavern && SillyTavern.getContext)"),
                  60, "SillyTavern's page")  # fmt: skip
         wait_for(lambda: self.js("return $('#rm_print_characters_block .character_select').length > 0"),
                  60, "the character list")  # fmt: skip
-        wait_for(lambda: self.js("return $('#kioku_settings').length > 0"), 30, "the kioku panel")
+        if panel:
+            wait_for(lambda: self.js("return $('#kioku_settings').length > 0"), 30, "the panel")
 
     def connect(self) -> None:
         """API Connections → Connect: SillyTavern asks the endpoint for its models."""
@@ -231,6 +232,10 @@ class Tavern:
 
     def messages(self) -> list[dict[str, Any]]:
         return list(self.js("return SillyTavern.getContext().chat.map(m => ({name: m.name, is_user: m.is_user, mes: m.mes}))"))  # fmt: skip
+
+    def sent(self) -> list[dict[str, Any]]:
+        """The messages SillyTavern sends the model (not its system or narrator messages)."""
+        return list(self.js("return SillyTavern.getContext().chat.filter(m => !m.is_system && m.extra?.type !== 'narrator').map(m => ({name: m.name, is_user: m.is_user, mes: m.mes}))"))  # fmt: skip
 
     def busy(self) -> bool:
         return bool(self.js("return $('#mes_stop').is(':visible')"))
@@ -406,8 +411,10 @@ class Tavern:
         self.click("#third_party_extension_button")
         wait_for(lambda: self.js("return $('dialog[open] .popup-input:visible').length > 0"),
                  10, "the install popup")  # fmt: skip
-        self.js("$('dialog[open] .popup-input').val(arguments[0]).trigger('input')", url)
-        self.click("dialog[open] .popup-button-ok")
+        time.sleep(0.5)
+        self.js("$('dialog[open]').last().find('.popup-input').val(arguments[0]).trigger('input')",
+                url)  # fmt: skip
+        self.js("$('dialog[open]').last().find('.popup-button-ok').trigger('click')")
         wait_for(lambda: "installed successfully" in self.toasts() or "failed" in self.toasts(),
                  60, "the installation")  # fmt: skip
 

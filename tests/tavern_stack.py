@@ -8,6 +8,7 @@ of a continue, an impersonated line, the connection test's hello."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import shutil
 from collections.abc import Callable, Iterator
@@ -66,12 +67,35 @@ class Script:
         return f"{who}: *She nods.* Reply {k}: {words(k, 25)}"
 
 
+class Received:
+    """The requests SillyTavern sent kioku (ASGI middleware): what it resent of its chat."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.bodies: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/chat/completions":
+            return await self.app(scope, receive, send)
+        chunks: list[bytes] = []
+
+        async def recorded() -> Any:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                self.bodies.append(json.loads(b"".join(chunks) or b"{}"))
+            return message
+
+        return await self.app(scope, recorded, send)
+
+
 @dataclass
 class Stack:
     up: FakeUpstream
     store: Store
     svc: Service
     tavern: SillyTavern
+    received: Received
 
     def idle(self) -> None:
         """Replies stored and summaries written (the embedded worker polls every 0.1 s)."""
@@ -117,7 +141,8 @@ def running(
         settings = Settings(db=db, llm_url=up.url, cors_origins=(f"http://127.0.0.1:{st_port}",))
         app = create_app(settings, store=store, make_kioku=make_kioku, worker_poll_s=0.1,
                          profile=PROFILE)  # fmt: skip
-        with ServerThread(app) as server:
+        received = Received(app)
+        with ServerThread(received) as server:
             tavern = SillyTavern(root, tmp_path / "tavern-data", server.url, key)
             tavern.port, tavern.url = st_port, f"http://127.0.0.1:{st_port}"
             tavern.configure(extension=extension, context=context)
@@ -125,7 +150,7 @@ def running(
                 setup(tavern)
             tavern.start()
             try:
-                yield Stack(up, store, app.state.service, tavern)
+                yield Stack(up, store, app.state.service, tavern, received)
             finally:
                 tavern.stop()
                 shutil.rmtree(tmp_path / "tavern-data", ignore_errors=True)
