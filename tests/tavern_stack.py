@@ -21,6 +21,7 @@ from kioku.config import Settings
 from kioku.engine import Kioku
 from kioku.layers import Layers
 from kioku.normal_form import normal_form
+from kioku.profiles import Profile
 from kioku.service.app import Service, create_app
 from kioku.service.keys import create_key
 from kioku.service.loopback import FakeUpstream, ServerThread, free_port
@@ -117,10 +118,6 @@ class Stack:
         ]
 
 
-def make_kioku(tenant: str, store: Store) -> Kioku:
-    return Kioku(store, profile=PROFILE, tenant=tenant, layers=Layers(store))
-
-
 @contextmanager
 def running(
     tmp_path: Path,
@@ -128,19 +125,26 @@ def running(
     context: int = 60000,
     extension: bool = True,
     setup: Callable[[SillyTavern], None] | None = None,
+    profile: Profile = PROFILE,
+    card_as_sent: bool = False,
 ) -> Iterator[Stack]:
     """The stack on a fresh data folder. `context`: SillyTavern's context size; `extension`:
     installed and set up (else the test installs it); `setup`: more of the data folder
-    (characters, groups) before SillyTavern starts."""
+    (characters, groups) before SillyTavern starts; `card_as_sent`: kioku's ablation."""
     root = need_sillytavern()
     db = f"sqlite:///{tmp_path / 'kioku.db'}"
     store = Store.open(db)
     key = create_key(store, "tavern")[1]
     st_port = free_port()
+
+    def make(tenant: str, store: Store) -> Kioku:
+        return Kioku(store, profile=profile, tenant=tenant, layers=Layers(store))
+
     with FakeUpstream(reply=Script()) as up:
-        settings = Settings(db=db, llm_url=up.url, cors_origins=(f"http://127.0.0.1:{st_port}",))
-        app = create_app(settings, store=store, make_kioku=make_kioku, worker_poll_s=0.1,
-                         profile=PROFILE)  # fmt: skip
+        settings = Settings(db=db, llm_url=up.url, cors_origins=(f"http://127.0.0.1:{st_port}",),
+                            card_as_sent=card_as_sent)  # fmt: skip
+        app = create_app(settings, store=store, make_kioku=make, worker_poll_s=0.1,
+                         profile=profile)  # fmt: skip
         received = Received(app)
         with ServerThread(received) as server:
             tavern = SillyTavern(root, tmp_path / "tavern-data", server.url, key)

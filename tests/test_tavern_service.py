@@ -423,3 +423,20 @@ def test_the_panels_calls(service: Harness) -> None:
         if synopsis is not None:
             r = client.post(f"/v1/conversations/{cid}/memory/{synopsis.id}/resummarize")
             assert r.status_code == 400
+
+
+def test_a_whole_chat_sync_keeps_the_images_it_does_not_carry(service: Harness) -> None:
+    """The extension sends each message's text; a message that came with an image keeps it."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    chat: list[dict[str, Any]] = [{"role": "assistant", "content": GREETING}]
+    chat.append({"role": "user", "content": [{"type": "text", "text": "Look at this."}, image]})
+    r = post(service, [*card(), *chat], headers("tv-image"))
+    chat.append({"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]})
+    whole = [chat[0], {"role": "user", "content": "Look at this."}, {**chat[2]}]
+    whole[0] = {"role": "assistant", "content": GREETING + " (edited)"}
+    with service.http() as client:
+        out = client.post("/v1/conversations/tv-image/sync", json={"messages": whole}).json()
+    assert out["edited"] == [0]
+    key = service.store.find_conversation("acme", "tv-image").id
+    [looked] = service.store.entries(key, 1, 1)
+    assert [p.kind for p in looked.message.parts] == ["text", "image"]

@@ -22,6 +22,7 @@ re-summarize a chapter, and read seqs as the client numbers its messages.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Annotated
 
@@ -33,6 +34,8 @@ from kioku.engine import Conversation
 from kioku.errors import InputError, NotFound
 from kioku.generations import chunks
 from kioku.ids import key_for
+from kioku.messages import MEDIA_KINDS, render_parts
+from kioku.normal_form import normal_form
 from kioku.service.api import ConversationId, _conversation
 from kioku.service.auth import tenant_of
 from kioku.service.chat_request import ChatMessageIn, split_messages
@@ -124,6 +127,7 @@ async def sync_chat(
                 appends=plan.appends,
                 turn=plan.turn,
             )
+        plan = _media_kept(conv, plan)
         if not plan.changes and not plan.appends:
             return SyncOut(edited=[], deleted=[], appended=[], stale=[])
         synced = apply(conv, plan, user=slot.user or "")
@@ -144,6 +148,26 @@ async def sync_chat(
         return out
     finally:
         await held.finish(None)
+
+
+def _media_kept(conv: Conversation, plan: SyncPlan) -> SyncPlan:
+    """The plan without the "edits" that only leave out a message's images: the extension
+    sends each message's text, kioku keeps what the requests carried (an image part too)."""
+    if not plan.edits:
+        return plan
+    stored = {e.seq: e for e in conv.store.entries_at(conv.id, [e.seq for e in plan.edits])}
+    kept = []
+    for edit in plan.edits:
+        old = stored.get(edit.seq)
+        parts = old.message.parts if old is not None else ()
+        if old is not None and any(p.kind in MEDIA_KINDS for p in parts):
+            words = render_parts(
+                [p for p in parts if p.kind not in MEDIA_KINDS], old.message.author
+            )
+            if normal_form(words) == normal_form(edit.message.text):
+                continue
+        kept.append(edit)
+    return dataclasses.replace(plan, edits=tuple(kept))
 
 
 @router.post("/{conversation_id}/summarize", response_model=SummarizeOut, summary="Summarize now")

@@ -149,9 +149,10 @@ async def chat(
         cid = await run_in_threadpool(conversation_key, svc, tenant, cid)
     given_character = header_text(headers.get(CHARACTER_HEADER)) or ""
     user = header_text(headers.get(gen.USER_HEADER))
+    as_sent = svc.settings.card_as_sent  # the ablation: the card as the client sent it
     split = split_messages(
         body.messages,
-        volatile=volatile_of(headers),
+        volatile=frozenset() if as_sent else volatile_of(headers),
         user=user or "",
         character=given_character,
         speakers=speakers_of(headers),
@@ -164,7 +165,7 @@ async def chat(
         or next((m.name for m in split.chat if m.role == "assistant" and m.name), ""),
         generation=generation,
         user=user,
-        examples=(headers.get(EXAMPLES_HEADER) or "").strip().lower(),
+        examples="" if as_sent else (headers.get(EXAMPLES_HEADER) or "").strip().lower(),
         speakers=speakers_of(headers),
         parent=key_for(parent) if parent and parent != cid else None,
     )
