@@ -144,3 +144,16 @@ def test_sillytavern_numbers_and_the_whole_chat_as_its_requests_show_it() -> Non
     ]
     changing = ["The glade is warded", "short", ""]
     assert extension(f"k.volatileIndices({json.dumps(messages)}, {json.dumps(changing)})") == [1]
+
+
+def test_the_repository_is_an_extension_and_so_is_its_folder() -> None:
+    """SillyTavern installs the repository from its git URL (a manifest at the root loads the
+    extension's folder); a copy of the folder alone carries the same manifest."""
+    root = json.loads((EXTENSION.parent.parent / "manifest.json").read_text())
+    folder = json.loads((EXTENSION / "manifest.json").read_text())
+    for key in ("display_name", "version", "author", "loading_order"):
+        assert root[key] == folder[key]
+    for kind in ("js", "css"):
+        assert (EXTENSION.parent.parent / root[kind]).resolve() == (
+            EXTENSION / folder[kind]
+        ).resolve()

@@ -197,10 +197,13 @@ def test_example_dialogue_keeps_its_speakers_and_is_pinned_while_pushed_out(
         {"role": "system", "content": "Here, always.", "name": "example_assistant"},
     ]
     chat: list[dict[str, Any]] = [{"role": "assistant", "content": GREETING}]
-    for i, shown in enumerate([6, 6, 3, 0]):  # SillyTavern pushes them out as the chat grows
+    # SillyTavern pushes them out as the chat grows, dialogue by dialogue: a line that no longer
+    # fits is dropped, and a later dialogue's first line may still fit
+    for i, shown in enumerate([range(6), range(6), [0, 1, 3, 4], [0, 1], []]):
         chat.append({"role": "user", "content": support.words(i)})
         h = headers("tv-examples", **{"X-Kioku-Examples": "gradual"})
-        r = post(service, [{"role": "system", "content": MAIN}, *examples[:shown],
+        sent = [examples[k] for k in shown]
+        r = post(service, [{"role": "system", "content": MAIN}, *sent,
                            {"role": "system", "content": MARKER}, *chat], h)  # fmt: skip
         chat.append({"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]})
     system = service.up.chats()[-1]["messages"][0]["content"]

@@ -21,11 +21,17 @@
 // operator key): the whole chat after an edit or a delete (POST …/sync: SillyTavern resends only
 // what fits its context), a rename (POST …/rename), and the panel's reads and edits.
 
+import { requestHeaders, resolveIdentity, safeId, stIndex, transcriptOf, withHeaders } from './chat.js';
+import { PANEL, esc, itemHtml, linesHtml, range } from './render.js';
+
+export { isSent, resolveIdentity, safeId, stIndex, transcriptOf, volatileIndices, withHeaders } from './chat.js';
+export { esc, markdown } from './render.js';
+
 const MODULE = 'kioku';
 const DEFAULTS = { enabled: true, url: '', key: '' };
 const POLL_MS = 4000;
 const SYNC_DELAY_MS = 400;
-const EXAMPLES = { normal: 'gradual', keep: 'always', strip: 'never' };
+const EXAMPLES = { normal: 'gradual', keep: 'always', strip: 'never' }; // SillyTavern's names
 
 let pendingType = null; // the generation SillyTavern started and has not sent yet
 let activated = []; // world-info entries the generation triggered
@@ -46,42 +52,6 @@ function settings() {
 }
 
 // the chat's identity -------------------------------------------------------------------------
-
-/** A chat name kioku can keep as it is (`kioku.ids`); any other gets a suffix of its own. */
-export function safeId(name) {
-    const text = String(name ?? '');
-    const ok = text.length > 0 && text.length <= 200 && text === text.trim()
-        && text !== '.' && text !== '..' && !/[\\/\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(text);
-    if (ok) {
-        return text;
-    }
-    const kept = text.replace(/[\\/\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, '_').replace(/\s+/g, ' ').trim().slice(0, 160) || 'chat';
-    return `${kept} ~${Math.random().toString(16).slice(2, 14)}`;
-}
-
-/** What the metadata says about the chat now open, decided without I/O:
- * `{id, parent?}` for the request, and what to do (`write`: new metadata, `rename`: tell kioku).
- * A branch or checkpoint starts as a copy of its parent's metadata (SillyTavern copies it and
- * sets `main_chat`); a renamed chat keeps its metadata under a new file name. */
-export function resolveIdentity(name, metadata) {
-    const meta = metadata || {};
-    const k = meta.kioku;
-    if (!k || typeof k !== 'object' || !k.id) {
-        const fresh = { id: safeId(name), chat: name };
-        if (meta.main_chat && meta.main_chat !== name) {
-            fresh.parent = meta.main_chat; // made before kioku named its parent: its file name
-        }
-        return { identity: fresh, write: true };
-    }
-    if (k.chat === name) {
-        return { identity: k, write: false };
-    }
-    if (meta.main_chat && meta.main_chat === k.chat) {
-        // the parent's metadata, copied into a branch or a checkpoint
-        return { identity: { id: safeId(name), chat: name, parent: k.id }, write: true };
-    }
-    return { identity: { ...k }, write: false, rename: { from: k.id, to: name } };
-}
 
 async function resolveChat() {
     const ctx = st();
@@ -139,86 +109,10 @@ async function identity() {
 
 // the request's headers ------------------------------------------------------------------------
 
-function encoded(value) {
-    return "utf-8''" + encodeURIComponent(String(value));
-}
-
-/** The user's YAML with kioku's headers as the last item of a YAML list (SillyTavern merges
- * a list of mappings in order, so these win over a stale static X-Kioku-Conversation). */
-export function withHeaders(yamlText, headers) {
-    const ours = '- ' + JSON.stringify(headers); // a JSON object is a YAML flow mapping
-    const text = String(yamlText || '').replace(/\s+$/, '');
-    if (!text.trim()) {
-        return ours;
-    }
-    const first = text.split('\n').find(line => line.trim() && !line.trim().startsWith('#')) || '';
-    if (first.trim().startsWith('-')) {
-        return `${text}\n${ours}`;
-    }
-    return `- ${text.split('\n').join('\n  ')}\n${ours}`;
-}
-
-/** Indices of the request's leading system messages that change from turn to turn: those
- * holding a world-info entry this generation triggered or an extension's prompt. */
-export function volatileIndices(messages, changing) {
-    const parts = (changing || []).map(p => String(p || '').trim()).filter(p => p.length >= 8);
-    const out = [];
-    for (let i = 0; i < messages.length && messages[i].role === 'system'; i++) {
-        const content = String(messages[i].content || '');
-        if (!messages[i].name && parts.some(p => content.includes(p))) {
-            out.push(i);
-        }
-    }
-    return out;
-}
-
-function changingParts() {
-    const ctx = st();
-    const prompts = Object.values(ctx.extensionPrompts || {})
-        .map(p => (p && p.value ? ctx.substituteParams(String(p.value)) : ''));
-    return [...activated, ...prompts];
-}
-
-function groupMembers() {
-    const ctx = st();
-    if (!ctx.groupId) {
-        return null;
-    }
-    const group = (ctx.groups || []).find(g => g.id == ctx.groupId);
-    const names = (group?.members || [])
-        .map(avatar => (ctx.characters || []).find(c => c.avatar === avatar)?.name)
-        .filter(Boolean);
-    return names.length ? names : null;
-}
-
-export function kiokuHeaders(type, chat, messages = []) {
-    const ctx = st();
-    const headers = { 'X-Kioku-Generation': type };
-    if (chat) {
-        headers['X-Kioku-Conversation'] = encoded(chat.id);
-        if (chat.parent) {
-            headers['X-Kioku-Parent'] = encoded(chat.parent);
-        }
-    }
-    if (ctx.name2) {
-        headers['X-Kioku-Character'] = encoded(ctx.name2);
-    }
-    if (ctx.name1) {
-        headers['X-Kioku-User'] = encoded(ctx.name1);
-    }
-    const changing = volatileIndices(messages, changingParts());
-    if (changing.length) {
-        headers['X-Kioku-Volatile'] = changing.join(',');
-    }
-    const behaviour = EXAMPLES[String(globalThis.jQuery ? $('#example_messages_behavior').val() : '')];
-    if (behaviour) {
-        headers['X-Kioku-Examples'] = behaviour;
-    }
-    const members = groupMembers();
-    if (members) {
-        headers['X-Kioku-Speakers'] = encoded(JSON.stringify(members));
-    }
-    return headers;
+/** The headers of a request (`kioku.service.conventions` checks them). */
+function kiokuHeaders(type, chat, messages = []) {
+    const behaviour = globalThis.jQuery ? String($('#example_messages_behavior').val()) : '';
+    return requestHeaders(st(), { type, chat, messages, activated, examples: EXAMPLES[behaviour] });
 }
 
 function onGenerationStarted(type, _options, dryRun) {
@@ -252,20 +146,6 @@ async function onSettingsReady(data) {
 }
 
 // edits and deletes anywhere -------------------------------------------------------------------
-
-/** Whether SillyTavern sends this message to the model (kioku stores what it sends). */
-export function isSent(message) {
-    return Boolean(message) && !message.is_system && message.extra?.type !== 'narrator';
-}
-
-/** The whole chat as SillyTavern's requests show it (a group's messages under their names). */
-export function transcriptOf(chat, group) {
-    return chat.filter(isSent).map(m => ({
-        role: m.is_user ? 'user' : 'assistant',
-        content: group && !m.is_user ? `${m.name}: ${m.mes}` : String(m.mes ?? ''),
-        name: m.name || undefined,
-    }));
-}
 
 function generating() {
     return globalThis.jQuery ? $('#mes_stop').is(':visible') : false;
@@ -346,134 +226,6 @@ async function conversationPath(suffix) {
 
 // what the panel shows ---------------------------------------------------------------------------
 
-export function esc(text) {
-    return String(text ?? '').replace(/[&<>"']/g, c => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', '\'': '&#39;' })[c]);
-}
-
-function inline(text) {
-    return text
-        .replace(/`([^`]+)`/g, '<code>$1</code>')
-        .replace(/\*\*([^*]+)\*\*/g, '<strong>$1</strong>')
-        .replace(/(^|[^*\w])\*([^*\s][^*]*)\*(?=[^*\w]|$)/g, '$1<em>$2</em>')
-        .replace(/(^|[^\w])_([^_\s][^_]*)_(?=[^\w]|$)/g, '$1<em>$2</em>');
-}
-
-/** Markdown as the chronicler writes it (headings, lists, bold, italics, code), rendered from
- * escaped text: a memory's `<b>` or `<script>` shows as written, never as markup. */
-export function markdown(text) {
-    const out = [];
-    let list = null;
-    const close = () => {
-        if (list) {
-            out.push(`</${list}>`);
-            list = null;
-        }
-    };
-    for (const raw of String(text ?? '').split('\n')) {
-        const line = esc(raw);
-        const heading = line.match(/^(#{1,6})\s+(.*)$/);
-        const bullet = line.match(/^\s*[-*+]\s+(.*)$/);
-        const numbered = line.match(/^\s*\d+[.)]\s+(.*)$/);
-        if (heading) {
-            close();
-            const level = Math.min(6, heading[1].length + 2); // inside a small drawer
-            out.push(`<h${level}>${inline(heading[2])}</h${level}>`);
-        } else if (bullet || numbered) {
-            const kind = bullet ? 'ul' : 'ol';
-            if (list !== kind) {
-                close();
-                out.push(`<${kind}>`);
-                list = kind;
-            }
-            out.push(`<li>${inline((bullet || numbered)[1])}</li>`);
-        } else if (!line.trim()) {
-            close();
-        } else {
-            close();
-            out.push(`<p>${inline(line)}</p>`);
-        }
-    }
-    close();
-    return out.join('');
-}
-
-/** SillyTavern's message number of kioku's `position` (messages kioku stores, counted from 0):
- * SillyTavern also numbers messages it never sends (hidden ones, the narrator's). */
-export function stIndex(chat, position) {
-    let seen = 0;
-    for (let i = 0; i < chat.length; i++) {
-        if (!isSent(chat[i])) {
-            continue;
-        }
-        if (seen === position) {
-            return i;
-        }
-        seen++;
-    }
-    return chat.length;
-}
-
-const PANEL = `
-<div id="kioku_settings" class="kioku-settings">
-  <div class="inline-drawer">
-    <div class="inline-drawer-toggle inline-drawer-header">
-      <b>kioku — memory</b>
-      <div class="inline-drawer-icon fa-solid fa-circle-chevron-down down"></div>
-    </div>
-    <div class="inline-drawer-content">
-      <label class="checkbox_label"><input id="kioku_enabled" type="checkbox"> Name chats and generations for kioku</label>
-      <label for="kioku_url">kioku URL</label>
-      <input id="kioku_url" class="text_pole" type="text" placeholder="the Custom endpoint without /v1, e.g. http://127.0.0.1:8001">
-      <label for="kioku_key">kioku API key (operator)</label>
-      <input id="kioku_key" class="text_pole" type="password" placeholder="kioku_…">
-      <div class="kioku-row">
-        <div id="kioku_refresh" class="menu_button" title="Read kioku's memory of this chat again">Refresh</div>
-        <div id="kioku_summarize" class="menu_button" title="Write the summaries due soon now, without waiting">Summarize now</div>
-        <div id="kioku_cut" class="menu_button" title="Fold every message not yet summarized into memory now and start the raw window afresh">Cut</div>
-      </div>
-      <div class="kioku-row kioku-links"><a id="kioku_console" target="_blank" rel="noopener noreferrer">Open kioku's console</a></div>
-      <div id="kioku_status" class="kioku-status">—</div>
-      <div id="kioku_folding" class="kioku-folding"></div>
-      <div id="kioku_card" class="kioku-card"></div>
-      <div id="kioku_memory" class="kioku-memory"></div>
-      <details id="kioku_notes_box" class="kioku-item" data-kind="notes">
-        <summary>Notes (one fact a line; edit and save)</summary>
-        <textarea id="kioku_notes" class="text_pole textarea_compact" rows="8"></textarea>
-        <div class="kioku-row"><div id="kioku_notes_save" class="menu_button">Save notes</div></div>
-      </details>
-    </div>
-  </div>
-</div>`;
-
-function range(item, places) {
-    const chat = st().chat;
-    const first = stIndex(chat, places[item.first_seq] ?? item.first_seq);
-    const last = stIndex(chat, places[item.last_seq] ?? item.last_seq);
-    return `#${first}–#${last}`;
-}
-
-function itemHtml(label, it, places, lines) {
-    const stale = it.stale ? ' <span class="kioku-stale">(being written again)</span>' : '';
-    const again = it.kind === 'chapter'
-        ? '<div class="menu_button kioku-resummarize" title="Write this chapter again from its messages">Write again</div>'
-        : '';
-    const pending = lines?.pending
-        ? '<div class="kioku-pending">Your edit enters the prompt at the next fold.</div>' : '';
-    return `<details class="kioku-item" data-kind="${esc(it.kind)}" data-id="${it.id}">`
-        + `<summary>${esc(label)} · messages ${range(it, places)}${stale}</summary>`
-        + `<div class="kioku-text">${markdown(it.text)}</div>${pending}`
-        + `<div class="kioku-row"><div class="menu_button kioku-edit-lines">Edit lines</div>${again}</div>`
-        + '<div class="kioku-lines"></div></details>';
-}
-
-function linesHtml(entry) {
-    const lines = entry?.pending ? entry.pending.lines : entry?.lines || [];
-    return lines.map(line => `<div class="kioku-line" data-line="${esc(line)}">`
-        + `<input class="text_pole kioku-line-text" value="${esc(line)}">`
-        + '<div class="menu_button kioku-line-save" title="Save this line">Save</div>'
-        + '<div class="menu_button kioku-line-drop" title="Remove this line from memory">Remove</div></div>').join('');
-}
-
 let current = { memory: null, lines: {}, places: {} };
 
 function showMemory() {
@@ -485,11 +237,16 @@ function showMemory() {
     }
     const parts = [];
     if (memory.synopsis) {
-        parts.push(itemHtml('Synopsis', memory.synopsis, places, lines[memory.synopsis.id]));
+        parts.push(itemHtml(st().chat, 'Synopsis', memory.synopsis, places, lines[memory.synopsis.id]));
     }
-    memory.chapters.forEach((c, k) => parts.push(itemHtml(`Chapter ${k + 1}`, c, places, lines[c.id])));
+    memory.chapters.forEach((c, k) => parts.push(itemHtml(st().chat, `Chapter ${k + 1}`, c, places, lines[c.id])));
     if (!parts.length) {
         parts.push('<div class="kioku-empty">No memory yet: the chat is still inside the raw window.</div>');
+    }
+    const waiting = (memory.ready || []).filter(i => !i.data?.operator_edits);
+    if (waiting.length) {
+        const names = waiting.map(i => `${i.kind === 'synopsis' ? 'a synopsis' : 'a chapter'} of messages ${range(st().chat, i, places)}`);
+        parts.push(`<div class="kioku-waiting">Written, enters the prompt at the next fold: ${esc(names.join(', '))}.</div>`);
     }
     $('#kioku_memory').html(parts.join(''));
     if (!$('#kioku_notes').is(':focus')) {
@@ -537,7 +294,7 @@ function showError(error) {
 
 async function places(memory) {
     const seqs = [];
-    for (const it of [memory.synopsis, ...memory.chapters].filter(Boolean)) {
+    for (const it of [memory.synopsis, ...memory.chapters, ...(memory.ready || [])].filter(Boolean)) {
         seqs.push(it.first_seq, it.last_seq);
     }
     if (!seqs.length) {

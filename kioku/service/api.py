@@ -106,6 +106,11 @@ class MemoryOut(BaseModel):
     key_lines: list[dict[str, Any]]
     raw_start: int
     memory_version: int
+    ready: list[ItemOut] = Field(
+        default_factory=list,
+        description="Items written and waiting for their fold (a synopsis waits for the next "
+        "chapter's, so the two share one cache break).",
+    )
 
 
 class NotesIn(BaseModel):
@@ -282,7 +287,8 @@ def message_versions(
 def memory(request: Request, tenant: Tenant, conversation_id: ConversationId) -> MemoryOut:
     conv = _conversation(request, tenant, conversation_id)
     info = conv.info()
-    active = conv.store.items(conv.id, "active")
+    both = conv.store.items(conv.id, "active", "ready")
+    active = [i for i in both if i.status == "active"]
     synopsis = next((i for i in active if i.kind == "synopsis"), None)
     chapters = [i for i in active if i.kind == "chapter"]
     ordered = ([synopsis] if synopsis else []) + chapters
@@ -302,6 +308,7 @@ def memory(request: Request, tenant: Tenant, conversation_id: ConversationId) ->
         key_lines=key_lines,
         raw_start=info.raw_start,
         memory_version=info.memory_version,
+        ready=[_item(i) for i in both if i.status == "ready"],
     )
 
 

@@ -15,7 +15,8 @@ marker. kioku keeps them as one system prompt, the prefix-cache base, except:
   as the chat grows (its default, *gradual push-out*, which the extension reports in
   `X-Kioku-Examples`), kioku keeps the examples the card had when the chat began
   (`pinned`): SillyTavern trims them to fit its own context size, which is not the window kioku
-  fits the prompt to, and each trim was a cache break.
+  fits the prompt to, and each trim was a cache break. It drops the lines that no longer fit
+  dialogue by dialogue, so the request's example lines are a subsequence of the stored ones.
 """
 
 from __future__ import annotations
@@ -94,8 +95,10 @@ def card_of(
 
 def pinned(stored: str | None, card: Card) -> str | None:
     """The card to keep while the client pushes its example dialogue out: the stored card,
-    when it is this card with more of the same examples than the request still has (the
-    request's examples are the start of the stored ones, or gone), else the request's card."""
+    when it is this card with more of the same examples than the request still has, else the
+    request's card. SillyTavern's push-out drops the example lines that no longer fit its
+    context, dialogue by dialogue (a later dialogue's first line may still fit), so the
+    request's example lines are a subsequence of the stored ones, never new ones."""
     new = card.text
     if not stored or new is None or stored == new:
         return new
@@ -117,8 +120,14 @@ def pinned(stored: str | None, card: Card) -> str | None:
         kept = stored[len(head) : len(stored) - len(tail)]
         if (
             len(kept) > len(shown)
-            and kept.startswith(shown)
+            and _subsequence(shown.split("\n"), kept.split("\n"))
             and any(f"\n{label}" in f"\n{kept}" for label in card.labels)
         ):
             return stored
     return new
+
+
+def _subsequence(part: Sequence[str], whole: Sequence[str]) -> bool:
+    """Whether `part`'s lines all appear in `whole`, in order (blank ones aside)."""
+    it = iter(line for line in whole if line.strip())
+    return all(any(line == w for w in it) for line in part if line.strip())
