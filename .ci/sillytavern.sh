@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real SillyTavern 1.12.6 for tests/test_sillytavern*.py: unpacks the unmodified snapshot in
 # ../shared/clients/, runs `npm install` and writes an offline config.yaml. The prepared tree is
-# cached under ~/.cache/kioku/sillytavern/<tarball sha>/, so a second run costs nothing (npm's own cache, ~/.npm, also makes a fresh install quick).
+# cached under ~/.cache/kioku/sillytavern/<tarball sha>/, so a second run costs nothing (npm's
+# own cache, ~/.npm, also makes a fresh install quick).
 # Prints the folder on stdout (the test reads it from $KIOKU_SILLYTAVERN):
 #
 #     export KIOKU_SILLYTAVERN="$(bash .ci/sillytavern.sh)"
