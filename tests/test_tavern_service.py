@@ -443,3 +443,18 @@ def test_a_whole_chat_sync_keeps_the_images_it_does_not_carry(service: Harness) 
     key = service.store.find_conversation("acme", "tv-image").id
     [looked] = service.store.entries(key, 1, 1)
     assert [p.kind for p in looked.message.parts] == ["text", "image"]
+
+
+def test_the_ablation_keeps_the_card_as_sent(tmp_path: Any) -> None:
+    """`kioku serve --card-as-sent`: the marked parts stay in the card, each change counted."""
+    with support.running(f"sqlite:///{tmp_path / 'k.db'}", card_as_sent=True) as h:
+        chat: list[dict[str, Any]] = [{"role": "assistant", "content": GREETING}]
+        for i in range(2):
+            chat.append({"role": "user", "content": support.words(i)})
+            wi = {"role": "system", "content": f"[lore entry {i}]"}
+            r = post(h, [*card(wi), *chat], headers("tv-as-sent", **{"X-Kioku-Volatile": "1"}))
+            chat.append(
+                {"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]}
+            )
+        assert "[lore entry 1]" in h.up.chats()[-1]["messages"][0]["content"]
+        assert h.store.counters("tv-as-sent")["card_changes"] == 1
