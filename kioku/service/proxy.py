@@ -44,7 +44,7 @@ from kioku.ids import is_valid_id, key_for
 from kioku.messages import LogEntry
 from kioku.models import Completion
 from kioku.service import generation as gen
-from kioku.service.chat_request import ChatBody, Split, split_messages
+from kioku.service.chat_request import ChatBody, split_messages
 from kioku.service.chat_turn import Request, Turn, finish_turn, start_side, start_turn
 from kioku.service.conventions import check_headers, header_text, speakers_of, volatile_of
 from kioku.service.metrics import prefix_reuse
@@ -70,7 +70,7 @@ EXAMPLES_HEADER = "x-kioku-examples"
 PARENT_HEADER = "x-kioku-parent"
 
 
-def upstream_body(body: ChatBody, turn: Turn, split: Split, reserve: int) -> dict[str, Any]:
+def upstream_body(body: ChatBody, turn: Turn, reserve: int) -> dict[str, Any]:
     data = body.model_dump(exclude_none=True, exclude={"messages", "user", "stream"})
     if "stream" in body.model_fields_set and not body.stream:
         data["stream"] = False  # as the client wrote it (LangChain, LlamaIndex do)
@@ -172,7 +172,7 @@ async def chat(
     character = req.character
     if side:
         turn = await run_in_threadpool(start_side, svc, tenant, cid, split, character, started)
-        return await _run(svc, body, tenant, None, turn, split)
+        return await _run(svc, body, tenant, None, turn)
     request = name_request(
         header_text(headers.get(IDEMPOTENCY_HEADER)),
         raw,
@@ -193,7 +193,7 @@ async def chat(
         held = await svc.gate.enter(slot, tenant, cid, request, arrived, then=begin)
         if not isinstance(held, Replay):
             try:
-                return await _run(svc, body, tenant, held, held.value, split)
+                return await _run(svc, body, tenant, held, held.value)
             except BaseException:
                 held.finish_soon()  # nothing if the turn already ended (or a stream took it)
                 raise
@@ -202,7 +202,7 @@ async def chat(
 
 
 async def _run(
-    svc: Service, body: ChatBody, tenant: str, ticket: Ticket | None, turn: Turn, split: Split
+    svc: Service, body: ChatBody, tenant: str, ticket: Ticket | None, turn: Turn
 ) -> Response:
     """The turn, holding its ticket (its message stored, its prompt built; a side request has
     none): upstream, commit the reply, respond."""
@@ -212,7 +212,7 @@ async def _run(
         slot.last_prompt = turn.prompt.messages
         svc.metrics.prefix_reuse.observe(tenant, reuse)
     svc.metrics.prompt_tokens.observe(tenant, turn.prompt.tokens)
-    data = upstream_body(body, turn, split, svc.profile.response_reserve)
+    data = upstream_body(body, turn, svc.profile.response_reserve)
     if body.stream:
         return await _stream(svc, turn, data, ticket)
     p = svc.profile
