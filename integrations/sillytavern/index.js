@@ -31,6 +31,7 @@ const MODULE = 'kioku';
 const DEFAULTS = { enabled: true, url: '', key: '' };
 const POLL_MS = 4000;
 const SYNC_DELAY_MS = 400;
+const API_TIMEOUT_MS = 20000;
 const EXAMPLES = { normal: 'gradual', keep: 'always', strip: 'never' }; // SillyTavern's names
 
 let pendingType = null; // the generation SillyTavern started and has not sent yet
@@ -206,6 +207,8 @@ async function api(path, options = {}) {
     const response = await fetch(`${url}${path}`, {
         ...options,
         headers: { Authorization: `Bearer ${settings().key}`, ...(options.headers || {}) },
+        // a generation waits for the chat's identity (a rename): never for long
+        signal: globalThis.AbortSignal?.timeout ? AbortSignal.timeout(API_TIMEOUT_MS) : undefined,
     });
     if (response.status === 404) {
         return null;
