@@ -208,7 +208,8 @@ async function api(path, options = {}) {
         ...options,
         headers: { Authorization: `Bearer ${settings().key}`, ...(options.headers || {}) },
         // a generation waits for the chat's identity (a rename): never for long
-        signal: globalThis.AbortSignal?.timeout ? AbortSignal.timeout(API_TIMEOUT_MS) : undefined,
+        signal: globalThis.AbortSignal?.timeout
+            ? AbortSignal.timeout(options.timeout ?? API_TIMEOUT_MS) : undefined,
     });
     if (response.status === 404) {
         return null;
@@ -377,7 +378,8 @@ async function cut() {
     }
     $('#kioku_status').text('Cutting: summarizing everything not yet in memory…');
     await act('#kioku_cut', 'cut', async () => {
-        const done = await api(path, { method: 'POST' });
+        // a cut summarizes now, on the chronicler's model: as long as that takes
+        const done = await api(path, { method: 'POST', timeout: 30 * 60 * 1000 });
         return done ? done.reasons.join('; ') : 'nothing to cut';
     });
 }
