@@ -44,6 +44,7 @@ from kioku.budget import (
     template_of,
     usable,
 )
+from kioku.client_parts import NO_PARTS, ClientParts, place
 from kioku.errors import ContextOverflow, MessageTooLarge
 from kioku.inert import mark, unmarked_message
 from kioku.memory import Memory, render_memory
@@ -204,6 +205,8 @@ class Plan:
     kept: Extras | None = None  # this message's extras, when it was answered before
     new_line: str = ""  # the new message's date line
     asks: bool = False  # the new message asks something: recall may use the room left
+    chat_start: int = 0  # where the raw window starts in `head`
+    client: ClientParts = NO_PARTS  # what the client adds around the chat, placed at `finish`
 
     @property
     def recall_ratio(self) -> float:
@@ -270,8 +273,10 @@ def plan(
     memory_version: int = 0,
     memory_in_system: bool = False,
     margin: float | None = None,
+    client: ClientParts = NO_PARTS,
 ) -> Plan:
-    """Measure everything but this turn's additions. `margin`: the share of the budget kept
+    """Measure everything but this turn's additions (the client's own parts, `client`, are
+    measured with the fixed part: they are sent as they came). `margin`: the share of the budget kept
     back for counting error (`budget.Margin`; by default none for an exact counter, 4 % for an
     estimate). `raw` is the raw window before the new
     message, oldest first. Raises `ContextOverflow` when even that does not fit: the policy
@@ -303,6 +308,7 @@ def plan(
         user_text, ack = render_memory(memory, lang)
         head += [ChatMessage("user", user_text), ChatMessage("assistant", ack)]
         mem_t = counter.count(user_text) + counter.count(ack)
+    chat_start = len(head)
     raw_t = carried = 0
     visible: set[int] = set()
     told: set[str] = set()
@@ -328,6 +334,8 @@ def plan(
         "new": new_t,
         "template": tmpl.messages(len(head) + 1),
     }
+    if client:
+        parts["client"] = client.tokens(counter, tmpl.per_message)
     p = Plan(
         head=tuple(head),
         new=new,
@@ -345,6 +353,8 @@ def plan(
         kept=extras_of(new),
         new_line=new_line,
         asks=asks_something(new),
+        chat_start=chat_start,
+        client=client,
     )
     if p.room < 0:
         raise _overflow(p, sys_t, mem_t, raw_t + carried, new_t)
@@ -353,14 +363,15 @@ def plan(
 
 def _overflow(p: Plan, sys_t: int, mem_t: int, raw_t: int, new_t: int) -> ContextOverflow:
     """What does not fit, naming its true cause: the raw window (which the engine folds and
-    asks again), or, when even no raw window would fit, memory or the card (kioku's state, never
-    the user's message, which `MessageTooLarge` checked alone)."""
+    asks again) or the request's own parts, or, when even no raw window would fit, memory or the
+    card (kioku's state, never the user's message, which `MessageTooLarge` checked alone)."""
     pr = p.profile
+    client_t = p.parts.get("client", 0)
     sizes = (
         f"system {sys_t}, memory {mem_t}, raw {raw_t} in {p.raw_messages} messages, new "
-        f"message {new_t}"
+        f"message {new_t}, the client's own parts {client_t}"
     )
-    if p.fixed - raw_t <= p.budget:
+    if p.fixed - raw_t - client_t <= p.budget:
         return ContextOverflow(
             f"the prompt needs {p.fixed} tokens but {p.budget} fit beside the response reserve "
             f"({pr.response_reserve} of a {pr.window}-token window): {sizes}; the raw window "
@@ -442,7 +453,8 @@ def finish(
                 once_tokens=got_r if p.asks else 0,
                 once_recalled=ranges if p.asks else (),
             )
-    messages = (*p.head, entry_message(p.new, extras, p.new_line, answering=True))
+    chat = (*p.head[p.chat_start :], entry_message(p.new, extras, p.new_line, answering=True))
+    messages = (*p.head[: p.chat_start], *place(chat, p.client))
     parts = dict(p.parts)
     if extras is not None and p.kept is not None:
         # shown before: the same tokens again
@@ -515,6 +527,7 @@ def build(
     memory_version: int = 0,
     memory_in_system: bool = False,
     margin: float | None = None,
+    client: ClientParts = NO_PARTS,
 ) -> Prompt:
     """`plan` and `finish` in one call, for callers that already hold their recollections."""
     p = plan(
@@ -528,5 +541,6 @@ def build(
         memory_version=memory_version,
         memory_in_system=memory_in_system,
         margin=margin,
+        client=client,
     )
     return finish(p, counter, recollections, instructions)

@@ -46,6 +46,7 @@ from kioku.errors import (
     MessageTooLarge,
     ModelError,
     ModelTimeout,
+    NameTaken,
     NotFound,
     NotJSON,
     RequestTooLarge,
@@ -61,6 +62,7 @@ from kioku.profiles import Profile
 from kioku.service import proxy
 from kioku.service.api import router as api_router
 from kioku.service.auth import tenant_of
+from kioku.service.client_api import router as client_router
 from kioku.service.console_api import router as console_router
 from kioku.service.conventions import COMPLETIONS_REFUSED
 from kioku.service.keys import KeyRing
@@ -208,6 +210,8 @@ def kioku_error(e: KiokuError) -> JSONResponse:
         status, kind, code = 403, "permission_error", "insufficient_scope"
     elif isinstance(e, SyncConflict):
         status, kind, code = 409, "conflict_error", "transcript_conflict"
+    elif isinstance(e, NameTaken):
+        status, kind, code = 409, "conflict_error", "name_taken"
     elif isinstance(e, ContextOverflow) and e.cause != "raw":
         # kioku's memory (or the card) is what does not fit: not the request's fault
         status, kind, code = 503, "server_error", "memory_over_budget"
@@ -404,6 +408,7 @@ def create_app(
     app.include_router(api_router)
     app.include_router(console_router)
     app.include_router(status_router)
+    app.include_router(client_router)
     if settings.cors_origins:
         # a front end's page (SillyTavern with the kioku extension) reads memory and presses cut
         app.add_middleware(
