@@ -84,6 +84,17 @@ def test_a_key_may_do_what_its_scopes_say_and_nothing_else(
     assert {n for n, status in got.items() if status == 403} == set(ASKS) - allowed, got
 
 
+def test_a_chat_clients_own_chat_actions_need_chat_and_memorys_need_operator() -> None:
+    from kioku.service.auth import scope_of
+
+    assert scope_of("POST", "/v1/conversations/mika/sync") == "chat"
+    assert scope_of("POST", "/v1/conversations/mika/rename") == "chat"
+    assert scope_of("POST", "/v1/conversations/mika/summarize") == "operator"
+    assert scope_of("POST", "/v1/conversations/mika/memory/3/resummarize") == "operator"
+    assert scope_of("POST", "/v1/conversations/sync/cut") == "operator"  # a chat named "sync"
+    assert scope_of("GET", "/v1/conversations/mika/positions") == "read"
+
+
 def test_keys_create_takes_scopes_and_keys_list_shows_them(tmp_path: Path) -> None:
     from kioku.cli import app, register_extensions
 

@@ -2,9 +2,10 @@
 its scopes say what it may do there (`kioku.service.keys`).
 
 The scope a request needs follows from what it is, so every route is covered without naming
-it: the proxy (`/v1/chat/completions`, `/v1/models`) needs `chat`; reading (GET) needs `read`;
-anything that changes memory (PUT, POST, DELETE under `/v1/conversations`: notes, a corrected
-line, a cut) needs `operator`.
+it: the proxy (`/v1/chat/completions`, `/v1/models`) and what a chat client does to its own chat
+beside it (`…/sync` its whole transcript after an edit, `…/rename`) need `chat`; reading (GET)
+needs `read`; anything else that changes memory (PUT, POST, DELETE under `/v1/conversations`:
+notes, a corrected line, a cut, summarize now) needs `operator`.
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ bearer = HTTPBearer(
 )
 
 CHAT_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
+CHAT_ACTIONS = ("/sync", "/rename")  # a client's own chat, under /v1/conversations/{id}
 READING = ("GET", "HEAD", "OPTIONS")
 
 
 def scope_of(method: str, path: str) -> str:
     """The scope a request needs."""
     if path.startswith(CHAT_PATHS):
+        return "chat"
+    if path.startswith("/v1/conversations/") and path.endswith(CHAT_ACTIONS):
         return "chat"
     return "read" if method.upper() in READING else "operator"
 
