@@ -38,7 +38,7 @@ from typing import Any
 from kioku.generations import STAND_IN, chunks
 from kioku.memory import ItemKind, Memory, MemoryItem
 from kioku.profiles import Profile
-from kioku.queue import JobKind
+from kioku.store.jobs import JobKind
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from kioku.archive import (
 from kioku.messages import LogEntry
 from kioku.recollection import RecalledLine, Recollection
 from kioku.store import Store
-from kioku.store_recall import StoredSegment
+from kioku.store.segments import StoredSegment
 from kioku.tokens import TokenCounter
 
 DEFAULT_SEGMENT_SIZE = 512  # messages per persisted segment

@@ -33,7 +33,7 @@ from kioku.profiles import DEFAULT_IMAGE_TOKENS, Profile
 from kioku.protocol import message_tokens
 from kioku.rendering import render_story
 from kioku.store import Job, Store
-from kioku.store_edits import ChangeKind, Revised, Rewrite
+from kioku.store.edits import ChangeKind, Revised, Rewrite
 from kioku.structure import is_structured, record_from_data
 from kioku.summarizer import SummaryTask
 from kioku.tokens import ScriptEstimator, TokenCounter

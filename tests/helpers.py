@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from sqlalchemy import insert
 
-from kioku import schema as s
 from kioku.errors import ModelUnavailable
 from kioku.store import Store
+from kioku.store import schema as s
 from kioku.summarizer import ExtractiveSummarizer, Summary, SummaryTask
 from kioku.tokens import ScriptEstimator
 

@@ -409,8 +409,8 @@ def test_help_and_error_paths_import_no_database_or_http_stack(args: list[str]) 
 
 
 def test_the_worker_command_repeats_the_queue_lease() -> None:
-    from kioku.queue import DEFAULT_LEASE_S
     from kioku.service import worker_cli
+    from kioku.store.jobs import DEFAULT_LEASE_S
 
     assert worker_cli.DEFAULT_LEASE_S == DEFAULT_LEASE_S
 

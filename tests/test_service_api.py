@@ -297,8 +297,8 @@ def test_keys_commands(tmp_path: Path) -> None:
 def test_keys_are_hashed_at_rest(tmp_path: Path) -> None:
     from sqlalchemy import select
 
-    from kioku import schema as s
     from kioku.service.keys import create_key
+    from kioku.store import schema as s
 
     store = Store.open(f"sqlite:///{tmp_path / 'k.db'}")
     _, key = create_key(store, "acme")

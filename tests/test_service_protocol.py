@@ -19,7 +19,6 @@ import openai
 import pytest
 from sqlalchemy import select
 
-from kioku import schema as s
 from kioku.alternation import alternate
 from kioku.client import server_message
 from kioku.config import Settings
@@ -29,6 +28,7 @@ from kioku.service.app import create_app
 from kioku.service.keys import create_key
 from kioku.service.loopback import FakeUpstream, ServerThread, default_reply
 from kioku.store import Store
+from kioku.store import schema as s
 from tests.llama import llama_server
 from tests.test_service_support import SERVICE_PROFILE, Harness, words
 

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import delete, select
 
-from kioku import schema as s
 from kioku.errors import InputError, LeaseLost, NotFound, StoreError
 from kioku.memory import MemoryItem
 from kioku.messages import Message, Part
 from kioku.store import Store
+from kioku.store import schema as s
 from tests.helpers import store_unchecked_conversation
 from tests.pg import BACKENDS, backend_url
 
@@ -69,7 +69,7 @@ def test_concurrent_appends_never_duplicate_or_skip_a_seq(store: Store) -> None:
 
 
 def test_migrations_are_recorded_and_not_rerun(db_url: str) -> None:
-    from kioku import schema
+    from kioku.store import schema
 
     first = Store.open(db_url)
     second = Store.open(db_url)
@@ -183,7 +183,7 @@ def test_processes_starting_together_migrate_once(db_url: str) -> None:
     assert [p.returncode for p in procs] == [0, 0, 0], errors
     st = Store.open(db_url)
     try:
-        from kioku import schema
+        from kioku.store import schema
 
         with st.engine.connect() as conn:
             names = [r.name for r in conn.execute(select(schema.migrations_table.c.name))]

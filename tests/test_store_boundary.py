@@ -1,5 +1,5 @@
-"""Every SQL statement lives in the store: `store.py`, its `store_*.py` bases, `db`, `schema`
-and `queue`. Anywhere else in kioku, SQLAlchemy, raw SQL or a connection of one's own fails."""
+"""Every SQL statement lives in the store, the folder `kioku/store/`. Anywhere else in kioku,
+SQLAlchemy, raw SQL or a connection of one's own fails."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import kioku
 
 PACKAGE = Path(kioku.__file__).parent
-STORE_MODULES = {"store.py", "db.py", "schema.py", "queue.py"}
+STORE = PACKAGE / "store"
 RAW_SQL = re.compile(
     r"\b(SELECT\s[\s\S]*\sFROM|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+TABLE"
     r"|PRAGMA\s)",
@@ -37,11 +37,7 @@ def sql_in(source: str) -> list[str]:
 
 
 def outside_store() -> list[Path]:
-    return [
-        p
-        for p in sorted(PACKAGE.rglob("*.py"))
-        if not (p.parent == PACKAGE and (p.name in STORE_MODULES or p.name.startswith("store_")))
-    ]
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if STORE not in p.parents]
 
 
 def test_no_sql_outside_the_store() -> None:

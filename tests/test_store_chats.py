@@ -16,7 +16,7 @@ from kioku.memory import MemoryItem, coverage_gaps
 from kioku.messages import Message
 from kioku.notes import NoteDraft
 from kioku.store import Store
-from kioku.store_edits import Rewrite
+from kioku.store.edits import Rewrite
 from tests.pg import BACKENDS, backend_url
 
 

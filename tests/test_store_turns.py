@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kioku.store import Store
-from kioku.store_turns import IDEMPOTENCY_TTL_S
+from kioku.store.turns import IDEMPOTENCY_TTL_S
 from tests.pg import BACKENDS, backend_url
 
 

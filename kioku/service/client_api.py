@@ -3,7 +3,7 @@ extension does): rename a conversation, sync it with the client's whole chat, su
 re-summarize a chapter, and read seqs as the client numbers its messages.
 
 - **rename**: SillyTavern renames a chat file; the extension tells kioku, and the
-  conversation goes on under the new name with all it has (`store_chats`).
+  conversation goes on under the new name with all it has (`kioku.store.chats`).
 - **sync**: a stateless client resends only what fits its own context. An edit or a delete
   further back never reached kioku (issue 22: with SillyTavern's context at 1,500 tokens, the
   model kept reading a message the user had corrected). The extension sends the whole chat
@@ -41,7 +41,7 @@ from kioku.service.auth import tenant_of
 from kioku.service.chat_request import ChatMessageIn, split_messages
 from kioku.service.limits import StrictJSONRoute
 from kioku.service.turns import Replay, Ticket, name_request
-from kioku.store_turns import HeldTurn
+from kioku.store.turns import HeldTurn
 from kioku.sync import SyncPlan, apply, diff, log_tail
 
 if TYPE_CHECKING:

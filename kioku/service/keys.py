@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from kioku.errors import InputError
 from kioku.store import Store
-from kioku.store_keys import StoredKey
+from kioku.store.keys import StoredKey
 
 PREFIX = "kioku"
 _KEY = re.compile(r"^kioku_([0-9a-f]{12})_([A-Za-z0-9_-]{20,100})$")

@@ -56,7 +56,7 @@ from kioku.service.turns import (
     replay_response,
 )
 from kioku.service.upstream import StreamState, completions_of
-from kioku.store_turns import HeldTurn
+from kioku.store.turns import HeldTurn
 
 if TYPE_CHECKING:
     from kioku.service.app import Service

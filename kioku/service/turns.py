@@ -6,7 +6,7 @@ that conversation got 409 "would rewrite 11 stored messages": it was jammed.
 
 A turn (store what is new, call the model, store the reply) now holds the conversation's turn
 lock from its start to its end: an asyncio lock per conversation in this process (`Slot.lock`),
-and across processes the store's lock (`kioku.store_turns`: an advisory lock on PostgreSQL, a lock
+and across processes the store's lock (`kioku.store.turns`: an advisory lock on PostgreSQL, a lock
 row on SQLite). Every request is named:
 
 - `Idempotency-Key: K` names it by K (per tenant, kept 24 h): K again gets the same reply, also
@@ -41,7 +41,7 @@ from kioku.messages import LogEntry
 from kioku.owners import may_be_alive, new_owner
 from kioku.protocol import chat_message
 from kioku.store import Store
-from kioku.store_turns import DEFAULT_TURN_LEASE_S, HeldTurn, TurnState
+from kioku.store.turns import DEFAULT_TURN_LEASE_S, HeldTurn, TurnState
 
 if TYPE_CHECKING:
     from kioku.service.app import Slot

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the command line imports the database stack only when a com
     from kioku.worker import JobOutcome, Worker
 
 DEFAULT_POLL_S = 1.0
-DEFAULT_LEASE_S = 30.0  # kioku.queue.DEFAULT_LEASE_S, repeated so `--help` stays light
+DEFAULT_LEASE_S = 30.0  # kioku.store.jobs.DEFAULT_LEASE_S, repeated so `--help` stays light
 
 Say = Callable[[str], None]
 

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy import delete, insert, select
 
-from kioku import schema as s
-from kioku.db import Database
 from kioku.messages import Message, parts_from_json
+from kioku.store import schema as s
+from kioku.store.db import Database
 
 
 class ProtocolParts(Database):

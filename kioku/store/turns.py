@@ -6,7 +6,7 @@ reply twice nor interleave with another turn:
 
 - PostgreSQL: a session advisory lock, held on a connection of its own for the whole turn. A
   process that dies drops its connection and, with it, the lock. Its key is 64 bits of a hash of
-  tenant and conversation (`kioku.db.lock_key`), so two conversations of any tenants never share
+  tenant and conversation (`kioku.store.db.lock_key`), so two conversations of any tenants never share
   a lock (a 32-bit `hashtext` made one tenant's turns wait for another's).
 - SQLite (one host): the `turn_locks` row is the lock. Its owner (host, pid, a token per
   process) holds it until a lease that the turn renews; a lock whose owner is dead (no such
@@ -37,8 +37,8 @@ from sqlalchemy import (
     update,
 )
 
-from kioku import schema as s
-from kioku.db import Database, lock_key
+from kioku.store import schema as s
+from kioku.store.db import Database, lock_key
 
 DEFAULT_TURN_LEASE_S = 30.0
 IDEMPOTENCY_TTL_S = 24 * 3600.0

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import delete, insert, select
 
-from kioku import schema as s
-from kioku.db import Database
+from kioku.store import schema as s
+from kioku.store.db import Database
 
 
 @dataclass(frozen=True)

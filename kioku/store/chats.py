@@ -23,10 +23,10 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
-from kioku import schema as s
-from kioku.db import Database, new_id
 from kioku.errors import FoldRefused, NameTaken, NotFound
 from kioku.memory import MemoryItem, coverage_gaps
+from kioku.store import schema as s
+from kioku.store.db import Database, new_id
 
 
 class ClientChats(Database):

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import and_, func, or_, select
 
-from kioku import schema as s
-from kioku.db import Database
+from kioku.store import schema as s
+from kioku.store.db import Database
 
 
 @dataclass(frozen=True)

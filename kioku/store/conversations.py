@@ -1,15 +1,9 @@
-"""The append-only log and memory items, on SQLite or PostgreSQL.
-
-The store is the only code that talks to the database: this module and its bases, one concept
-each — `db.Database` (engine, transactions), `queue.JobQueue` (summary jobs), `store_edits`
-(edited messages), `store_notes` (the notes ledger), `store_recall` (the archive index's
-segments), `store_keys` (API keys), `store_log` (the compaction log, counters), `store_protocol`
-(media blobs, a reply's other choices), `store_listing` (conversations a page at a time),
-`store_chats` (a rename, a branch's start). Messages get a gap-free `seq` per conversation inside
-the transaction that stores them; nothing here ever deletes a message. A fold (apply memory, move
-the raw-window start) is one transaction, so a crash leaves either the old memory state or the
-new one, never half of each; `with store.atomic():` around several methods makes them one
-transaction.
+"""Conversations, their append-only log of messages and their memory items: the `Store` every
+caller holds, made of the tables' classes beside it (`kioku.store`'s docstring lists them).
+Messages get a gap-free `seq` per conversation inside the transaction that stores them; nothing
+here ever deletes a message. A fold (apply memory, move the raw-window start) is one transaction,
+so a crash leaves either the old memory state or the new one, never half of each; `with
+store.atomic():` around several methods makes them one transaction.
 """
 
 from __future__ import annotations
@@ -31,31 +25,22 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import BindParameter
 
-from kioku import schema as s
-from kioku.db import DEFAULT_URL, make_engine, new_id
 from kioku.errors import FoldRefused, NotFound, StoreError
 from kioku.ids import check_id
 from kioku.memory import ItemStatus, MemoryItem, coverage_gaps
 from kioku.messages import LogEntry, Message, parts_from_json
-from kioku.queue import DEFAULT_LEASE_S, Job, JobQueue
-from kioku.store_chats import ClientChats
-from kioku.store_edits import MessageEdits
-from kioku.store_keys import ApiKeys
-from kioku.store_listing import ConversationListing
-from kioku.store_log import EventLog
-from kioku.store_notes import NotesLedger
-from kioku.store_protocol import ProtocolParts
-from kioku.store_recall import RecallSegments
-from kioku.store_turns import TurnLocks
-
-__all__ = [
-    "DEFAULT_LEASE_S",
-    "DEFAULT_URL",
-    "ConversationInfo",
-    "Job",
-    "Store",
-    "make_engine",
-]
+from kioku.store import schema as s
+from kioku.store.blobs import ProtocolParts
+from kioku.store.chats import ClientChats
+from kioku.store.db import new_id
+from kioku.store.edits import MessageEdits
+from kioku.store.events import EventLog
+from kioku.store.jobs import JobQueue
+from kioku.store.keys import ApiKeys
+from kioku.store.ledger import NotesLedger
+from kioku.store.listing import ConversationListing
+from kioku.store.segments import RecallSegments
+from kioku.store.turns import TurnLocks
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, bindparam, insert, select, update
 
-from kioku import schema as s
-from kioku.db import Database
 from kioku.errors import NotFound
 from kioku.messages import LogEntry, Message, parts_from_json
+from kioku.store import schema as s
+from kioku.store.db import Database
 
 ChangeKind = Literal["edit", "delete", "regenerate", "continue"]  # continue: issue 12
 

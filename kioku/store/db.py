@@ -28,9 +28,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
-from kioku import schema as s
 from kioku.dburl import check_sqlite_path, database_url, sqlite_path
 from kioku.errors import InputError, KiokuError, StoreError
+from kioku.store import schema as s
 
 DEFAULT_URL = "sqlite:///kioku.db"
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select
 
-from kioku import schema as s
-from kioku.db import Database
+from kioku.store import schema as s
+from kioku.store.db import Database
 
 _INSERT_LOG = insert(s.compaction_log)  # the values come as parameters: compiled once
 

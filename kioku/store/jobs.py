@@ -20,10 +20,10 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, and_, bindparam, case, exists, insert, or_, select, text, update
 
-from kioku import schema as s
-from kioku.db import Database, lock_key, new_id
 from kioku.errors import LeaseLost
 from kioku.memory import MemoryItem
+from kioku.store import schema as s
+from kioku.store.db import Database, lock_key, new_id
 
 # chapter: a raw range; synopsis: a major GC; rolling: the rolling baseline's rewrite;
 # revision: the re-summary of an item a client's edit made stale

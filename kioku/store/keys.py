@@ -11,9 +11,9 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
-from kioku import schema as s
-from kioku.db import Database
 from kioku.errors import NotFound
+from kioku.store import schema as s
+from kioku.store.db import Database
 
 
 @dataclass(frozen=True)

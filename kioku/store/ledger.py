@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import func, insert, select
 
-from kioku import schema as s
-from kioku.db import Database, new_id
 from kioku.notes import Author, Note, NoteDraft
+from kioku.store import schema as s
+from kioku.store.db import Database, new_id
 
 
 def _note(r: Any, facts: Any = None, mentions: tuple[int, int | None] | None = None) -> Note:
