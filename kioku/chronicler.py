@@ -29,10 +29,11 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
-from kioku.corrections import apply_edits, edits_of
+from kioku.corrections import edits_of
 from kioku.errors import BadSummary
 from kioku.memory import MemoryItem
 from kioku.models import ChatMessage, ChatModel, ChatRequest, Completion
+from kioku.operator_edits import apply_edits
 from kioku.prompts import PromptTemplate, resolve_lang, template
 from kioku.rendering import render_record, render_threads
 from kioku.structure import (

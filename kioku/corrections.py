@@ -20,46 +20,23 @@ line replaces the line it corrected or, when the new summary no longer has it, i
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from kioku.errors import InputError, NotFound
 from kioku.memory import MemoryItem
+from kioku.operator_edits import OPERATOR_EDITS, apply_edits, edits_in
 from kioku.rendering import render_story
 from kioku.store import Store
 from kioku.structure import is_structured, record_from_data
 from kioku.tokens import TokenCounter
 
-OPERATOR_EDITS = "operator_edits"
 MAX_LINE_CHARS = 2000
-
-Edit = Mapping[str, Any]
 
 
 def edits_of(item: MemoryItem) -> list[dict[str, Any]]:
     """The operator's edits an item carries, oldest first."""
-    return [dict(e) for e in (item.data or {}).get(OPERATOR_EDITS) or []]
-
-
-def apply_edits(text: str, edits: Sequence[Edit]) -> str:
-    """`text` with each edit applied in order: the line it names is replaced or removed; a
-    corrected line whose original is gone is kept at the end (the operator's edit wins)."""
-    lines = text.split("\n")
-    for e in edits:
-        target = str(e["line"]).strip()
-        at = next((i for i, ln in enumerate(lines) if ln.strip() == target), None)
-        new = e.get("text")
-        if at is None:
-            if new:
-                lines.append(str(new))
-            continue
-        if new is None:
-            del lines[at]
-        else:
-            indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
-            lines[at] = indent + str(new)
-    return "\n".join(lines)
+    return edits_in(item.data)
 
 
 def rendered_story(item: MemoryItem, lang: str) -> str:

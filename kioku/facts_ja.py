@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kioku import morph
-from kioku.facts import Fact, Speech, slot_for_object
+from kioku.fact import Fact, Speech, slot_for_object
 from kioku.morph import Word, wordset
 from kioku.relative_dates import resolve
 from kioku.salience import is_question

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from kioku.dates import day_text
 from kioku.inert import inert, mark
+from kioku.operator_edits import apply_edits, edits_in
 from kioku.rendering import render_labels, render_story, render_threads, render_user
 from kioku.structure import UserFact, is_structured, merge_threads, record_from_data
 
@@ -157,11 +158,10 @@ def render_memory(memory: Memory, lang: str = "en") -> tuple[str, str]:
             return inert(item.text.strip())
         record = record_from_data(item.data)
         facts.extend(record.user_facts)
-        if item.data.get("operator_edits"):
-            from kioku.corrections import rendered_story
-
-            return inert(rendered_story(item, lang))  # an operator corrected it: the edits win
-        return inert(render_story(record, lang).strip())
+        story = render_story(record, lang).strip()
+        if edits := edits_in(item.data):
+            story = apply_edits(story, edits)  # an operator corrected it: the edits win
+        return inert(story)
 
     def heading(text: str) -> str:
         return f"## {mark(text)}"

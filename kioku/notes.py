@@ -12,7 +12,6 @@ subject and kind no longer show: the person wins over the extractor.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import re
@@ -20,15 +19,16 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from kioku.attribution import said_in
-from kioku.dates import date_line, day_text
+from kioku.dates import date_line
 from kioku.errors import BadNotes, InputError
 from kioku.facts import Fact, facts_in
 from kioku.inert import indented, inert, mark, one_line
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, ChatModel, ChatRequest
+from kioku.note import NOTE_KINDS, Author, EditResult, Note, NoteDraft, norm
 from kioku.relative_dates import resolve
 from kioku.sensitive import looks_secret, withheld
 from kioku.tokens import TokenCounter
@@ -36,77 +36,8 @@ from kioku.tokens import TokenCounter
 if TYPE_CHECKING:
     from kioku.store import Store
 
-NOTE_KINDS: tuple[str, ...] = (
-    "name",
-    "relation",
-    "anniversary",
-    "promise",
-    "preference",
-    "habit",
-    "fact",
-)  # also the order in which notes are kept when the budget is short
-Author = Literal["extractor", "operator"]
 NOTES_PROMPT_VERSION = "notes-2"
 HEURISTIC_VERSION = "notes-heuristic-2"
-
-
-@dataclass(frozen=True)
-class NoteDraft:
-    """A fact an extractor proposes, before it has a place in the ledger."""
-
-    subject: str
-    kind: str
-    text: str
-    source_seq: int | None = None
-    supersedes: int | None = None
-    said_by: str = ""  # who said it (the subject is whom it is about)
-    on_date: str | None = None  # ISO date of what it records
-    slot: str = ""  # a newer fact in the same slot (and subject, kind) supersedes the older
-
-
-@dataclass(frozen=True)
-class Note:
-    """One ledger entry. A retraction (`retracted`) is an entry too: it hides what it supersedes."""
-
-    id: int
-    subject: str
-    kind: str
-    text: str
-    author: Author = "extractor"
-    source_seq: int | None = None
-    supersedes: int | None = None
-    retracted: bool = False
-    origin: str = ""
-    created_at: float = 0.0
-    said_by: str = ""
-    on_date: str | None = None
-    slot: str = ""
-    mentions: int = 1  # how many messages stated it, across the whole conversation
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (_norm(self.subject).casefold(), self.kind)
-
-    def line(self) -> str:
-        return f"- [{self.kind}] {self.subject}: {self.text}"
-
-    def shown(self, lang: str = "en") -> str:
-        """The line the memory exchange shows: with the date of what it records, and who said
-        it when that is not the person it is about."""
-        extra = []
-        if self.on_date and not re.search(r"\d{4}", self.text):  # a dated fact says it already
-            with contextlib.suppress(ValueError):
-                extra.append(day_text(date.fromisoformat(self.on_date), lang))
-        if self.said_by and self.said_by.casefold() != _norm(self.subject).casefold():
-            extra.append(SAID_BY.get(lang, SAID_BY["en"]).format(self.said_by))
-        return self.line() + (f" ({', '.join(extra)})" if extra else "")
-
-
-SAID_BY = {"en": "said by {}", "ja": "{}の話", "zh": "{}说"}
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip()
 
 
 def current_notes(ledger: Iterable[Note]) -> list[Note]:
@@ -147,7 +78,7 @@ def notes(store: Store, conversation_id: str) -> list[Note]:
 def _check(draft: NoteDraft) -> None:
     if draft.kind not in NOTE_KINDS:
         raise InputError(f"unknown note kind {draft.kind!r}; use one of {', '.join(NOTE_KINDS)}")
-    if not _norm(draft.subject) or ":" in draft.subject or "\n" in draft.text:
+    if not norm(draft.subject) or ":" in draft.subject or "\n" in draft.text:
         raise InputError(f"a note needs a subject without ':' and one line of text: {draft}")
 
 
@@ -159,7 +90,7 @@ def _insert(
     origin: str,
     retracted: bool = False,
 ) -> int:
-    draft = NoteDraft(_norm(d.subject), d.kind, _norm(d.text), d.source_seq, d.supersedes)
+    draft = NoteDraft(norm(d.subject), d.kind, norm(d.text), d.source_seq, d.supersedes)
     return store.add_note(conversation_id, draft, author=author, origin=origin, retracted=retracted)
 
 
@@ -189,12 +120,12 @@ def add_notes(
         _check(d)
     with store.atomic():
         in_force = current_notes(store.note_ledger(conversation_id))
-        have = {(n.key, _norm(n.text).casefold()): n.id for n in in_force}
+        have = {(n.key, norm(n.text).casefold()): n.id for n in in_force}
         slots = {(n.key, n.slot): n.id for n in in_force if n.slot}
         ids = []
         for d in drafts:
-            key = (_norm(d.subject).casefold(), d.kind)
-            sig = (key, _norm(d.text).casefold())
+            key = (norm(d.subject).casefold(), d.kind)
+            sig = (key, norm(d.text).casefold())
             if sig in have:
                 store.add_note_mention(conversation_id, have[sig], d.source_seq)
                 continue
@@ -306,20 +237,13 @@ def parse_lines(text: str) -> list[NoteDraft]:
         m = _LINE.match(raw)
         if m is None:
             raise InputError(f"line {n} is not `- [kind] subject: text`: {raw.strip()!r}")
-        d = NoteDraft(_norm(m["subject"]), m["kind"].casefold(), _norm(m["text"]))
+        d = NoteDraft(norm(m["subject"]), m["kind"].casefold(), norm(m["text"]))
         try:
             _check(d)
         except InputError as e:
             raise InputError(f"line {n}: {e}") from e
         out.append(d)
     return out
-
-
-@dataclass(frozen=True)
-class EditResult:
-    added: tuple[int, ...] = ()
-    changed: tuple[int, ...] = ()
-    retracted: tuple[int, ...] = ()
 
 
 def apply_edit(
@@ -341,7 +265,7 @@ def apply_edit(
         )
 
         def sig(d: NoteDraft | Note) -> tuple[str, str, str]:
-            return (d.kind, _norm(d.subject).casefold(), _norm(d.text).casefold())
+            return (d.kind, norm(d.subject).casefold(), norm(d.text).casefold())
 
         removed = list((Counter(map(sig, old)) - Counter(map(sig, new))).elements())
         first_of = {sig(d): d for d in reversed(new)}
@@ -494,9 +418,9 @@ class NotesExtractor:
             if not said_in(fact, resolve(m.text, m.at, self.lang), self.lang, subject):
                 continue  # not what that message says: never its author's (`kioku.attribution`)
             draft = NoteDraft(
-                _norm(subject).replace(":", " "),
+                norm(subject).replace(":", " "),
                 kind,
-                _norm(fact),
+                norm(fact),
                 seq,
                 sup,
                 said_by=m.author or m.role,

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kioku.generations import STAND_IN, chunks
+from kioku.job import JobKind
 from kioku.memory import ItemKind, Memory, MemoryItem
 from kioku.profiles import Profile
-from kioku.store.jobs import JobKind
 
 
 @dataclass(frozen=True)

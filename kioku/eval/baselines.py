@@ -1,8 +1,8 @@
 """The arms without kioku's memory: truncation, plain retrieval, and the full conversation.
 
 They keep the log as it comes and, for a question, choose which messages to show; the prompt is
-then assembled by the product's allocator (`kioku.context.build`), exactly as kioku's own arms
-are, so every arm renders messages, dates and the system prompt by the same rule and is held to
+then assembled by the product's allocator (`kioku.context.build`: `plan` and `finish`, the two
+steps kioku's own arms go through in `Conversation.prompt_for`), so every arm renders messages, dates and the system prompt by the same rule and is held to
 the same budget (`kioku.context.plan`'s: the window less the response reserve, on the tokens
 of the rendered prompt):
 
@@ -39,7 +39,7 @@ from kioku.models import ChatMessage
 from kioku.profiles import Profile
 from kioku.tokens import TokenCounter
 
-from .strategies import Context, MemoryStats, context_of, question_entry
+from .arms import Context, MemoryStats, context_of, question_entry
 
 UNLIMITED = 10**9  # the full reference's window
 NEIGHBOURS = 1  # retrieval: turns before and after each hit

@@ -21,7 +21,7 @@ question is asked at the END of the conversation, after whatever summary was sti
 landed and the question's turn has made room for its recollections (`Conversation.settle`):
 `Arm.context(question)` is the prompt that arm would send for it, built without storing
 the question (so one replay serves every question), by the product's own allocator
-(`Conversation.prompt_for` → `kioku.context.build`) for every arm — so the same budget split,
+(`Conversation.prompt_for` → `kioku.context.plan` and `finish`) for every arm — so the same budget split,
 the same rendering of messages and of their dates. The question carries the date of the last
 message (it is asked that day). Arms that differ only at the question share one replay:
 `generational-norecall` reads `generational`'s final state, `rolling+recall` `rolling`'s.
@@ -31,26 +31,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kioku.bench.prefix import Turn, kioku_driver, turns_of
-from kioku.context import Account, Prompt, with_once
 from kioku.datasets import Transcript
 from kioku.engine import Conversation, Kioku
 from kioku.errors import InputError
 from kioku.layers import Layers
 from kioku.memory import Memory, render_memory
-from kioku.messages import LogEntry, Message
+from kioku.messages import LogEntry
 from kioku.models import ChatMessage
 from kioku.profiles import Profile
 from kioku.recollection import Recollection
 from kioku.store import Store
 from kioku.summarizer import Summarizer
 from kioku.tokens import TokenCounter
+
+from .arms import Arm, Context, MemoryStats, context_of, question_entry
+from .baselines import RetrievalArm, WindowArm
 
 ARMS: tuple[str, ...] = (
     "generational",
@@ -76,78 +77,6 @@ VIEWS: dict[str, tuple[str, bool]] = {
 }
 DEFAULT_TURN_SECONDS = 30.0
 CONVERSATION_ID = "bench"  # what kioku_driver names its conversation
-
-
-@dataclass(frozen=True)
-class Context:
-    """What one arm would send for a question at the end of the conversation."""
-
-    strategy: str
-    messages: tuple[ChatMessage, ...]  # the prompt; the question is in the last message
-    question: str
-    tokens: int  # prompt tokens, by the replay's counter
-    extra: str = ""  # recollections (and their label) in front of the question
-    account: Account | None = None  # where the allocator put the tokens
-
-    @property
-    def before(self) -> tuple[ChatMessage, ...]:
-        """System prompt, memory exchange and raw window: everything before the question."""
-        return self.messages[:-1]
-
-    @property
-    def text(self) -> str:
-        """Everything the model would see except the question itself."""
-        return "\n".join(m.content for m in self.before) + ("\n" + self.extra if self.extra else "")
-
-    def parts(self) -> dict[str, str]:
-        """The text of each part of the prompt, in SPEC §2's order (the question left out)."""
-        before = list(self.before)
-        system = before.pop(0).content if before and before[0].role == "system" else ""
-        n_memory = 2 if self.account is not None and self.account.memory > 0 else 0
-        memory = "\n".join(m.content for m in before[:n_memory])
-        raw = "\n".join(m.content for m in before[n_memory:])
-        return {"system": system, "memory": memory, "raw": raw, "recall": self.extra}
-
-
-def context_of(name: str, prompt: Prompt, question: str) -> Context:
-    # everything around the question: what is in front of it (extras, a date line), and a
-    # question's recollections after it, cut by the length the allocator appended (a recalled
-    # line may say the question's words too)
-    last = prompt.messages[-1].content
-    once = prompt.extras.once if prompt.extras is not None else ""
-    body = last[: len(last) - len(with_once("", once))]
-    before = body[: -len(question)].strip() if body.endswith(question) else ""
-    extra = "\n\n".join(t for t in (before, once) if t)
-    return Context(name, prompt.messages, question, prompt.tokens, extra, prompt.account)
-
-
-def question_entry(
-    question: str, seq: int, author: str, at: datetime | None, counter: TokenCounter
-) -> LogEntry:
-    """The question as the next message of the log (never stored), dated like the last one."""
-    return LogEntry(seq, Message.user(question, author=author, at=at), counter.count(question))
-
-
-@dataclass(frozen=True)
-class MemoryStats:
-    tokens: int = 0  # memory items (synopsis + chapters), by the replay's counter
-    chars: int = 0
-    rendered_tokens: int = 0  # the memory exchange as the prompt shows it (headers, notes)
-    text: str = ""
-
-
-class Arm(Protocol):
-    name: str
-
-    def feed(self, turn: Turn, want_prompt: bool = False) -> list[ChatMessage] | None: ...
-
-    def finish(self) -> None: ...
-
-    def context(self, question: str) -> Context: ...
-
-    def memory(self) -> MemoryStats: ...
-
-    def counters(self) -> dict[str, int]: ...
 
 
 def progress_bar(enabled: bool) -> Progress:
@@ -342,8 +271,6 @@ def make_arm(
     per_turn_recall: bool = False,
 ) -> Arm:
     """The arm that replays for `name` (a view's base: `generational`, `rolling`, …)."""
-    from .baselines import RetrievalArm, WindowArm
-
     if name == "generational":
         return KiokuArm(
             name,

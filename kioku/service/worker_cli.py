@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kioku.job import DEFAULT_LEASE_S  # a value module: `--help` stays light
+
 if TYPE_CHECKING:  # the command line imports the database stack only when a command runs
     from kioku.worker import JobOutcome, Worker
 
 DEFAULT_POLL_S = 1.0
-DEFAULT_LEASE_S = 30.0  # kioku.store.jobs.DEFAULT_LEASE_S, repeated so `--help` stays light
 
 Say = Callable[[str], None]
 

@@ -15,38 +15,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, case, exists, insert, or_, select, text, update
 
 from kioku.errors import LeaseLost
+from kioku.job import DEFAULT_LEASE_S, Job, JobKind, JobStatus
 from kioku.memory import MemoryItem
 from kioku.store import schema as s
 from kioku.store.db import Database, lock_key, new_id
-
-# chapter: a raw range; synopsis: a major GC; rolling: the rolling baseline's rewrite;
-# revision: the re-summary of an item a client's edit made stale
-JobKind = Literal["chapter", "synopsis", "rolling", "revision"]
-JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
-
-# A lease is renewed every third of it while the job runs: a worker that died is replaced
-# within this long (at once on its own host), however long a summary takes.
-DEFAULT_LEASE_S = 30.0
-
-
-@dataclass(frozen=True)
-class Job:
-    id: int
-    conversation_id: str
-    kind: JobKind
-    first_seq: int
-    last_seq: int
-    status: JobStatus
-    attempts: int
-    run_after: float
-    payload: dict[str, Any]
-
 
 # every turn asks for its conversation's jobs: built once
 _JOBS = select(s.jobs).where(s.jobs.c.conversation_id == bindparam("cid")).order_by(s.jobs.c.id)

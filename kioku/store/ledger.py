@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import func, insert, select
 
-from kioku.notes import Author, Note, NoteDraft
+from kioku.note import Author, Note, NoteDraft
 from kioku.store import schema as s
 from kioku.store.db import Database, new_id
 
