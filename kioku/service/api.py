@@ -25,7 +25,7 @@ from kioku.service.limits import StrictJSONRoute
 from kioku.structure import is_structured, merge_threads
 
 if TYPE_CHECKING:
-    from kioku.service.app import Service
+    from kioku.service.state import Service
 
 MAX_SEQ = 2**62
 

@@ -15,13 +15,9 @@ lets any process serve any conversation.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,12 +25,11 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from kioku.config import Settings, build_kioku
-from kioku.engine import Conversation, Kioku
+from kioku.config import Settings
+from kioku.engine import Kioku
 from kioku.errors import (
     BadParameter,
     ConfigError,
@@ -57,7 +52,6 @@ from kioku.errors import (
     UpstreamError,
     error_body,
 )
-from kioku.models import ChatMessage
 from kioku.profiles import Profile
 from kioku.service import proxy
 from kioku.service.api import router as api_router
@@ -65,128 +59,17 @@ from kioku.service.auth import tenant_of
 from kioku.service.client_api import router as client_router
 from kioku.service.console_api import router as console_router
 from kioku.service.conventions import COMPLETIONS_REFUSED
-from kioku.service.keys import KeyRing
 from kioku.service.limits import BodyLimit, StrictJSONRoute
-from kioku.service.metrics import Metrics
+from kioku.service.state import Service
 from kioku.service.status import router as status_router
-from kioku.service.turns import Gate
-from kioku.service.upstream import KEEPALIVE_S, Upstream
+from kioku.service.upstream import Upstream
 from kioku.store import Store
 
 log = logging.getLogger("kioku.service")
 
 CONSOLE_DIR = Path(__file__).resolve().parent.parent / "console"
-MAX_SLOTS = 10_000
-WORKER_TENANT = "-worker-"  # the embedded worker's Kioku never opens a conversation
 
 Tenant = Annotated[str, Depends(tenant_of)]
-
-
-@dataclass
-class Slot:
-    """Per conversation in this process: its turn lock here (the store's lock spans
-    processes) and the cached `Conversation`."""
-
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    conv: Conversation | None = None
-    system: str | None = None
-    character: str = ""
-    last_prompt: tuple[ChatMessage, ...] | None = None
-    user: str | None = None  # the name user messages are stored under (generation.user_name)
-    transcripts: bool | None = None  # its client sends transcripts (generation.is_side)
-
-
-class Service:
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        store: Store | None = None,
-        upstream: Upstream | None = None,
-        make_kioku: Callable[[str, Store], Kioku] | None = None,
-        worker: bool = True,
-        worker_poll_s: float = 1.0,
-        profile: Profile | None = None,
-    ) -> None:
-        self.settings = settings
-        self.profile = profile or settings.profile_obj
-        self.store = store or Store.open(settings.db)
-        if upstream is None:
-            if not settings.llm_url:
-                raise ConfigError("no upstream: pass --upstream URL (or set KIOKU_LLM_URL)")
-            upstream = Upstream(
-                settings.llm_url,
-                self.profile,
-                api_key=settings.api_key,
-                model=settings.llm_model,
-            )
-        self.upstream = upstream
-        self._make = make_kioku or (
-            lambda tenant, store: build_kioku(settings.with_(tenant=tenant), store=store)
-        )
-        self.keys = KeyRing(self.store)
-        self.metrics = Metrics()
-        self.keepalive_s = KEEPALIVE_S  # upstream silence before a streamed keep-alive comment
-        self.worker = worker
-        self.worker_poll_s = worker_poll_s
-        self._tenants: dict[str, Kioku] = {}
-        self._lock = threading.Lock()
-        self._slots: OrderedDict[tuple[str, str], Slot] = OrderedDict()
-        self._worker_kk: Kioku | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        # a request waits for the conversation's turn at most as long as one turn can take
-        self.gate = Gate(
-            self.store,
-            wait_s=self.profile.reply_timeout_s + self.profile.connect_timeout_s,
-            spawn=self.spawn,
-            resolve=self.conversation_key,
-        )
-
-    def conversation_key(self, tenant: str, conversation_id: str) -> str | None:
-        """The store's key of a tenant's conversation, None if it has none by that id."""
-        try:
-            return self.store.find_conversation(tenant, conversation_id).id
-        except NotFound:
-            return None
-
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        """Run work after a response (kept until done; `close` waits for it)."""
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def kioku(self, tenant: str) -> Kioku:
-        with self._lock:
-            kk = self._tenants.get(tenant)
-            if kk is None:
-                kk = self._tenants[tenant] = self._make(tenant, self.store)
-            return kk
-
-    def slot(self, tenant: str, conversation_id: str) -> Slot:
-        key = (tenant, conversation_id)
-        slot = self._slots.get(key)
-        if slot is None:
-            slot = self._slots[key] = Slot()
-            if len(self._slots) > MAX_SLOTS:
-                for k in list(self._slots)[: MAX_SLOTS // 10]:
-                    if not self._slots[k].lock.locked():
-                        del self._slots[k]
-        else:
-            self._slots.move_to_end(key)
-        return slot
-
-    def start(self) -> None:
-        if self.worker and self._worker_kk is None:
-            self._worker_kk = self._make(WORKER_TENANT, self.store)
-            self._worker_kk.start_background(self.worker_poll_s)
-
-    async def close(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._worker_kk is not None:
-            await run_in_threadpool(self._worker_kk.close)
-            self._worker_kk = None
-        await self.upstream.aclose()
 
 
 def error_response(

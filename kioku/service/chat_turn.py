@@ -28,7 +28,8 @@ from kioku.service.turns import REQUEST_META
 from kioku.sync import Synced, SyncPlan, replace_reply, sync
 
 if TYPE_CHECKING:
-    from kioku.service.app import Service, Slot
+    from kioku.service.slot import Slot
+    from kioku.service.state import Service
 
 
 @dataclass

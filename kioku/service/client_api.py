@@ -45,7 +45,7 @@ from kioku.store.turns import HeldTurn
 from kioku.sync import SyncPlan, apply, diff, log_tail
 
 if TYPE_CHECKING:
-    from kioku.service.app import Service
+    from kioku.service.state import Service
 
 MAX_SEQ = 2**62
 Tenant = Annotated[str, Depends(tenant_of)]

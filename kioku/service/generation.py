@@ -43,8 +43,8 @@ from kioku.revisions import Change
 from kioku.sync import Incoming, diff, log_tail, to_message
 
 if TYPE_CHECKING:
-    from kioku.service.app import Slot
     from kioku.service.chat_request import Split
+    from kioku.service.slot import Slot
 
 GENERATION_HEADER = "x-kioku-generation"
 USER_HEADER = "x-kioku-user"

@@ -59,7 +59,7 @@ from kioku.service.upstream import StreamState, completions_of
 from kioku.store.turns import HeldTurn
 
 if TYPE_CHECKING:
-    from kioku.service.app import Service
+    from kioku.service.state import Service
 
 log = logging.getLogger("kioku.service")
 

@@ -44,7 +44,7 @@ from kioku.store import Store
 from kioku.store.turns import DEFAULT_TURN_LEASE_S, HeldTurn, TurnState
 
 if TYPE_CHECKING:
-    from kioku.service.app import Slot
+    from kioku.service.slot import Slot
 
 log = logging.getLogger("kioku.service")
 
