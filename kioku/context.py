@@ -44,6 +44,7 @@ from kioku.budget import (
     template_of,
     usable,
 )
+from kioku.chat_messages import chat_message
 from kioku.client_parts import NO_PARTS, ClientParts, place
 from kioku.errors import ContextOverflow, MessageTooLarge
 from kioku.inert import mark, unmarked_message
@@ -51,7 +52,6 @@ from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage, ChatRequest
 from kioku.profiles import Profile
-from kioku.protocol import chat_message
 from kioku.recollection import Recollection
 from kioku.salience import is_question
 from kioku.tokens import TokenCounter

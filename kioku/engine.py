@@ -20,6 +20,7 @@ from typing import Literal
 from kioku import context, dates, policy, rolling
 from kioku.alternation import alternate_chat
 from kioku.budget import Margin, is_exact, template_of
+from kioku.chat_messages import media_of, message_tokens, refs_of, reply_message
 from kioku.client_parts import NO_PARTS, ClientParts
 from kioku.compaction import SQUEEZE_SLACK, Compactor, TurnReport, View
 from kioku.context import EXTRAS_KEY, Prompt
@@ -37,7 +38,6 @@ from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message, Role
 from kioku.models import ChatModel, Completion
 from kioku.profiles import LOCAL_64K, Profile
-from kioku.protocol import media_of, message_tokens, refs_of, reply_message
 from kioku.revisions import Change, Revised, revise, stand_ins
 from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer

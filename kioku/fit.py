@@ -15,10 +15,10 @@ from datetime import date
 from typing import TYPE_CHECKING
 
 from kioku.budget import template_of, usable
+from kioku.chat_messages import message_tokens
 from kioku.dates import date_line
 from kioku.errors import MessageTooLarge
 from kioku.messages import Message
-from kioku.protocol import message_tokens
 
 if TYPE_CHECKING:
     from kioku.engine import Conversation

@@ -5,7 +5,7 @@ and unspoken thought (本音). The summarizer needs that structure to tell what 
 someone claimed, so it is kept from the API all the way to the chronicler.
 Sequence numbers are the store's business: a `LogEntry` pairs a stored message with its seq.
 
-The chat-completions protocol adds parts of its own (see `kioku.protocol`): an image or other
+The chat-completions protocol adds parts of its own (see `kioku.chat_messages`): an image or other
 media part (`ref`: its blob's sha256; the data lives in the store's blobs table), an assistant's
 tool call (`ref`: the call id, `name`: the function, `text`: the arguments) and a tool's result
 (`ref`: the call it answers, `name`: the function, `text`: what it returned).
@@ -134,7 +134,7 @@ def render_parts(parts: Iterable[Part], author: str = "") -> str:
 def protocol_text(p: Part) -> str:
     """A media part or a tool call as one line of text: what the log's `text` column holds, what
     syncing compares (so the hash and the call id tell two of them apart) and what is counted
-    (an image's cost is added apart, see `kioku.protocol.message_tokens`)."""
+    (an image's cost is added apart, see `kioku.chat_messages.message_tokens`)."""
     if p.kind == "tool_call":
         return f"[tool call {p.name}({canonical_json(p.text)}) {p.ref or ''}]".replace(" ]", "]")
     what = "image" if p.kind == "image" else p.name or p.kind

@@ -24,13 +24,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kioku.chat_messages import message_tokens
 from kioku.corrections import carry
 from kioku.generations import chapter_task, synopsis_task
 from kioku.lang import detect_lang
 from kioku.memory import MemoryItem
 from kioku.messages import Message
 from kioku.profiles import DEFAULT_IMAGE_TOKENS, Profile
-from kioku.protocol import message_tokens
 from kioku.rendering import render_story
 from kioku.store import Job, Store
 from kioku.store.edits import ChangeKind, Revised, Rewrite

@@ -27,13 +27,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from kioku.align import opcodes
+from kioku.chat_messages import message_tokens, reply_message
 from kioku.dates import received
 from kioku.errors import InputError, SyncConflict
 from kioku.fit import refuse_if_never_fits
 from kioku.messages import LogEntry, Message, Part, Role
 from kioku.models import Completion
 from kioku.normal_form import normal_form
-from kioku.protocol import message_tokens, reply_message
 from kioku.revisions import Change
 
 if TYPE_CHECKING:

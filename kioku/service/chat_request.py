@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kioku import protocol
+from kioku import chat_messages
 from kioku.client_parts import NO_PARTS, ClientParts
 from kioku.dates import parse_client_date
 from kioku.errors import BadParameter, InputError
@@ -133,7 +133,7 @@ def split_messages(
             else:
                 after.append(ChatMessage("system", text))
             continue
-        parsed = protocol.incoming(
+        parsed = chat_messages.incoming(
             m.role, m.content, name=m.name, extra=m.model_extra, where=f"messages.{i}"
         )
         if parsed.is_empty:

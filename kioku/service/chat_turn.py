@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kioku import protocol
+from kioku import chat_messages
 from kioku.branches import start_branch
 from kioku.context import Prompt
 from kioku.engine import Conversation, Kioku
@@ -118,7 +118,7 @@ def start_turn(
         extend = synced.entry.seq
     parts = dataclasses.replace(split.parts, continuing=continuing)
     prompt = conv.prepare_for(synced.entry, parts)
-    media = protocol.media_of(conv.store.blobs(protocol.refs_of(prompt.messages)))
+    media = chat_messages.media_of(conv.store.blobs(chat_messages.refs_of(prompt.messages)))
     return Turn(
         tenant,
         conv,
@@ -153,9 +153,9 @@ def side_turn(
     """A side request's turn: its images come from the request itself (nothing of it is
     stored) or, for the raw window's, from the store."""
     prompt, entry = gen.side_prompt(conv, split, character)
-    refs = protocol.refs_of(prompt.messages)
+    refs = chat_messages.refs_of(prompt.messages)
     blobs = {**conv.store.blobs(refs - split.blobs.keys()), **split.blobs}
-    media = protocol.media_of({r: blobs[r] for r in refs if r in blobs})
+    media = chat_messages.media_of({r: blobs[r] for r in refs if r in blobs})
     return Turn(
         tenant,
         conv,
@@ -191,7 +191,7 @@ def finish_turn(
     else:
         entry = conv.record(completion, author=turn.character, meta=meta)
     if others or turn.regenerate is not None:
-        alternatives = [protocol.reply_message(c, turn.character) for c in others]
+        alternatives = [chat_messages.reply_message(c, turn.character) for c in others]
         conv.store.set_choices(conv.id, entry.seq, alternatives)
     conv.store.incr(conv.id, "turns")
     return entry

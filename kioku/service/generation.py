@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from kioku import protocol
+from kioku import chat_messages
 from kioku.client_parts import place
 from kioku.context import Account, Prompt
 from kioku.engine import Conversation
@@ -181,7 +181,7 @@ def _entry(seq: int, m: Incoming, character: str) -> LogEntry:
 def as_sent(split: Split) -> Prompt:
     """The request's own messages, for a side request kioku has no memory for."""
     messages = [ChatMessage("system", split.system)] if split.system is not None else []
-    messages += place([protocol.chat_message(to_message(m)) for m in split.chat], split.parts)
+    messages += place([chat_messages.chat_message(to_message(m)) for m in split.chat], split.parts)
     account = Account(parts={}, reserve=0, window=0, raw_messages=len(split.chat) - 1)
     return Prompt(messages=tuple(messages), account=account)
 
@@ -205,7 +205,7 @@ def continued(conv: Conversation, seq: int, reply: Completion) -> LogEntry:
     marked as `Conversation.record` marks one."""
     [old] = conv.store.entries(conv.id, seq, seq)
     grown = dataclasses.replace(reply, text=join_continuation(old.text, reply.text))
-    message = protocol.reply_message(grown, author=old.message.author)
+    message = chat_messages.reply_message(grown, author=old.message.author)
     meta = {"finish_reason": "length"} if reply.truncated else None
     done = conv.revise([Change(seq, message, "continue", meta)])
     conv.store.incr(conv.id, "continuations")

@@ -16,7 +16,7 @@ post-history instructions) are not stored: they go upstream where the client put
 (`kioku.client_parts`), counted in the prompt's budget.
 
 Tool calls, tool results and content parts (images) are stored with their messages and sent
-upstream as the client wrote them (`kioku.protocol`). With `n > 1`, choice 0 is the stored
+upstream as the client wrote them (`kioku.chat_messages`). With `n > 1`, choice 0 is the stored
 reply; the other choices are kept beside it (`Store.choices`).
 
 What a request is — a turn, a swipe, a continue, or a side request that stores nothing (quiet,

@@ -36,10 +36,10 @@ from urllib.parse import quote
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from kioku.chat_messages import chat_message
 from kioku.errors import InputError, KeyReused, NotFound, TurnInProgress
 from kioku.messages import LogEntry
 from kioku.owners import may_be_alive, new_owner
-from kioku.protocol import chat_message
 from kioku.store import Store
 from kioku.store.turns import DEFAULT_TURN_LEASE_S, HeldTurn, TurnState
 

@@ -16,7 +16,7 @@ One module for what each table (or pair of tables) holds:
 - `ledger`: the notes ledger (`NotesLedger`).
 - `segments`: the recall archive's indexed segments (`RecallSegments`).
 - `events`: the event log of compaction and service events, and the counters (`EventLog`).
-- `blobs`: media a message carried, a reply's other choices (`ProtocolParts`).
+- `blobs`: media a message carried, a reply's other choices (`Blobs`).
 - `keys`: API keys (`ApiKeys`); `listing`: conversations a page at a time; `chats`: a client
   chat's rename and a branch's start.
 - `protocols`: the narrow views callers take (a turn's reads and writes, the worker's jobs, the

@@ -1,7 +1,7 @@
 """What the chat-completions protocol adds to the store: media blobs and a reply's other choices.
 
-`kioku.protocol` says why (issue 13): a media part (an image) is kept whole in `blobs`, named by
-the sha256 of its canonical JSON, so the message rows read at every turn hold only the name and
+`kioku.chat_messages` says why (issue 13): a media part (an image) is kept whole in `blobs`,
+named by the sha256 of its canonical JSON, so the message rows read at every turn hold only the name and
 a picture sent twice is stored once; a reply asked for with n > 1 stores choice 0 in the log and
 the others in `reply_choices`, offered beside it as swipes. This is the SQL of it.
 """
@@ -18,7 +18,7 @@ from kioku.store import schema as s
 from kioku.store.db import Database
 
 
-class ProtocolParts(Database):
+class Blobs(Database):
     def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
         """Keep media parts by their sha256 (one already stored is left as it is)."""
         if not blobs:

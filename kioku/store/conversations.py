@@ -30,7 +30,7 @@ from kioku.ids import check_id
 from kioku.memory import ItemStatus, MemoryItem, coverage_gaps
 from kioku.messages import LogEntry, Message, parts_from_json
 from kioku.store import schema as s
-from kioku.store.blobs import ProtocolParts
+from kioku.store.blobs import Blobs
 from kioku.store.chats import ClientChats
 from kioku.store.db import new_id
 from kioku.store.edits import MessageEdits
@@ -157,7 +157,7 @@ class Store(
     NotesLedger,
     RecallSegments,
     ApiKeys,
-    ProtocolParts,
+    Blobs,
     ConversationListing,
     ClientChats,
 ):

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kioku.chat_messages import chat_message, incoming, media_of, message_tokens, reply_message
 from kioku.chronicler import build_request
 from kioku.context import build
 from kioku.errors import BadParameter
@@ -14,7 +15,6 @@ from kioku.memory import Memory
 from kioku.messages import LogEntry, Message, Part, parts_from_json
 from kioku.models import Completion, ToolCall
 from kioku.profiles import LOCAL_8K
-from kioku.protocol import chat_message, incoming, media_of, message_tokens, reply_message
 from kioku.recollection import RecalledLine, Recollection
 from kioku.summarizer import ExtractiveSummarizer, SummaryTask
 from kioku.tokens import ScriptEstimator
