@@ -27,7 +27,7 @@ from kioku.errors import InputError, NotFound
 from kioku.memory import MemoryItem
 from kioku.operator_edits import OPERATOR_EDITS, apply_edits, edits_in
 from kioku.rendering import render_story
-from kioku.store import Store
+from kioku.store.protocols import LogReads, OperatorStore
 from kioku.structure import is_structured, record_from_data
 from kioku.tokens import TokenCounter
 
@@ -50,7 +50,7 @@ def item_lines(item: MemoryItem, lang: str = "en") -> list[str]:
     return [ln for ln in body.strip().split("\n") if ln.strip()]
 
 
-def pending(store: Store, conversation_id: str) -> dict[int, MemoryItem]:
+def pending(store: LogReads, conversation_id: str) -> dict[int, MemoryItem]:
     """The newest operator revision waiting for the next fold, by the id of the active item it
     corrects."""
     active = {i.id for i in store.items(conversation_id, "active")}
@@ -64,7 +64,7 @@ def pending(store: Store, conversation_id: str) -> dict[int, MemoryItem]:
 
 
 def correct(
-    store: Store,
+    store: OperatorStore,
     conversation_id: str,
     item_id: int,
     line: str,

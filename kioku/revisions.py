@@ -34,6 +34,7 @@ from kioku.profiles import DEFAULT_IMAGE_TOKENS, Profile
 from kioku.rendering import render_story
 from kioku.store import Job, Store
 from kioku.store.edits import ChangeKind, Revised, Rewrite
+from kioku.store.protocols import LogReads
 from kioku.structure import is_structured, record_from_data
 from kioku.summarizer import SummaryTask
 from kioku.tokens import ScriptEstimator, TokenCounter
@@ -95,12 +96,12 @@ def revise(
     return store.rewrite_messages(conversation_id, rewrites, run_after=now + delay_s, now=now)
 
 
-def changed_seqs(store: Store, conversation_id: str, first: int, last: int) -> list[int]:
+def changed_seqs(store: LogReads, conversation_id: str, first: int, last: int) -> list[int]:
     """Seqs in [first, last] that have an older version (edited, deleted or regenerated)."""
     return store.changed_seqs(conversation_id, first, last)
 
 
-def versions(store: Store, conversation_id: str, seq: int) -> list[dict[str, Any]]:
+def versions(store: LogReads, conversation_id: str, seq: int) -> list[dict[str, Any]]:
     """Earlier contents of one message, oldest first."""
     return store.message_versions(conversation_id, seq)
 
@@ -114,7 +115,7 @@ def _body(item: MemoryItem, lang: str) -> str:
     return item.text.strip()
 
 
-def _errata(store: Store, conversation_id: str, item: MemoryItem, lang: str) -> str:
+def _errata(store: LogReads, conversation_id: str, item: MemoryItem, lang: str) -> str:
     note = NOTE.get(lang, NOTE["en"])
     lines: list[str] = []
     for seq in changed_seqs(store, conversation_id, item.first_seq, item.last_seq):
@@ -127,7 +128,7 @@ def _errata(store: Store, conversation_id: str, item: MemoryItem, lang: str) -> 
 
 
 def stand_in(
-    store: Store,
+    store: LogReads,
     conversation_id: str,
     item: MemoryItem,
     profile: Profile,
@@ -150,7 +151,7 @@ def stand_in(
 
 
 def stand_ins(
-    store: Store,
+    store: LogReads,
     conversation_id: str,
     items: Sequence[MemoryItem],
     profile: Profile,
@@ -166,7 +167,7 @@ def stand_ins(
 
 
 def revision_task(
-    store: Store,
+    store: LogReads,
     job: Job,
     profile: Profile,
     character: str = "",
@@ -201,7 +202,7 @@ def revision_task(
     )
 
 
-def revision_target(store: Store, job: Job) -> MemoryItem | None:
+def revision_target(store: LogReads, job: Job) -> MemoryItem | None:
     """The active item a revision job rewrites: the stale item it was queued for, or the
     revision that already replaced it (an edit came while an earlier revision was running)."""
     active = store.items(job.conversation_id, "active")
@@ -211,7 +212,7 @@ def revision_target(store: Store, job: Job) -> MemoryItem | None:
     )
 
 
-def revised_item(store: Store, job: Job, item: MemoryItem) -> MemoryItem:
+def revised_item(store: LogReads, job: Job, item: MemoryItem) -> MemoryItem:
     """A revision covers exactly the range of the item it replaces (it is discarded at the
     fold if that item is gone by then)."""
     target = revision_target(store, job)

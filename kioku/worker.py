@@ -36,7 +36,8 @@ from kioku.lang import detect_lang
 from kioku.owners import may_be_alive, new_owner
 from kioku.profiles import Profile
 from kioku.revisions import revised_item, revision_task
-from kioku.store import DEFAULT_LEASE_S, Job, Store
+from kioku.store import DEFAULT_LEASE_S, Job
+from kioku.store.protocols import JobStore
 from kioku.summarizer import Summarizer, Summary, SummaryTask
 
 log = logging.getLogger("kioku.worker")
@@ -66,7 +67,7 @@ class JobOutcome:
 class Worker:
     def __init__(
         self,
-        store: Store,
+        store: JobStore,
         summarizer: Summarizer,
         profile: Profile | Callable[[str], Profile],
         *,
