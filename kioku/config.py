@@ -52,6 +52,9 @@ class Settings:
     summary_delay_s: float | None = None
     # browser origins allowed to call the REST API (the SillyTavern extension's page)
     cors_origins: tuple[str, ...] = ()
+    # the ablation of issue 22: keep the card as the client sent it (the parts it marks as
+    # changing stay in it, pushed-out examples leave it), as kioku did before
+    card_as_sent: bool = False
 
     def with_(self, **changes: Any) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -86,6 +89,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         cors_origins=tuple(
             o.strip() for o in env.get("KIOKU_CORS_ORIGINS", "").split(",") if o.strip()
         ),
+        card_as_sent=env.get("KIOKU_CARD_AS_SENT", "0") not in ("0", "false", "no", ""),
     )
 
 
@@ -119,6 +123,7 @@ def to_env(settings: Settings) -> dict[str, str]:
         "KIOKU_MAX_MESSAGES": s.max_messages,
         "KIOKU_SUMMARY_DELAY": s.summary_delay_s,
         "KIOKU_CORS_ORIGINS": ",".join(s.cors_origins) or None,
+        "KIOKU_CARD_AS_SENT": "1" if s.card_as_sent else None,
     }
     return {k: str(v) for k, v in pairs.items() if v is not None}
 

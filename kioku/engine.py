@@ -20,6 +20,7 @@ from typing import Literal
 from kioku import context, dates, policy, rolling
 from kioku.alternation import alternate_chat
 from kioku.budget import Margin, is_exact, template_of
+from kioku.client_parts import NO_PARTS, ClientParts
 from kioku.compaction import SQUEEZE_SLACK, Compactor, TurnReport, View
 from kioku.context import EXTRAS_KEY, RECALL_KEY, Prompt
 from kioku.errors import (
@@ -297,16 +298,19 @@ class Conversation:
         message = as_message(user_message, "user", "user", dates.received(self.kioku.clock()))
         return self.prepare_for(self.append(message, tokens=fitted(self, message)))
 
-    def prepare_for(self, entry: LogEntry) -> Prompt:
+    def prepare_for(self, entry: LogEntry, client: ClientParts = NO_PARTS) -> Prompt:
         """Apply what is ready and build the prompt answering a stored message (`prepare` after
-        its append; the service also calls it to retry or regenerate a turn)."""
+        its append; the service also calls it to retry or regenerate a turn). `client`: what
+        the client adds around the chat itself (`kioku.client_parts`), placed as it put it and
+        budgeted: memory folds to make room for it as for any part of the prompt."""
         view = self.view()
         # recall decides first: the room its best recollection needs is made now (a ready
         # chapter folds: worth a cache break), never held free on the turns that want none;
         # the rest take what room there is
         recall = self._recall(entry, view)
         wants = recall.least + context.LABEL_TOKENS if recall and recall.least else 0
-        report, view = self._compact(view, recall=wants)
+        room = client.tokens(self.kioku.counter, template_of(self.kioku.counter).per_message)
+        report, view = self._compact(view, squeeze=room, recall=wants)
         if self.kioku.fold_immediately and report.scheduled:
             # the baseline that blocks the turn on the summary and folds in the trigger turn
             self.kioku.worker.run_until_idle(self.id)
@@ -323,14 +327,22 @@ class Conversation:
             recall = None  # the raw window moved: what is in view changed
         try:
             prompt = self.prompt_for(
-                entry, info=view.info, window=view.window, memory=view.memory, recall=recall
+                entry,
+                info=view.info,
+                window=view.window,
+                memory=view.memory,
+                client=client,
+                recall=recall,
             )
         except ContextOverflow as e:
             # The counts moved under the policy (a calibrating estimate, a longer card): cut as
             # at the ceiling, by what is missing, rather than fail a normal turn.
-            again, view = self._compact(view, squeeze=e.excess + SQUEEZE_SLACK)
+            squeeze = e.excess + SQUEEZE_SLACK + room
+            again, view = self._compact(view, squeeze=squeeze)
             report = replace(again, reasons=(*report.reasons, *again.reasons))
-            prompt = self.prompt_for(entry, info=view.info, window=view.window, memory=view.memory)
+            prompt = self.prompt_for(
+                entry, info=view.info, window=view.window, memory=view.memory, client=client
+            )
         self.last_turn = report
         self._keep_extras(entry, prompt)
         self._last_prompt = prompt
@@ -352,6 +364,7 @@ class Conversation:
         info: ConversationInfo,
         window: Sequence[LogEntry],
         memory: Memory,
+        client: ClientParts = NO_PARTS,
         recall: Recall | None = None,
     ) -> Prompt:
         """The prompt answering `entry` from a given memory state: no message is stored, nothing
@@ -372,6 +385,7 @@ class Conversation:
             memory_version=info.memory_version,
             memory_in_system=k.memory_in_system,
             margin=k.margin.share,
+            client=client,
         )
         # recollections and instructions go with the user's message only: never into a tool's
         # result (the model reads it as returned) nor a reply it is asked to continue
