@@ -50,6 +50,7 @@ class TurnReport:
     major_gc: bool = False
     scheduled: tuple[str, ...] = ()
     reasons: tuple[str, ...] = ()
+    for_recall: bool = False  # the fold made room for the turn's recollections
 
 
 class Compactor:
@@ -78,11 +79,11 @@ class Compactor:
             self._head_cache = (key, head)
         return self._head_cache[1]
 
-    def compact(self, view: View, squeeze: int = 0, asks: bool = False) -> tuple[TurnReport, View]:
+    def compact(self, view: View, squeeze: int = 0, recall: int = 0) -> tuple[TurnReport, View]:
         """Decide on `view` and apply the decision; return what happened and the view to build
         the prompt from (`view` itself unless a fold changed it). `squeeze`: plan for that many
-        tokens less (the prompt was found that much too long); `asks`: the turn answers a
-        question, whose recollections want room (`policy.State.asks`)."""
+        tokens less (the prompt was found that much too long); `recall`: tokens the turn's
+        recollections want (`policy.State.recall`: a ready chapter folds to make the room)."""
         conv = self.conv
         k = conv.kioku
         info, raw = view.info, view.window
@@ -121,7 +122,7 @@ class Compactor:
                 fixed=fixed,
                 frame=frame,
                 usable=usable(prof.prompt_budget, k.margin.share) - ROUNDING_SLACK - squeeze,
-                asks=asks,
+                recall=recall,
             )
         )
         report = TurnReport(
@@ -130,6 +131,7 @@ class Compactor:
             major_gc=bool(decision.retire),
             scheduled=tuple(p.kind for p in decision.schedule),
             reasons=decision.reasons,
+            for_recall=decision.for_recall,
         )
         writes = decision.discard or decision.schedule or decision.cancel_through is not None
         if not (decision.folds or writes):
@@ -192,6 +194,8 @@ class Compactor:
                 add=add,
             )
             store.incr(conv.id, "folds")
+            if decision.for_recall:
+                store.incr(conv.id, "recall_breaks")
             conv.refresh_notes()
             if decision.retire and k.strategy == "generational":
                 store.incr(conv.id, "major_gcs")

@@ -13,11 +13,13 @@ Between folds the prompt only grows. What a turn was shown in front of its messa
 raw: so the prompt the server cached plus its reply is a prefix of the next prompt, and the model
 still sees what it answered. A recollection already visible is not shown again.
 
-A message that asks something is where the past is wanted, and where recall may use the room the
-turn has, not the share of the budget kept extras may hold (`Profile.extras_share`). Those
-recollections are shown once, after the question: the next prompt shows the question without
-them, and since nothing of the question moves, the server re-reads only the reply (SPEC §2:
-placed so that it costs no re-read). Kept, they would crowd the raw window until the next fold.
+Whether a turn is shown the past at all, and how much of it, is recall's decision
+(`kioku.need`); here it gets the room. A question's recollections may use the room the turn has
+(up to `Profile.recall_room` of the ceiling), not the share of the budget kept extras may hold
+(`Profile.extras_share`): they are shown once, after the question, so the next prompt shows the
+question without them, and since nothing of the question moves, the server re-reads only the
+reply (SPEC §2: placed so that it costs no re-read). Kept, they would crowd the raw window until
+the next fold.
 
 `plan` measures the fixed parts (everything but this turn's additions) in tokens of the rendered
 prompt (`kioku.budget`); `finish` gives this turn's additions what is left. Nothing here does
@@ -30,7 +32,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kioku import dates
 from kioku.budget import (
@@ -55,6 +57,9 @@ from kioku.profiles import Profile
 from kioku.recollection import Recollection
 from kioku.salience import is_question
 from kioku.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from kioku.need import Need
 
 # The template's tokens per message when the counter does not say (see `kioku.budget`).
 MESSAGE_OVERHEAD = round(DEFAULT_TEMPLATE.per_message)
@@ -112,6 +117,7 @@ class Extras:
 
 
 EXTRAS_KEY = "shown"
+RECALL_KEY = "recall"  # the turn's account of recall (`Prompt.recall`), in the message's meta
 # what the recollections' label and the blank lines around it cost, at most (en/ja/zh)
 LABEL_TOKENS = 32
 
@@ -133,8 +139,8 @@ def gist(text: str) -> str:
 
 
 def asks_something(entry: LogEntry) -> bool:
-    """A user message that asks something: where the past is wanted (its recollections may use
-    the turn's room, after it; a ready chapter folds to make that room)."""
+    """A user message that asks something: recollections it is shown come once, after it, and
+    may use the turn's room (a ready chapter folds to make it)."""
     return entry.role == "user" and is_question(entry.message.text)
 
 
@@ -152,6 +158,9 @@ class Prompt:
     account: Account
     memory_version: int = 0
     extras: Extras | None = None  # what this turn added (to keep with its message)
+    # the turn's account of recall: on or off, why, what it got (`Need.note`; None: no turn
+    # of recall, e.g. a tool result or a retry)
+    recall: Mapping[str, Any] | None = None
 
     @property
     def tokens(self) -> int:
@@ -211,7 +220,7 @@ class Plan:
     @property
     def recall_ratio(self) -> float:
         """The share of the room left that recollections may take this turn."""
-        return self.profile.question_share if self.asks else self.profile.recall_share
+        return 1.0 if self.asks else self.profile.recall_share
 
     @property
     def fixed(self) -> int:
@@ -225,13 +234,14 @@ class Plan:
     def recall_room(self) -> int:
         """Tokens recollections may take this turn: a share of what is left, by profile, less
         the label that introduces them. A question's (shown once: nothing is carried) take at
-        most `Profile.question_room`; kept with a message that does not ask, never more than the
-        raw window may still hold of what turns were shown (`Profile.extras_share`)."""
+        most `Profile.recall_room` of the ceiling; kept with a message that does not ask, never
+        more than the raw window may still hold of what turns were shown
+        (`Profile.extras_share`)."""
         if self.kept is not None:
             return 0
         share = int(self.room * self.recall_ratio)
         if self.asks:
-            return max(0, min(share, self.profile.question_tokens) - LABEL_TOKENS)
+            return max(0, min(share, self.profile.recall_tokens) - LABEL_TOKENS)
         left = int(self.budget * self.profile.extras_share) - self.parts.get("carried", 0)
         return max(0, min(share, left) - LABEL_TOKENS)
 
@@ -394,10 +404,12 @@ def finish(
     counter: TokenCounter,
     recollections: Sequence[Recollection] = (),
     instructions: Sequence[str] = (),
+    need: Need | None = None,
 ) -> Prompt:
     """The prompt: the fixed part, then the new message with what this turn adds in front of
     it (a question's recollections: after it), as much as the room allows. A message answered
-    before (a retry, a regeneration) keeps exactly the additions it was shown the first time."""
+    before (a retry, a regeneration) keeps exactly the additions it was shown the first time.
+    `need`: recall's decision for this turn, whose note the prompt carries with what it got."""
     text = p.new.message.text
     dropped: dict[str, int] = {}
     got_r = got_i = 0
@@ -471,7 +483,11 @@ def finish(
         dropped=dropped,
     )
     new_extras = extras if (extras is not None and p.kept is None) else None
-    return Prompt(messages, account, p.memory_version, new_extras)
+    note = None
+    if need is not None and p.kept is None:
+        got = new_extras.once_recalled or new_extras.recalled if new_extras else ()
+        note = need.note(got, parts["recollections"])
+    return Prompt(messages, account, p.memory_version, new_extras, note)
 
 
 def _unseen(r: Recollection, p: Plan) -> Recollection | None:

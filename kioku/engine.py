@@ -23,7 +23,7 @@ from kioku.budget import Margin, is_exact, template_of
 from kioku.chat_messages import media_of, message_tokens, refs_of, reply_message
 from kioku.client_parts import NO_PARTS, ClientParts
 from kioku.compaction import SQUEEZE_SLACK, Compactor, TurnReport, View
-from kioku.context import EXTRAS_KEY, Prompt
+from kioku.context import EXTRAS_KEY, RECALL_KEY, Prompt
 from kioku.errors import (
     ConfigError,
     ContextOverflow,
@@ -37,6 +37,7 @@ from kioku.lang import detect_lang
 from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message, Role
 from kioku.models import ChatModel, Completion
+from kioku.need import Recall
 from kioku.profiles import LOCAL_64K, Profile
 from kioku.revisions import Change, Revised, revise, stand_ins
 from kioku.store import ConversationInfo, Store
@@ -302,30 +303,42 @@ class Conversation:
         its append; the service also calls it to retry or regenerate a turn). `client`: what
         the client adds around the chat itself (`kioku.client_parts`), placed as it put it and
         budgeted: memory folds to make room for it as for any part of the prompt."""
-        # a question's recollections want room: a ready chapter folds for them now
-        asks = context.asks_something(entry)
+        view = self.view()
+        # recall decides first: the room its best recollection needs is made now (a ready
+        # chapter folds: worth a cache break), never held free on the turns that want none;
+        # the rest take what room there is
+        recall = self._recall(entry, view)
+        wants = recall.least + context.LABEL_TOKENS if recall and recall.least else 0
         room = client.tokens(self.kioku.counter, template_of(self.kioku.counter).per_message)
-        report, view = self._compact(self.view(), squeeze=room, asks=asks)
+        report, view = self._compact(view, squeeze=room, recall=wants)
         if self.kioku.fold_immediately and report.scheduled:
             # the baseline that blocks the turn on the summary and folds in the trigger turn
             self.kioku.worker.run_until_idle(self.id)
-            again, view = self._compact(view, asks=asks)
+            again, view = self._compact(view, recall=wants)
             report = TurnReport(
                 folded=again.folded,
                 forced_cut=report.forced_cut or again.forced_cut,
                 major_gc=again.major_gc,
                 scheduled=report.scheduled + again.scheduled,
                 reasons=report.reasons + again.reasons,
+                for_recall=again.for_recall,
             )
+        if report.folded:
+            recall = None  # the raw window moved: what is in view changed
         try:
             prompt = self.prompt_for(
-                entry, info=view.info, window=view.window, memory=view.memory, client=client
+                entry,
+                info=view.info,
+                window=view.window,
+                memory=view.memory,
+                client=client,
+                recall=recall,
             )
         except ContextOverflow as e:
             # The counts moved under the policy (a calibrating estimate, a longer card): cut as
             # at the ceiling, by what is missing, rather than fail a normal turn.
             squeeze = e.excess + SQUEEZE_SLACK + room
-            again, view = self._compact(view, squeeze=squeeze, asks=asks)
+            again, view = self._compact(view, squeeze=squeeze)
             report = replace(again, reasons=(*report.reasons, *again.reasons))
             prompt = self.prompt_for(
                 entry, info=view.info, window=view.window, memory=view.memory, client=client
@@ -335,6 +348,15 @@ class Conversation:
         self._last_prompt = prompt
         return prompt
 
+    def _recall(self, entry: LogEntry, view: View) -> Recall | None:
+        """The recall layer's answer for a user message not answered before (None: no turn of
+        recall, e.g. a tool result, or a retry that shows what it showed the first time)."""
+        if entry.role != "user" or context.extras_of(entry) is not None:
+            return None
+        window = [e for e in view.window if e.seq < entry.seq and not e.message.is_empty()]
+        raw_start = view.info.raw_start
+        return self.kioku.layers.recall(self, entry, raw_start, window, view.memory)
+
     def prompt_for(
         self,
         entry: LogEntry,
@@ -343,10 +365,12 @@ class Conversation:
         window: Sequence[LogEntry],
         memory: Memory,
         client: ClientParts = NO_PARTS,
+        recall: Recall | None = None,
     ) -> Prompt:
         """The prompt answering `entry` from a given memory state: no message is stored, nothing
         is folded. `prepare` uses it after compacting; an evaluation asks its questions with it
-        against the state a conversation ended in."""
+        against the state a conversation ended in. `recall`: the recall layer's answer for this
+        state, when the caller has it (else it is asked here)."""
         # a message a client deleted keeps its seq with no content: nothing to show
         raw = [e for e in window if e.seq < entry.seq and not e.message.is_empty()]
         k = self.kioku
@@ -367,18 +391,30 @@ class Conversation:
         # result (the model reads it as returned) nor a reply it is asked to continue
         if plan.kept is not None or entry.role != "user":  # answered before: shown as it was
             return context.finish(plan, k.counter)
-        recollections = k.layers.recollections(self, entry, info.raw_start, plan.recall_room)
+        if recall is None:
+            recall = k.layers.recall(self, entry, info.raw_start, raw, memory)
         self.turn_window = window
         try:
-            return context.finish(plan, k.counter, recollections, k.layers.instructions(self))
+            return context.finish(
+                plan,
+                k.counter,
+                recall.recollections,
+                k.layers.instructions(self),
+                need=recall.need,
+            )
         finally:
             self.turn_window = ()
 
     def _keep_extras(self, entry: LogEntry, prompt: Prompt) -> None:
-        """Keep what this turn was shown with its message, so later turns show it unchanged."""
-        if prompt.extras is None:
+        """Keep what this turn was shown with its message, so later turns show it unchanged,
+        and the turn's account of recall (on or off, why, what it got: the console shows it)."""
+        meta = dict(entry.meta or {})
+        if prompt.extras is not None:
+            meta[EXTRAS_KEY] = prompt.extras.to_json()
+        if prompt.recall is not None:
+            meta[RECALL_KEY] = dict(prompt.recall)
+        if meta == (entry.meta or {}):
             return
-        meta = {**(entry.meta or {}), EXTRAS_KEY: prompt.extras.to_json()}
         self.store.set_meta(self.id, entry.seq, meta)
         kept = LogEntry(entry.seq, entry.message, entry.tokens, meta)
         self._raw = [kept if e.seq == entry.seq else e for e in self._raw]
@@ -463,14 +499,14 @@ class Conversation:
         ready = [i for i in items if i.status == "ready"]
         return View(info, self.raw_window(info), self.memory(info, active), ready)
 
-    def settle(self, asks: bool = False) -> TurnReport:
+    def settle(self, recall: int = 0) -> TurnReport:
         """Apply whatever became ready (folds, major GCs) without a new message: what the next
-        turn would do first (`asks`: a turn that answers a question). Evaluations call it to
-        read the memory a conversation ends with."""
-        return self._compact(self.view(), asks=asks)[0]
+        turn would do first (`recall`: tokens that turn's recollections want). Evaluations call
+        it to read the memory a conversation ends with."""
+        return self._compact(self.view(), recall=recall)[0]
 
-    def _compact(self, view: View, squeeze: int = 0, asks: bool = False) -> tuple[TurnReport, View]:
-        return self._compactor.compact(view, squeeze, asks)
+    def _compact(self, view: View, squeeze: int = 0, recall: int = 0) -> tuple[TurnReport, View]:
+        return self._compactor.compact(view, squeeze, recall)
 
     def forget_raw_window(self) -> None:
         """Read the raw window from the store again (a fold or an edit moved it)."""

@@ -1,7 +1,7 @@
 """The boundary between the engine and the memory layers beside the log: one typed protocol.
 
 The engine's core knows nothing of BM25, ledgers or n-grams. At a turn it asks the layers for
-recollections and per-turn instructions; at a fold, for the notes the memory exchange shows; its
+recall (whether the past is wanted, and what of it) and per-turn instructions; at a fold, for the notes the memory exchange shows; its
 worker asks which phrases to keep out of a summary and tells them when a chapter was written.
 The operator's surfaces (the proxy, the API, the CLI) read tic alerts, edit notes and search the
 archive through the same object. It is passed once, to `Kioku(layers=...)`, and never changes.
@@ -21,17 +21,24 @@ from kioku.errors import ConfigError
 if TYPE_CHECKING:
     from kioku.archive import Hit
     from kioku.engine import Conversation
+    from kioku.memory import Memory
     from kioku.messages import LogEntry
-    from kioku.recollection import Recollection
+    from kioku.need import Recall
     from kioku.tics import TicAlert
 
 
 class MemoryLayers(Protocol):
-    def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
-    ) -> Sequence[Recollection]:
-        """Past exchanges (all before `raw_start`) to show beside the new message `entry`,
-        together within `budget` tokens (the share of the turn's room the profile gives)."""
+    def recall(
+        self,
+        conv: Conversation,
+        entry: LogEntry,
+        raw_start: int,
+        window: Sequence[LogEntry],
+        memory: Memory,
+    ) -> Recall:
+        """Whether the new message `entry` wants the past, why, and the past exchanges (all
+        before `raw_start`) to show beside it (`kioku.need`): `window` (the raw window) and
+        `memory` are what the prompt shows already, so nothing they hold is shown again."""
         ...
 
     def instructions(self, conv: Conversation) -> Sequence[str]:
@@ -79,10 +86,17 @@ class NoLayers:
     """The engine alone: no recollections, instructions, notes or tic guard. An operator's notes
     edit is still written to the ledger (it shows once a notes layer renders it)."""
 
-    def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
-    ) -> Sequence[Recollection]:
-        return ()
+    def recall(
+        self,
+        conv: Conversation,
+        entry: LogEntry,
+        raw_start: int,
+        window: Sequence[LogEntry],
+        memory: Memory,
+    ) -> Recall:
+        from kioku.need import Need, Recall
+
+        return Recall(Need.off("recall is off"))
 
     def instructions(self, conv: Conversation) -> Sequence[str]:
         return ()

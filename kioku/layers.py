@@ -3,8 +3,9 @@
 Each layer is its own module; `Layers` puts them behind the `kioku.hooks.MemoryLayers` protocol
 (`Kioku(store, layers=Layers(store))`), so the engine's core stays ignorant of BM25, ledgers
 and n-grams:
-- recall: for each user message, the closest past exchange outside the raw window becomes a
-  recollection at the end of the prompt (never in front of the raw window: the cache survives);
+- recall: for a user message whose past is wanted (`kioku.need`), the past exchanges that
+  stand out become recollections at the end of the prompt (never in front of the raw window:
+  the cache survives);
 - notes: extracted in the background after each chapter (and at once, without a model, from what
   a forced or operator cut folds), rendered into the memory exchange at
   the next fold (an operator edit shows at once);
@@ -27,10 +28,12 @@ from kioku.context import asks_something
 from kioku.engine import Conversation
 from kioku.errors import ConfigError
 from kioku.lang import detect_lang
+from kioku.memory import Memory
 from kioku.messages import LogEntry
 from kioku.models import ChatModel
-from kioku.recall import EXCHANGE_TOKENS, RecallIndexes
-from kioku.recollection import Recollection
+from kioku.need import BACKGROUND_HITS, Need, Recall, judge
+from kioku.recall import EXCHANGE_TOKENS, RecallIndexes, exchanges
+from kioku.shown import shown
 from kioku.store import Store
 
 TIC_WINDOW = 20
@@ -70,7 +73,7 @@ class Layers:
         tic_threshold: int = tics_layer.DEFAULT_THRESHOLD,
     ) -> None:
         self.store = store
-        self.recall = RecallIndexes(store) if recall else None
+        self.indexes = RecallIndexes(store) if recall else None
         self.notes_on = notes
         self.tics_on = tics
         self.notes_extractor = notes_layer.NotesExtractor(notes_model) if notes_model else None
@@ -82,24 +85,66 @@ class Layers:
         self._tics: OrderedDict[str, _TicState] = OrderedDict()
         self._tics_lock = threading.Lock()
 
-    def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
-    ) -> list[Recollection]:
-        if self.recall is None or raw_start == 0 or budget <= 0:
-            return []
+    def recall(
+        self,
+        conv: Conversation,
+        entry: LogEntry,
+        raw_start: int,
+        window: Sequence[LogEntry],
+        memory: Memory,
+    ) -> Recall:
+        """The gate (`kioku.need.judge`) on the archive's best hits for the message, and the
+        recollections of the hits it takes: each a turn with its neighbours, all of them
+        within `Profile.recall_room` of the ceiling (the room is the prompt's to give)."""
+        if self.indexes is None:
+            return Recall(Need.off("recall is off"))
+        if raw_start == 0:
+            return Recall(Need.off("the raw window holds the whole conversation"))
         p = conv.kioku.profile
-        # a question may fill the room it was given (`context.Plan.recall_ratio`)
+        text = entry.message.text
+        idx = self.indexes.sync(conv.id)
         asks = asks_something(entry)
-        return self.recall.recall(
-            conv.id,
-            entry.message.text,
-            before_seq=raw_start,
-            budget_tokens=budget,
-            counter=conv.kioku.counter,
-            limit=max(p.recall_limit, budget // EXCHANGE_TOKENS) if asks else p.recall_limit,
-            min_relevance=p.question_relevance if asks else p.recall_relevance,
+        # a question's are shown once (after it); what a statement is shown stays
+        limit = max(1, p.recall_tokens // EXCHANGE_TOKENS) if asks else p.recall_limit
+        hits = idx.search(text, k=max(BACKGROUND_HITS, limit), before_seq=raw_start)
+        # the raw window's own best match (the message itself excluded): what is in view
+        near = idx.search(text, k=BACKGROUND_HITS, before_seq=entry.seq) if hits else []
+        in_view = max((h.relevance for h in near if h.seq >= raw_start), default=0.0)
+        lookup = self.indexes.lookup(conv.id, hits)
+        view = shown(window, memory, conv.lang)
+
+        def seen(hit: Hit) -> bool:
+            line = lookup(hit.seq, hit.seq)
+            return bool(line) and view.line(line[0])
+
+        need = judge(
+            text,
+            hits,
+            seen=seen,
+            holds=lambda name: (
+                name in view.memory_text or any(name in e.message.text for e in window)
+            ),
             lang=conv.lang,
+            relevance=p.recall_relevance,
+            cued_relevance=p.recall_cued_relevance,
+            standout=p.recall_standout,
+            in_view_share=p.recall_in_view,
+            in_view=in_view,
+            limit=limit,
         )
+        if not need.on:
+            return Recall(need)
+        recs = exchanges(
+            need.hits,
+            lookup,
+            before_seq=raw_start,
+            budget_tokens=p.recall_tokens,
+            counter=conv.kioku.counter,
+            limit=len(need.hits),
+            lang=conv.lang,
+            skip=view.line,
+        )
+        return Recall(need, tuple(recs))
 
     def tic_alerts(
         self, conversation_id: str, window: Sequence[LogEntry] = ()
@@ -212,6 +257,6 @@ class Layers:
         return result
 
     def search(self, conversation_id: str, query: str, k: int) -> list[Hit]:
-        if self.recall is None:
+        if self.indexes is None:
             raise ConfigError("archive recall is off in these layers: nothing to search")
-        return self.recall.sync(conversation_id).search(query, k=k)
+        return self.indexes.sync(conversation_id).search(query, k=k)

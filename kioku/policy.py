@@ -63,11 +63,8 @@ class State:
     item_overhead: int = 16  # what one memory item adds beyond its text (its heading)
     frame: int = 0  # what the memory exchange costs around its items, paid once memory exists
     usable: int | None = None  # prompt tokens the counter lets kioku plan for (estimate margin)
-    asks: bool = False  # the new message asks something: its recollections want room
-
-    @property
-    def question_room(self) -> int:
-        return min(self.profile.question_tokens, self.ceiling)
+    # tokens the turn's recollections want (`kioku.need`): room made now, never held free
+    recall: int = 0
 
     @property
     def ceiling(self) -> int:
@@ -77,9 +74,9 @@ class State:
     @property
     def trigger(self) -> int:
         """The profile's trigger, earlier when recent turns are long: a summary scheduled now
-        must be ready before the prompt meets the ceiling, or before a question needs its room
-        (`Profile.question_room`)."""
-        lead = max(_turns(self.raw, SUMMARY_LEAD_TURNS), self.question_room)
+        must be ready before the prompt meets the ceiling. Nothing is held below it for recall:
+        between folds the raw window fills the window."""
+        lead = _turns(self.raw, SUMMARY_LEAD_TURNS)
         return max(self.profile.min_raw, min(self.profile.trigger, self.ceiling - lead))
 
     @property
@@ -90,11 +87,13 @@ class State:
     @property
     def needs_room(self) -> bool:
         """The prompt could not take another message of the recent size, or the recollections
-        of the question it ends with: fold what is ready."""
-        wanted = _turns(self.raw, FOLD_AHEAD_TURNS)
-        if self.asks:
-            wanted = max(wanted, self.question_room)
-        return self.prompt + wanted > self.ceiling
+        the turn wants: fold what is ready."""
+        return self.prompt + max(_turns(self.raw, FOLD_AHEAD_TURNS), self.recall) > self.ceiling
+
+    @property
+    def needs_room_for_recall(self) -> bool:
+        """Room is needed only because of the turn's recollections: a fold now is recall's."""
+        return self.needs_room and self.prompt + _turns(self.raw, FOLD_AHEAD_TURNS) <= self.ceiling
 
 
 # A summary is scheduled at least this many turns before the ceiling, so its delay (30 s) and
@@ -126,6 +125,7 @@ class Decision:
     cancel_through: int | None = None  # cancel queued jobs starting at or before this seq
     reasons: tuple[str, ...] = ()
     revised: tuple[int, ...] = ()  # stale items (edited under memory) their revisions replace
+    for_recall: bool = False  # the fold makes room for the turn's recollections (a recall break)
     # items an extractive synopsis folds now (a major GC that did not come in time); they are
     # in `retire` too
     stand_in_synopsis: tuple[int, ...] = ()
@@ -154,6 +154,7 @@ class Plan:
     stand_in_synopsis: tuple[int, ...] = ()  # items an extractive synopsis folds now
     schedule: tuple[JobPlan, ...] = ()
     reasons: tuple[str, ...] = ()
+    for_recall: bool = False
 
     @property
     def memory_tokens(self) -> int:
@@ -187,6 +188,7 @@ class Plan:
             cancel_through=self.forced[1] if self.forced else None,
             reasons=self.reasons,
             revised=self.revised,
+            for_recall=self.for_recall,
             stand_in_synopsis=self.stand_in_synopsis,
         )
 
@@ -212,6 +214,8 @@ def fold_ready(state: State, *, just_in_time: bool = True) -> Plan:
     chapters and a ready synopsis wait for the turn whose prompt needs the room."""
     hold = just_in_time and not state.needs_room
     activate, retire, discard, start, chapters, synopsis = _fold_ready(state, hold=hold)
+    # a fold the turn's recollections asked for (the turn after would not have needed it)
+    for_recall = bool(activate) and just_in_time and state.needs_room_for_recall
     swapped, revised, dropped, chapters, synopsis = _swap_revisions(state, chapters, synopsis)
     activate += swapped
     discard += dropped
@@ -219,7 +223,8 @@ def fold_ready(state: State, *, just_in_time: bool = True) -> Plan:
     if revised:
         reasons.append(f"revision: {len(revised)} stale item(s) re-summarized after an edit")
     if activate:
-        reasons.append(f"fold: {len(activate)} ready item(s) applied")
+        why = f"for {state.recall} tokens of recollections" if for_recall else "applied"
+        reasons.append(f"fold: {len(activate)} ready item(s) {why}")
     return Plan(
         start=start,
         chapters=tuple(chapters),
@@ -229,6 +234,7 @@ def fold_ready(state: State, *, just_in_time: bool = True) -> Plan:
         discard=tuple(discard),
         revised=tuple(revised),
         reasons=tuple(reasons),
+        for_recall=for_recall,
     )
 
 

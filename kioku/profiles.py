@@ -46,29 +46,33 @@ class Profile:
     major_gc: int  # chapters' total past this folds the older half into the synopsis
     summary_chunk: int  # most raw tokens one summary job reads
     notes_tokens: int = 600
-    recall_share: float = 0.5  # of the room left in a turn, what recollections may take
-    recall_limit: int = 6  # recollections per turn at most
-    # what the raw window may hold of what turns were shown (recollections, notes), at most:
-    # beyond it a turn recalls nothing, so extras never crowd out the conversation itself.
-    # 0.15, not 0.2, since questions fill the room: the kept extras of a question-heavy chat
-    # then fold no sooner (`kioku bench prefix`, RealPersonaChat CP at 16,384: 5 folds either way)
+    # Recall by need (`kioku.need`): a turn is shown the past when retrieval's evidence stands
+    # out, in the amount that evidence supports, never as a share of the room reserved for it.
+    # The best hit stands `recall_standout` × above the background (the median score of the
+    # search's best hits) and holds `recall_relevance` of the message's meaning (BM25 score ÷
+    # the query's best possible score), or `recall_cued_relevance` when the message points at
+    # the past ("remember", 先週, a name the window does not hold); none is shown when the raw
+    # window's own best match holds `recall_in_view` of what the archive's best holds.
+    # The trade-off these set, measured (generational − plain retrieval, strict, LoCoMo dev
+    # 0–4 at 4,096; prefix reuse of LoCoMo 0 at 8k through `kioku serve`): recall_in_view 0.6
+    # −0.012 / 0.948 (in process), 0.7 0.000 / 0.945, 0.8 +0.004 / 0.939. At 16,384 a gate
+    # costs the strict match more: −0.049 at 0.7, where a question's room filled with any
+    # shared word (the behaviour before) gave +0.016.
+    recall_relevance: float = 0.2
+    recall_cued_relevance: float = 0.1
+    recall_standout: float = 1.2
+    recall_in_view: float = 0.7
+    # The most one turn's recollections take, as a share of the ceiling. Never held free: a
+    # turn whose best recollection finds no room folds the chapter that is ready (one cache
+    # break, counted as `recall_breaks`); the rest take what room there is.
+    recall_room: float = 0.25
+    # A message that does not ask keeps its recollections in front of it until the next fold:
+    # at most `recall_share` of the room left, `recall_limit` of them, and never more than
+    # `extras_share` of the budget for what the raw window carries of what turns were shown.
+    # (A question's are shown once, after it: `kioku.context`.)
+    recall_share: float = 0.5
+    recall_limit: int = 6
     extras_share: float = 0.15
-    # a past exchange is recalled only when it holds this much of the query's meaning (BM25
-    # score ÷ the query's best possible score): chit-chat ("ok, see you") recalls nothing
-    recall_relevance: float = 0.36
-    # A message that asks something (`salience.is_question`) is where the past is wanted: its
-    # recollections may take this share of the room left instead of `recall_share`, as many as
-    # fit (not `recall_limit`), down to `question_relevance`: recall uses the budget there.
-    # Any exchange that shares a word with a question may answer it (LoCoMo dev at 4,096: 0.396
-    # strict at relevance 0, 0.385 at 0.2, 0.293 with the ordinary turn's share and limit)
-    question_share: float = 1.0
-    question_relevance: float = 0.0
-    # The most a question's recollections may take, as a share of the ceiling (they are shown
-    # once, after it: `kioku.context`), and the room the policy makes for them: a question that
-    # finds less folds a ready chapter now, the fold it was about to need anyway (one cache
-    # break either way), and chapters are written this far below the ceiling so one is ready.
-    # LoCoMo dev at 4,096, strict: 0.420 held to the extras' share, 0.434 with this.
-    question_room: float = 0.25
     summary_ceiling: int = DEFAULT_SUMMARY_CEILING_TOKENS
     summary_delay_s: float = DEFAULT_SUMMARY_DELAY_S
     summary_duration_s: float = DEFAULT_SUMMARY_DURATION_S
@@ -90,17 +94,25 @@ class Profile:
             )
         if self.headroom >= self.trigger:
             raise ConfigError(f"profile {self.name!r}: headroom must be below the trigger")
-        shares = (self.recall_share, self.extras_share, self.question_share, self.question_room)
-        if not all(0 <= s <= 1 for s in shares):
+        shares = {
+            "recall_share": self.recall_share,
+            "extras_share": self.extras_share,
+            "recall_room": self.recall_room,
+            "recall_relevance": self.recall_relevance,
+            "recall_cued_relevance": self.recall_cued_relevance,
+        }
+        bad = [k for k, v in shares.items() if not 0 <= v <= 1]
+        if bad:
+            raise ConfigError(f"profile {self.name!r}: {', '.join(bad)} must be 0 to 1")
+        if self.recall_standout < 1 or self.recall_in_view < 0:
             raise ConfigError(
-                f"profile {self.name!r}: recall_share, extras_share, question_share and "
-                "question_room are 0 to 1"
+                f"profile {self.name!r}: recall_standout is 1 or more, recall_in_view 0 or more"
             )
 
     @property
-    def question_tokens(self) -> int:
-        """The room a question's recollections may take (`question_room` of the ceiling)."""
-        return int(self.ceiling * self.question_room)
+    def recall_tokens(self) -> int:
+        """The most one turn's recollections may take (`recall_room` of the ceiling)."""
+        return int(self.ceiling * self.recall_room)
 
     @property
     def prompt_budget(self) -> int:

@@ -105,19 +105,56 @@ def recall(
     not repeated."""
     if budget_tokens <= 0 or limit <= 0 or not query.strip():
         return []
-    hits = scorer.search(query, k=limit * 4, before_seq=before_seq)
+    hits = []
+    for hit in scorer.search(query, k=limit * 4, before_seq=before_seq):
+        if hit.relevance < min_relevance:
+            break  # hits come best first
+        if hit.score > min_score:
+            hits.append(hit)
+    return exchanges(
+        hits,
+        lookup,
+        before_seq=before_seq,
+        budget_tokens=budget_tokens,
+        counter=counter,
+        limit=limit,
+        neighbours=neighbours,
+        lang=lang,
+    )
+
+
+def exchanges(
+    hits: Sequence[Hit],
+    lookup: Lookup,
+    *,
+    before_seq: int,
+    budget_tokens: int,
+    counter: TokenCounter,
+    limit: int = DEFAULT_LIMIT,
+    neighbours: int = 1,
+    lang: str = "en",
+    skip: Callable[[LogEntry], bool] | None = None,
+) -> list[Recollection]:
+    """The recollections of `hits` (in their order): each hit's turn with its ±`neighbours`,
+    clipped below before_seq, together within `budget_tokens`; an exchange that overlaps one
+    already taken keeps only its new lines, and lines `skip` names (what the prompt shows
+    already) are left out."""
     taken: set[int] = set()
     out: list[Recollection] = []
     left = budget_tokens
     for hit in hits:
-        if hit.score <= min_score or hit.seq in taken or hit.seq >= before_seq:
+        if hit.seq in taken or hit.seq >= before_seq or left <= 0:
             continue
-        if hit.relevance < min_relevance:
-            break  # hits come best first
         lo, hi = max(0, hit.seq - neighbours), min(before_seq - 1, hit.seq + neighbours)
         seqs = [q for q in range(lo, hi + 1) if q not in taken]
+        if not seqs:
+            continue
         entries = [e for e in lookup(seqs[0], seqs[-1]) if e.seq in seqs and e.seq < before_seq]
-        lines = tuple(_line(e) for e in entries if e.message.role in ("user", "assistant"))
+        lines = tuple(
+            _line(e)
+            for e in entries
+            if e.message.role in ("user", "assistant") and not (skip and skip(e))
+        )
         if not lines:
             continue
         fitted = _fit(lines, hit.seq, hit.score, left, counter, lang)
@@ -220,26 +257,14 @@ class RecallIndexes:
     ) -> list[Recollection]:
         idx = self.sync(conversation_id)
         found: list[Hit] = []
-        cache: dict[int, LogEntry] = {}
 
         def search(query: str, k: int = 10, before_seq: int | None = None) -> list[Hit]:
             found[:] = idx.search(query, k=k, before_seq=before_seq)
             return list(found)
 
-        def lookup(first: int, last: int) -> Sequence[LogEntry]:
-            # the first lookup reads every hit's neighbourhood in one query, not one per hit
-            if not cache:
-                near = {h.seq + d for h in found for d in range(-1, 2)}
-                wanted = sorted(q for q in near | set(range(first, last + 1)) if q >= 0)
-                cache.update((e.seq, e) for e in self.store.entries_at(conversation_id, wanted))
-            missing = [q for q in range(first, last + 1) if q not in cache]
-            if missing:
-                cache.update((e.seq, e) for e in self.store.entries_at(conversation_id, missing))
-            return [cache[q] for q in range(first, last + 1) if q in cache]
-
         return recall(
             _Searching(search),
-            lookup,
+            self.lookup(conversation_id, found),
             query,
             before_seq=before_seq,
             budget_tokens=budget_tokens,
@@ -248,6 +273,25 @@ class RecallIndexes:
             min_relevance=min_relevance,
             lang=lang,
         )
+
+    def lookup(self, conversation_id: str, hits: Sequence[Hit], block: int = 12) -> Lookup:
+        """Messages by seq range, read from the store: a range not read yet is read together
+        with the neighbourhoods of the next `block` hits (`hits` as they are by then), so a
+        turn that looks at its best hits reads them in one query, not one per hit."""
+        cache: dict[int, LogEntry] = {}
+        done = [0]  # hits whose neighbourhoods were read
+
+        def read(first: int, last: int) -> Sequence[LogEntry]:
+            missing = [q for q in range(first, last + 1) if q not in cache]
+            if missing:
+                ahead = hits[done[0] : done[0] + block]
+                done[0] += len(ahead)
+                near = {h.seq + d for h in ahead for d in range(-1, 2)}
+                wanted = sorted(q for q in near.union(missing) if q >= 0 and q not in cache)
+                cache.update((e.seq, e) for e in self.store.entries_at(conversation_id, wanted))
+            return [cache[q] for q in range(first, last + 1) if q in cache]
+
+        return read
 
     def _save(self, conversation_id: str, idx: ArchiveIndex) -> None:
         if self.store.readonly:

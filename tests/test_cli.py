@@ -460,10 +460,14 @@ def test_bench_prefix_on_locomo_slice() -> None:
         "prompt_tokens_max",
         "overflows",
         "forced_cuts",
+        "recall_turns",
+        "recall_breaks",
     ):
         assert key in data
+    assert set(data["prefill_overhead"]) == {"p50", "p95", "mean"}
     assert data["overflows"] == 0
     assert data["folds"] >= 1
+    assert data["recall_breaks"] <= data["folds"] + data["turns"] * data["recall_turns"]
     for base in ("sliding_window", "summary_in_system", "immediate_fold"):
         assert "prefix_reuse_mean" in data[base]
     assert data["prefix_reuse_mean"] > data["sliding_window"]["prefix_reuse_mean"]

@@ -279,6 +279,9 @@ def test_console_reads_memory_edits_notes_cuts_and_shows_alerts_and_log(
     newest = [int(m.get_attribute("data-seq")) for m in p.all("message")]
     assert newest[-1] == info.next_seq - 1
     assert all(t.text for t in p.all("message-time"))
+    # each user turn says whether it was shown the past, and why
+    notes = [n.text for n in p.all("recall-note")]
+    assert notes and all(n.startswith(("recall on: ", "recall off: ")) for n in notes)
 
     def opening() -> str | None:  # the first message shown (None while the page loads)
         return next((m.get_attribute("data-seq") for m in p.all("message")), None)

@@ -46,6 +46,11 @@ def test_search_transcript_and_jobs(service: Harness) -> None:
         page = r.json()
         assert page["total"] == 24 and [m["seq"] for m in page["data"]] == [19, 20, 21, 22, 23]
         assert all(m["stored_at"] for m in page["data"])
+        # each user turn says whether it was shown the past, and why (the console shows it)
+        for m in page["data"]:
+            note = m["recall"]
+            assert (note is None) == (m["role"] != "user"), m
+            assert note is None or (isinstance(note["on"], bool) and note["why"])
         r = h.get("/v1/conversations/browse-1/transcript", params={"before": 19, "limit": 5})
         assert [m["seq"] for m in r.json()["data"]] == [14, 15, 16, 17, 18]
         r = h.get("/v1/conversations/browse-1/transcript", params={"after": -1, "limit": 3})

@@ -11,7 +11,9 @@ import pytest
 from kioku.engine import Conversation, Kioku
 from kioku.errors import ConfigError
 from kioku.hooks import NO_LAYERS, NoLayers
+from kioku.memory import Memory
 from kioku.messages import LogEntry
+from kioku.need import Need, Recall
 from kioku.recollection import RecalledLine, Recollection
 from kioku.store import Store
 from tests.helpers import Clock
@@ -25,12 +27,19 @@ class Scripted(NoLayers):
         self.calls: list[tuple[str, str]] = []
         self.chapters: list[tuple[int, int]] = []
 
-    def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
-    ) -> Sequence[Recollection]:
-        self.calls.append(("recollections", conv.id))
+    def recall(
+        self,
+        conv: Conversation,
+        entry: LogEntry,
+        raw_start: int,
+        window: Sequence[LogEntry],
+        memory: Memory,
+    ) -> Recall:
+        self.calls.append(("recall", conv.id))
+        if not raw_start:
+            return Recall(Need.off("nothing before the raw window"))
         line = RecalledLine(0, "Mika", "REMEMBERED-LINE")
-        return [Recollection(0, 0, 1.0, (line,), 8)] if raw_start else []
+        return Recall(Need(True, "scripted"), (Recollection(0, 0, 1.0, (line,), 8),))
 
     def instructions(self, conv: Conversation) -> Sequence[str]:
         self.calls.append(("instructions", conv.id))
@@ -56,7 +65,7 @@ def test_the_engine_asks_the_layers_at_each_turn_fold_and_chapter() -> None:
     grow(kk, clock, "c", 120)
     hooks = {name for name, cid in layers.calls if cid == "c"}
     assert hooks == {
-        "recollections",
+        "recall",
         "instructions",
         "notes",
         "avoid_phrases",
@@ -75,6 +84,15 @@ def test_the_engine_asks_the_layers_at_each_turn_fold_and_chapter() -> None:
     content = beside[0]
     assert content.index("REMEMBERED-LINE") < content.index("SAY-IT-DIFFERENTLY")
     assert not content.endswith("SAY-IT-DIFFERENTLY")  # the message itself comes last
+    # each turn's account of recall says what the layer decided and what it got: the turn
+    # that showed the line, and the newest, which had it in view already
+    notes = [e.meta["recall"] for e in conv.raw_window() if e.meta and "recall" in e.meta]
+    shown = [n for n in notes if n["on"]]
+    assert len(shown) == 1 and shown[0]["got"] == [[0, 0]] and shown[0]["why"] == "scripted"
+    assert notes[-1] == {
+        "on": False,
+        "why": "scripted; nothing shown (no room, or all of it in view)",
+    }
 
 
 def test_without_layers_the_engine_runs_alone() -> None:

@@ -53,11 +53,11 @@ def test_recollection_comes_after_the_raw_window_and_never_repeats_it() -> None:
     assert conv.info().raw_start > 0, "the conversation should have folded"
     before = conv.prepare("What colour was the door of the lighthouse on Kurohama island?")
     raw = [e for e in conv.raw_window() if e.seq < before.account.raw_start + 10**9]
-    # recalled from the archive: beside this message, or beside an earlier turn's message that
-    # is still raw (shown once, kept with its turn, never repeated)
+    # in the prompt once: quoted by memory, or recalled from the archive beside this message or
+    # beside an earlier turn's message that is still raw (kept with its turn, never repeated)
     assert 0 not in {e.seq for e in raw}
+    assert sum("red door" in m.content for m in before.messages) == 1
     shown = [m.content for m in before.messages[3:]]
-    assert sum("red door" in c for c in shown) == 1
     # every raw message is verbatim at the end of what the model reads for it
     texts = [e.text for e in raw]
     assert all(c.endswith(t) for c, t in zip(shown, texts, strict=False))
@@ -83,7 +83,9 @@ def test_recall_finds_a_japanese_memory() -> None:
         kk.worker.run_until_idle()
     assert conv.info().raw_start > 2
     p = conv.prepare("ねえ、私の誕生日っていつだったか覚えてる？")
-    assert "三月十四日" in p.messages[-1].content
+    # in the prompt once: memory quotes it, so it is not recalled again beside the question
+    assert sum("三月十四日" in m.content for m in p.messages) == 1
+    assert p.recall is not None and p.recall["cue"] == "覚えて"
 
 
 def test_planted_tic_raises_an_alert_and_stays_out_of_the_next_chapter() -> None:
@@ -121,7 +123,7 @@ def test_cut_empties_raw_window_keeps_coverage_and_search() -> None:
     hits = kk.layers.search("c", "where is the spare key hidden", k=3)
     assert hits and hits[0].seq == 0
     p = conv.prepare("Where did I hide the spare key?")
-    assert "flowerpot" in p.messages[-1].content
+    assert sum("flowerpot" in m.content for m in p.messages) == 1  # memory's, shown once
 
 
 def test_notes_enter_the_prompt_only_at_a_fold() -> None:

@@ -306,23 +306,28 @@ def test_an_estimated_count_plans_for_less_than_the_ceiling() -> None:
     assert decide(given).forced_cut is not None
 
 
-def test_a_question_folds_the_ready_chapter_its_recollections_need_the_room_of() -> None:
-    """A question wants `question_room` of the ceiling (350 here) for its recollections: at
-    1,200 of 1,400 a statement keeps the window full, a question folds the chapter waiting (the
-    fold the next turns would need anyway: one cache break either way)."""
+def test_recollections_that_want_more_room_than_the_turn_has_fold_the_ready_chapter() -> None:
+    """At 1,200 of 1,400 a turn keeps the window full; one whose recollections want 350 tokens
+    folds the chapter waiting (the fold the next turns would need anyway), and the decision
+    says it was recall's: a recall break."""
     waiting = state(raw=raw(0, 120), ready=[item(7, 0, 53)])
     assert not decide(waiting).folds
-    asked = decide(replace(waiting, asks=True))
-    assert asked.activate == (7,) and asked.raw_start == 54
-    # a question with the room it wants, or with nothing ready, changes nothing
-    assert not decide(replace(waiting, raw=raw(0, 100), asks=True)).folds
-    assert decide(replace(waiting, ready=[], asks=True)) == decide(replace(waiting, ready=[]))
+    asked = decide(replace(waiting, recall=350))
+    assert asked.activate == (7,) and asked.raw_start == 54 and asked.for_recall
+    assert "for 350 tokens of recollections" in " ".join(asked.reasons)
+    # recollections the room holds, or nothing ready, change nothing
+    assert not decide(replace(waiting, recall=150)).folds
+    assert decide(replace(waiting, ready=[], recall=350)) == decide(replace(waiting, ready=[]))
+    # a fold the prompt needed anyway is not recall's, whatever the recollections want
+    full = decide(replace(waiting, raw=raw(0, 140), recall=350))
+    assert full.folds and not full.for_recall
 
 
-def test_chapters_are_written_early_enough_for_a_questions_room() -> None:
-    assert state().trigger == P.trigger  # 1,400 - 350 leaves it where it was
-    roomy = replace(P, question_room=0.4)
-    assert state(profile=roomy).trigger == 1400 - 560
+def test_nothing_is_held_free_for_recall_below_the_ceiling() -> None:
+    """No standing reservation: the trigger leaves room for the summary's lead only, whatever
+    one turn's recollections may take (`Profile.recall_room`)."""
+    assert state().trigger == P.trigger
+    assert state(profile=replace(P, recall_room=0.9)).trigger == P.trigger
 
 
 def test_a_late_major_gc_is_folded_by_an_extractive_synopsis_with_the_fold_that_needs_it() -> None:

@@ -1,5 +1,7 @@
-"""Recall that uses the budget: a message that asks something may fill the room left with
-recollections; any other message keeps `recall_share` of it and `recall_limit` of them."""
+"""Recall by need, at the turn: a message is shown the past when retrieval's evidence stands
+out (`kioku.need`), sized by that evidence; a question's recollections may then use the room
+the turn has (shown once, after it), any other message keeps `recall_share` of it and
+`recall_limit` of them; the turn's account says why, and the room is made when it is needed."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from kioku.messages import LogEntry, Message
 from kioku.profiles import LOCAL_8K
 from kioku.recollection import RecalledLine, Recollection
 from kioku.store import Store
+from kioku.summarizer import Summary, SummaryTask
 from kioku.tokens import ScriptEstimator
 from tests.helpers import Clock
 
@@ -56,74 +59,94 @@ def test_a_question_may_fill_the_room_left_a_statement_takes_its_share() -> None
     assert p_q.room == pytest.approx(p_s.room, abs=8)  # the same raw window either way
     kept_cap = int(p_s.budget * LOCAL_8K.extras_share)  # what turns may keep, at most
     # a statement: recall_share of the room, within what may be kept; a question: all of the
-    # room up to `question_room`, shown once (not held to what may be kept)
+    # room up to `recall_room` of the ceiling, shown once (not held to what may be kept)
     assert told.account.recollections <= min(p_s.room * LOCAL_8K.recall_share, kept_cap)
     assert asked.account.recollections > 1.5 * told.account.recollections
     assert p_q.room - 40 <= asked.account.recollections <= p_q.room  # the room, filled
-    assert p_q.recall_room <= LOCAL_8K.question_tokens
+    assert p_q.recall_room <= LOCAL_8K.recall_tokens
     assert asked.extras is not None and asked.extras.tokens == 0  # nothing kept in front
     assert told.extras is not None and told.extras.once == ""
     assert asked.account.fits and told.account.fits
 
 
-def test_question_share_is_checked() -> None:
-    with pytest.raises(ConfigError, match="question_share"):
-        replace(LOCAL_8K, question_share=1.5)
+def test_recall_shares_are_checked() -> None:
+    with pytest.raises(ConfigError, match="recall_room"):
+        replace(LOCAL_8K, recall_room=1.5)
+    with pytest.raises(ConfigError, match="recall_standout"):
+        replace(LOCAL_8K, recall_standout=0.5)
 
 
-def mika(cid: str) -> tuple[Kioku, Conversation, Clock]:
+class Vague:
+    """A chronicler that records a range without quoting any of it: what the archive holds is
+    then only the archive's (memory shows none of its lines)."""
+
+    def summarize(self, task: SummaryTask) -> Summary:
+        return Summary(f"(we talked for a while, #{task.span[0]}–{task.span[1]})", 12, "extractive")
+
+
+FILLER = [
+    "We had tea by the window and talked about the weather.",
+    "The tea was too hot, so we waited and talked about the rain.",
+    "You said the weather would clear up by the evening, over tea.",
+]
+
+
+def mika(cid: str, summarizer: Vague | None = None) -> tuple[Kioku, Conversation, Clock]:
     """A conversation with recall and notes on (no tic guard), at 8k."""
     clock = Clock()
     store = Store.open("sqlite://")
     kk = Kioku(
-        store, profile=LOCAL_8K, counter=COUNTER, clock=clock, layers=Layers(store, tics=False)
+        store,
+        profile=LOCAL_8K,
+        counter=COUNTER,
+        clock=clock,
+        layers=Layers(store, tics=False),
+        summarizer=summarizer,
     )
     return kk, kk.conversation(cid, system_prompt="You are Mika."), clock
 
 
-def test_a_question_recalls_past_the_per_turn_limit_when_room_allows() -> None:
-    kk, conv, clock = mika("q")
-    animals = ["dragon", "heron", "tiger", "carp", "owl", "fox", "whale", "crane"]
-    places = ["river", "harbour", "temple", "meadow", "station"]
-    for i in range(240):
+def word(i: int) -> str:
+    """A made-up word of its own for each turn, so that no line says what another said."""
+    digits = (i // 36 % 6, i // 6 % 6, i % 6)  # 216 words of three syllables
+    return "".join("kamirotesuna"[2 * d : 2 * d + 2] for d in digits)
+
+
+def chat(kk: Kioku, conv: Conversation, clock: Clock, first: str, turns: int) -> None:
+    conv.append(Message.user(first))
+    conv.append(Message.assistant("I will remember that."))
+    for i in range(turns):
         clock.advance(30)
-        a, p = animals[i % 8], places[i % 5]
-        name = "".join("kamirotesuna"[2 * int(d) % 12 : 2 * int(d) % 12 + 2] for d in f"{i:03d}")
-        # every line its own words: a recollection the raw window already says is not shown
-        conv.append(Message.user(f"{name.title()}'s kite has a {a} on it; we flew it by the {p}."))
-        conv.append(Message.assistant(f"{name.title()}'s {a} kite at the {p} sounds fun."))
+        conv.prepare(f"{FILLER[i % 3]} {word(i).title()} came by.")
+        conv.record(f"{FILLER[(i + 1) % 3]} {word(i + 7).title()} waved.")
         kk.worker.run_until_idle()
-        conv.settle()
-    info, raw, memory = conv.info(), conv.raw_window(), conv.memory()
-    assert info.raw_start > 0  # folds happened: the archive holds kites the window does not
-
-    def ask(text: str):
-        new = LogEntry(info.next_seq, Message.user(text), COUNTER.count(text))
-        return conv.prompt_for(new, info=info, window=raw, memory=memory)
-
-    asked = ask("Which kite had a dragon on it?")
-    told = ask("The kite had a dragon on it.")
-    assert asked.extras is not None and told.extras is not None
-    assert len(told.extras.recalled) <= LOCAL_8K.recall_limit
-    assert len(asked.extras.once_recalled) > LOCAL_8K.recall_limit
-    assert asked.account.recollections > told.account.recollections
-    assert asked.account.fits
 
 
-def test_a_questions_recollections_are_shown_once_after_it_and_cost_no_re_read() -> None:
-    _, conv, clock = mika("once")
-    conv.append(Message.user("My sister Hanako flies a blue kite with a dragon on it."))
-    conv.append(Message.assistant("A dragon kite! Hanako must love the wind."))
-    for i in range(6):
-        conv.append(Message.user(f"The tea today is number {i}, a little bitter."))
-        conv.append(Message.assistant(f"Bitter tea number {i} suits a grey day."))
-    conv.cut()  # the kite is in the archive now, not in the raw window
-    question = "What is on Hanako's kite?"
+def test_small_talk_is_shown_no_past_and_its_turn_says_why() -> None:
+    kk, conv, clock = mika("small", Vague())
+    chat(kk, conv, clock, "My sister Hanako flies a blue kite with a dragon on it.", 200)
+    assert conv.info().raw_start > 2  # the kite left the raw window long ago
+    asked = conv.prepare("Do you like your tea hot?")
+    # every old turn shares "tea" with it, none more: nothing stands out
+    assert asked.account.recollections == 0
+    assert asked.recall is not None and not asked.recall["on"]
+    assert asked.recall["why"].startswith("nothing stands out")
+    # the account is kept with the message: the console's turn view reads it
+    stored = conv.store.entries_at(conv.id, [conv.raw_window()[-1].seq])[0]
+    assert stored.meta["recall"] == dict(asked.recall)
+
+
+def test_a_question_about_the_past_is_shown_what_stands_out_once_after_it() -> None:
+    kk, conv, clock = mika("once", Vague())
+    chat(kk, conv, clock, "My sister Hanako flies a blue kite with a dragon on it.", 200)
+    question = "Do you remember what is on Hanako's kite?"
     asked = conv.prepare(question)
     last = asked.messages[-1].content
-    head, _, tail = last.partition(question)  # head: the date line the window opens with
+    head, _, tail = last.partition(question)  # head: a date line, if the day changed
     assert "dragon" in tail and "dragon" not in head
-    assert asked.account.recollections > 0
+    assert asked.recall is not None and asked.recall["on"] and asked.recall["cue"] == "remember"
+    assert asked.recall["got"][0][0] <= 0 <= asked.recall["got"][0][1]
+    assert asked.recall["tokens"] == asked.account.recollections > 0
     entry = conv.raw_window()[-1]
     # a retry of the turn shows exactly what the first try showed
     assert conv.prepare_for(entry).messages == asked.messages
@@ -137,3 +160,29 @@ def test_a_questions_recollections_are_shown_once_after_it_and_cost_no_re_read()
     again = nxt.messages[n - 1].content
     assert again == head + question and last.startswith(again)
     assert nxt.account.parts["carried"] == 0  # nothing of the question's recall is kept
+
+
+def test_what_memory_quotes_is_not_recalled_again() -> None:
+    kk, conv, clock = mika("quoted")  # the extractive chronicler quotes the kite line
+    chat(kk, conv, clock, "My sister Hanako flies a blue kite with a dragon on it.", 200)
+    asked = conv.prepare("Do you remember what is on Hanako's kite?")
+    assert "[0] user: My sister Hanako" in asked.messages[1].content  # memory quotes it
+    assert sum("dragon" in m.content for m in asked.messages) == 1  # memory's, not a recollection
+    assert asked.recall is not None
+    assert all(not lo <= 0 <= hi for lo, hi in asked.recall.get("got", []))
+
+
+def test_a_turn_that_wants_room_folds_the_ready_chapter_and_counts_a_recall_break() -> None:
+    kk, conv, clock = mika("room", Vague())
+    for i in range(400):
+        clock.advance(30)
+        conv.prepare(f"{FILLER[i % 3]} ({i})")
+        conv.record(f"{FILLER[(i + 1) % 3]} Reply {i}.")
+        kk.worker.run_until_idle()
+        if conv.store.items(conv.id, "ready") and not conv.settle().folded:
+            break  # a chapter waits for the turn that needs its room
+    assert conv.store.items(conv.id, "ready")
+    before = conv.info().raw_start
+    report = conv.settle(recall=LOCAL_8K.recall_tokens)
+    assert report.folded and report.for_recall and conv.info().raw_start > before
+    assert conv.store.counters(conv.id).get("recall_breaks") == 1

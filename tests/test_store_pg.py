@@ -45,8 +45,8 @@ def run(store: Store) -> dict[str, Any]:
     folded_before_cut = conv.info().raw_start
     conv.cut()
     info = conv.info()
-    assert layers.recall is not None
-    recalled = layers.recall.recall(
+    assert layers.indexes is not None
+    recalled = layers.indexes.recall(
         "c",
         "Where does Hana live?",
         before_seq=info.raw_start,

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import httpx
 
 from kioku.config import Settings, build_kioku
+from kioku.context import RECALL_KEY
 from kioku.datasets import Transcript
 from kioku.engine import Kioku
 from kioku.messages import Message
@@ -127,8 +128,11 @@ class ServeReplay:
 
     def drive(
         self, users: list[Message], replies: list[Message]
-    ) -> tuple[list[ChatMessage], str, int | None, bool]:
-        """One turn: the user's messages (the last one is answered) and the recorded reply."""
+    ) -> tuple[list[ChatMessage], str, int | None, bool, bool]:
+        """One turn: the user's messages (the last one is answered) and the recorded reply.
+        Returns the prompt the upstream received, the reply, the memory version, whether the
+        turn failed, and whether it carried recollections (the turn's account of recall, kept
+        with the stored message: `kioku.need`)."""
         user = {"role": "user", "content": "\n".join(m.text for m in users)}
         self._reply = "\n".join(r.text for r in replies) or "…"
         sent = (
@@ -144,12 +148,21 @@ class ServeReplay:
         self.history.append(user)
         chats = self.upstream.chats()
         if r.status_code != 200 or len(chats) == before:
-            return [], "", None, True
+            return [], "", None, True, False
         self.history.append({"role": "assistant", "content": self._reply})
         prompt = [ChatMessage(m["role"], m["content"]) for m in chats[-1]["messages"]]
         version = r.headers.get("x-kioku-memory-version")
+        recalled = self._recalled(int(r.headers.get("x-kioku-seq", "-1")))
         self.worker.worker.run_until_idle()
-        return prompt, self._reply, int(version) if version else None, False
+        return prompt, self._reply, int(version) if version else None, False, recalled
+
+    def _recalled(self, seq: int) -> bool:
+        info = self.store.conversations()
+        if seq < 0 or not info:
+            return False
+        entries = self.store.entries_at(info[0].id, [seq])
+        note = entries[0].meta.get(RECALL_KEY) if entries and entries[0].meta else None
+        return bool(note and note.get("on"))
 
     def counters(self) -> dict[str, int]:
         info = self.store.conversations()

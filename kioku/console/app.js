@@ -484,6 +484,19 @@
         m.deleted ? el("span", { class: "badge stale", text: "deleted by the client" }) : null,
       ),
       el("div", { class: "msg-body" }, ...parts),
+      m.recall ? recallNote(m.recall) : null,
+    );
+  }
+
+  // the turn's account of recall: was the past shown to answer this message, why, and what
+  function recallNote(r) {
+    const got = (r.got || []).map(([a, b]) => (a === b ? `#${a}` : `#${a}–${b}`)).join(", ");
+    const what = r.on ? ` — ${got} (${r.tokens} tokens)` : "";
+    return el(
+      "p",
+      { class: `recall-note muted small ${r.on ? "on" : "off"}`, dataset: { testid: "recall-note" } },
+      el("b", { text: r.on ? "recall on: " : "recall off: " }),
+      `${r.why}${what}`,
     );
   }
 

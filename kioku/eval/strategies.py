@@ -44,8 +44,8 @@ from kioku.layers import Layers
 from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage
+from kioku.need import Need, Recall
 from kioku.profiles import Profile
-from kioku.recollection import Recollection
 from kioku.store import Store
 from kioku.summarizer import Summarizer
 from kioku.tokens import TokenCounter
@@ -110,11 +110,12 @@ def fit_profile(profile: Profile) -> tuple[Profile, dict[str, Any]]:
 
 
 class _ReplayLayers(Layers):
-    """Recollections and the anti-repetition line go at the end of a turn's prompt: they never
-    change memory, so the replay skips them unless asked for every turn (they cost a search and
-    a tic count per turn); a question at the end gets its recollection when `question_recall`
-    says so (a view of the same replay may ask without), never an anti-repetition line (a
-    question is not a turn)."""
+    """Recollections and the anti-repetition line go at the end of a turn's prompt: the replay
+    skips them unless asked for every turn (they cost a search and a tic count per turn, and
+    what a statement is shown would then be carried in the raw window the question reads); a
+    question at the end goes through recall's gate (`kioku.need`, as every turn of the product
+    does) when `question_recall` says so (a view of the same replay may ask without), and gets
+    no anti-repetition line (a question is not a turn)."""
 
     def __init__(self, store: Store, per_turn: bool, *, notes: bool = True) -> None:
         super().__init__(store, notes=notes, tics=notes)
@@ -122,11 +123,18 @@ class _ReplayLayers(Layers):
         self.question_recall = False
         self.answering = False  # set once the replay is over and the questions come
 
-    def recollections(
-        self, conv: Conversation, entry: LogEntry, raw_start: int, budget: int
-    ) -> list[Recollection]:
+    def recall(
+        self,
+        conv: Conversation,
+        entry: LogEntry,
+        raw_start: int,
+        window: Sequence[LogEntry],
+        memory: Memory,
+    ) -> Recall:
         wanted = self.question_recall if self.answering else self.per_turn
-        return super().recollections(conv, entry, raw_start, budget) if wanted else []
+        if not wanted:
+            return Recall(Need.off("recall is off in this arm"))
+        return super().recall(conv, entry, raw_start, window, memory)
 
     def instructions(self, conv: Conversation) -> list[str]:
         return super().instructions(conv) if self.per_turn and not self.answering else []
@@ -184,7 +192,8 @@ class KiokuArm:
             report = self.conv.settle()
             if not report.folded and not report.scheduled:
                 break
-        self.conv.settle(asks=True)
+        # the turn of a question that wants the past makes its room: a ready chapter folds
+        self.conv.settle(recall=self.profile.recall_tokens)
         info = self.conv.info()
         self._final = (self.conv.memory(), self.conv.raw_window(), info)
         self._layers.answering = True

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
 
 from kioku import corrections
+from kioku.context import RECALL_KEY
 from kioku.engine import Conversation, Kioku
 from kioku.hooks import NoLayers
 from kioku.messages import LogEntry
@@ -44,6 +45,20 @@ class SearchOut(BaseModel):
     hits: list[Hit]
 
 
+class RecallNote(BaseModel):
+    """The turn's account of recall (`kioku.need`): whether this message was shown the past,
+    why, and what it got."""
+
+    on: bool
+    why: str
+    cue: str | None = Field(None, description="What in the message points at the past.")
+    standout: float | None = Field(
+        None, description="The best hit's score ÷ the background of the search."
+    )
+    got: list[list[int]] = Field(default_factory=list, description="Seq ranges shown.")
+    tokens: int = 0
+
+
 class TranscriptLine(BaseModel):
     seq: int
     role: str
@@ -53,6 +68,7 @@ class TranscriptLine(BaseModel):
     text: str
     parts: list[dict[str, Any]]
     deleted: bool
+    recall: RecallNote | None = Field(None, description="A user turn's account of recall.")
 
 
 class TranscriptOut(BaseModel):
@@ -117,6 +133,7 @@ def _conversation(request: Request, tenant: str, conversation_id: str) -> Conver
 
 def _line(e: LogEntry, stored: dict[int, float]) -> TranscriptLine:
     m = e.message
+    note = (e.meta or {}).get(RECALL_KEY)
     return TranscriptLine(
         seq=e.seq,
         role=m.role,
@@ -126,6 +143,7 @@ def _line(e: LogEntry, stored: dict[int, float]) -> TranscriptLine:
         text=m.text,
         parts=[p.to_json() for p in m.parts],
         deleted=m.is_empty(),
+        recall=RecallNote(**note) if isinstance(note, dict) else None,
     )
 
 

@@ -1,0 +1,199 @@
+"""Recall by need: whether a turn wants the past, and how much of it (SPEC §7).
+
+A recollection costs the turn its tokens: prefilled on that turn, and in a full window the room
+a ready chapter must be folded for. Filling whatever room a question finds made every question
+pay that, and in companion chat most questions are small talk ("do you watch Netflix?"), not a
+request for the past: on RealPersonaChat FZ at 16k, 133 turns each prefilled 2,000–3,800 tokens
+of excerpts that shared a word with the message and nothing more. So the past comes when the
+turn gives evidence that it is wanted, and in the amount that evidence supports:
+
+- **retrieval's own evidence.** The background is the median score of the search's best
+  `BACKGROUND_HITS` windows (those that matched nothing count 0): what a window gets for sharing
+  the message's common words. Words every window shares (a name, "ですか") lift every window
+  alike, so they lift the background too. The best hit must stand `Profile.recall_standout`
+  times above it and hold `Profile.recall_relevance` of the message's meaning
+  (`archive.Hit.relevance`).
+- **the message points at the past** (`cue`): "remember", "last week", "when did", 覚えてる,
+  この前, っけ, 还记得, 上次…, or a name the raw window and memory do not hold. Such a message
+  is shown the past on weaker evidence (`Profile.recall_cued_relevance`).
+- **what is already visible** is neither evidence nor shown. A hit whose line the raw window
+  says again, a carried recollection shows or memory quotes is passed over (`judge`'s `seen`);
+  and when the raw window's own best match holds `Profile.recall_in_view` of what the archive's
+  best holds, the message is about what the window shows (most replies in a conversation are).
+- **sized by the evidence.** Recollections are taken best first while they stand above the
+  background, and stop where the scores fall into it, not where the room ends.
+
+`judge` is pure: `kioku.layers.Layers` searches, calls it and builds the recollections it
+names; the engine makes room for the best of them (a ready chapter folds: `policy.State.recall`)
+and the turn's account keeps its `why` (`Need.note`).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from kioku.dates import MONTHS
+
+if TYPE_CHECKING:  # the archive pulls in bm25s (and scipy): not at import
+    from kioku.archive import Hit
+    from kioku.recollection import Recollection
+
+BACKGROUND_HITS = 50  # the hits a search returns: "the background" is their median score
+MAX_LIFT = 99.0  # a hit among windows that match nothing stands out without measure
+# a name is a capitalized word inside a sentence: what "I", sentence starts and a message's
+# first word would confuse for one is left out
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
+_MONTHS = "|".join(m.lower() for m in MONTHS)
+_WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_SEASONS = "spring|summer|autumn|fall|winter|weekend|night|time|week|month|year"
+_CUES: Mapping[str, re.Pattern[str]] = {
+    "en": re.compile(
+        r"\b(?:remember(?:ed|s)?|recall(?:ed)?|remind(?:ed)?|forg[oe]t(?:ten)?|mention(?:ed)?|"
+        r"told (?:me|you|us)|(?:you|i|we) said|talked about|used to|ago|earlier|yesterday|"
+        r"the other (?:day|night)|back (?:then|when|in)|"
+        rf"last (?:{_SEASONS}|{_WEEKDAYS}|{_MONTHS})|(?:in|on|since) (?:{_MONTHS})|"
+        r"(?:when|what|where|who|how|why|which) (?:did|was|were|had)|"
+        r"(?:did|have|had) (?:you|i|we|he|she|they)(?: ever)?)\b",
+        re.IGNORECASE,
+    ),
+    "ja": re.compile(
+        r"覚えて|憶えて|思い出|忘れ|この前|こないだ|この間|以前|昨日|一昨日|おととい|先週|先月|"
+        r"去年|昨年|おととし|あの時|あのとき|あの頃|あの日|[日週月年]前|言って(?:た|まし)|"
+        r"話して(?:た|まし)|話した|言った|聞いた|教えて(?:くれ)?た|っけ[？?]?$"
+    ),
+    "zh": re.compile(
+        r"还记得|记得|忘了|以前|之前|上次|上回|昨天|前天|上周|上个月|去年|那时|那次|说过|提过|聊过"
+    ),
+}
+
+
+def cue(text: str, lang: str = "en") -> str:
+    """The words of `text` that point at the past ("" when none): every language's patterns
+    are tried, the conversation's first (a Japanese chat may quote an English line)."""
+    for name in (lang, *(n for n in _CUES if n != lang)):
+        pattern = _CUES.get(name)
+        if pattern is not None and (m := pattern.search(text.strip())):
+            return m.group(0)
+    return ""
+
+
+def names(text: str) -> tuple[str, ...]:
+    """Capitalized words inside a sentence: the people and places an English message names."""
+    return tuple(dict.fromkeys(_NAME.findall(text)))
+
+
+@dataclass(frozen=True)
+class Need:
+    """Whether a turn wants the past, why, and the hits it wants shown (best first)."""
+
+    on: bool
+    why: str
+    cue: str = ""  # what in the message points at the past
+    hits: tuple[Hit, ...] = ()
+    background: float = 0.0  # the median score of the search's best hits
+    standout: float = 0.0  # the best unseen hit's score ÷ the background (0: none)
+
+    @classmethod
+    def off(cls, why: str) -> Need:
+        return cls(False, why)
+
+    def note(self, got: Iterable[tuple[int, int]] = (), tokens: int = 0) -> dict[str, Any]:
+        """The turn's account of recall (kept with the message, shown by the console)."""
+        out: dict[str, Any] = {"on": self.on and tokens > 0, "why": self.why}
+        if self.cue:
+            out["cue"] = self.cue
+        if self.standout:
+            out["standout"] = round(self.standout, 2)
+        ranges = [list(r) for r in got]
+        if ranges:
+            out["got"] = ranges
+            out["tokens"] = tokens
+        elif self.on:
+            out["why"] = f"{self.why}; nothing shown (no room, or all of it in view)"
+        return out
+
+
+@lru_cache(maxsize=4096)
+def _pointing(text: str, lang: str) -> str:
+    return cue(text, lang)
+
+
+def judge(
+    text: str,
+    hits: Sequence[Hit],
+    *,
+    seen: Callable[[Hit], bool],
+    holds: Callable[[str], bool],
+    lang: str,
+    relevance: float,
+    cued_relevance: float,
+    standout: float,
+    in_view_share: float,
+    limit: int,
+    in_view: float = 0.0,
+) -> Need:
+    """Decide from `hits` (the archive's best for the message `text`, best first) whether the
+    past is wanted, and which hits to show. `seen(hit)`: the prompt already shows the hit's
+    line; `holds(name)`: the raw window or memory names it;
+    `in_view`: the share of the message's meaning the raw window's own best match holds."""
+    if not hits:
+        return Need.off("the archive holds nothing like it")
+    scores = [h.score for h in hits[:BACKGROUND_HITS]]
+    scores += [0.0] * (BACKGROUND_HITS - len(scores))  # windows that matched nothing
+    background = statistics.median(scores)
+    pointed = _pointing(text, lang)
+    if not pointed:
+        unseen = [n for n in names(text) if not holds(n)]
+        pointed = unseen[0] if unseen else ""
+    floor = cued_relevance if pointed else relevance
+    fresh = (h for h in hits if not seen(h))
+    best = next(fresh, None)
+    if best is None:
+        return Need(False, "what it finds is in view already", pointed, background=background)
+    lift = min(best.score / background, MAX_LIFT) if background > 0 else MAX_LIFT
+    if best.relevance < floor or lift < standout:
+        why = (
+            f"nothing stands out: the best holds {best.relevance:.2f} of the message's "
+            f"meaning, {lift:.1f}× the background"
+        )
+        return Need(False, why, pointed, background=background, standout=lift)
+    if in_view >= in_view_share * best.relevance:
+        why = (
+            f"the raw window holds it: {in_view:.2f} of the message's meaning, the archive's "
+            f"best {best.relevance:.2f}"
+        )
+        return Need(False, why, pointed, background=background, standout=lift)
+    # sized by the evidence: hits are taken, best first, while they stand above the
+    # background; where the scores fall into it, recollections stop (not where room ends)
+    taken: list[Hit] = [best]
+    for h in fresh:
+        if len(taken) >= limit or h.score <= background:
+            break
+        taken.append(h)
+    why = f"{len(taken)} stand out ({lift:.1f}× the background)"
+    if pointed:
+        why = f"it points at the past ({pointed!r}); {why}"
+    return Need(True, why, pointed, tuple(taken), background, lift)
+
+
+@dataclass(frozen=True)
+class Recall:
+    """What the recall layer gives a turn: its decision, and the recollections it names (best
+    first, each counted: `tokens` is what they take together, before the room is known)."""
+
+    need: Need
+    recollections: tuple[Recollection, ...] = ()
+
+    @property
+    def tokens(self) -> int:
+        return sum(r.tokens for r in self.recollections)
+
+    @property
+    def least(self) -> int:
+        """What the best recollection takes: the room the turn needs for any recall at all."""
+        return self.recollections[0].tokens if self.recollections else 0

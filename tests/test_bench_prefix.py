@@ -1,0 +1,34 @@
+"""`kioku bench prefix`'s per-turn arithmetic (`Tally`): what a turn prefills beyond its own new
+message and the previous reply, which turns carried recollections, and the cache breaks the
+recollections made, on token lists small enough to follow by hand."""
+
+from __future__ import annotations
+
+from kioku.bench.prefix import Tally
+
+
+def test_a_turn_prefills_its_message_and_nothing_more_until_recall_or_a_fold() -> None:
+    t = Tally(budget=100)
+    head = list(range(40))
+    t.add(head + [1, 2], [7, 7], 10, memory_version=1, own=2, reply=2)  # cold: all of it
+    # the next turn: the cached prompt and reply, then its own message (2 tokens)
+    second = head + [1, 2, 7, 7, 3, 3]
+    t.add(second, [], 10, memory_version=1, own=2, reply=0)
+    # a turn shown 5 tokens of recollections after its message: 5 beyond its own
+    third = second + [4, 4, 9, 9, 9, 9, 9]
+    t.add(third, [6], 10, memory_version=1, own=2, reply=1, recalled=True)
+    assert t.overhead == [40, 0, 5]
+    s = t.summary()
+    assert s["prefill_overhead"] == {"p50": 5, "p95": 40, "mean": 15.0}
+    assert s["recall_turns"] == round(1 / 3, 4) and t.recall_breaks == 0
+
+
+def test_recollections_that_break_the_prefix_without_a_fold_are_recall_breaks() -> None:
+    t = Tally(budget=1000)
+    t.add(list(range(20)), [], 10, memory_version=2, own=20)  # cold: a break of its own
+    # most of the prompt is new, memory unchanged: the recollections broke the cache
+    t.add(list(range(20)) + list(range(100, 160)), [], 10, memory_version=2, recalled=True)
+    assert t.breaks == 2 and t.recall_breaks == 1
+    # a fold (memory version moves) breaks it too, but that is the fold's
+    t.add(list(range(500, 600)), [], 10, memory_version=3, recalled=True)
+    assert t.breaks == 3 and t.recall_breaks == 1

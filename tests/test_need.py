@@ -1,0 +1,148 @@
+"""Recall by need (`kioku.need`): the gate is a pure function of the message, retrieval's hits
+and what the prompt already shows; the engine asks it on every user turn, makes room for what
+it wants, and keeps its reason with the message."""
+
+from __future__ import annotations
+
+import pytest
+
+from kioku.archive import Hit
+from kioku.need import BACKGROUND_HITS, cue, judge, names
+
+GATE = dict(relevance=0.3, cued_relevance=0.2, standout=1.5, in_view_share=0.6, limit=8)
+
+
+def flat(n: int = BACKGROUND_HITS, score: float = 2.0, relevance: float = 0.2) -> list[Hit]:
+    """A search where every window shares a word or two with the message, none more."""
+    return [Hit(1000 - i, score, relevance) for i in range(n)]
+
+
+def standing(*scores: float, background: float = 2.0, ceiling: float = 10.0) -> list[Hit]:
+    """A few hits well above a background of windows that share only common words."""
+    top = [Hit(500 + i, s, s / ceiling) for i, s in enumerate(scores)]
+    rest = flat(BACKGROUND_HITS - len(scores), background, background / ceiling)
+    return top + rest
+
+
+def decide(text: str, hits: list[Hit], seen: set[int] = frozenset(), lang: str = "en", **kw):  # type: ignore[assignment]
+    args = {**GATE, **kw}
+    return judge(text, hits, seen=lambda h: h.seq in seen, holds=lambda _: False, lang=lang, **args)
+
+
+@pytest.mark.parametrize(
+    ("text", "lang", "expected"),
+    [
+        ("Do you remember the kite we flew?", "en", "remember"),
+        ("What did you cook last week?", "en", "What did"),
+        ("We went there in May, right?", "en", "in May"),
+        ("先週話したカフェ、覚えてる？", "ja", "先週"),
+        ("あの店の名前、なんだっけ？", "ja", "っけ？"),
+        ("上次你说的那家店叫什么？", "zh", "上次"),
+    ],
+)
+def test_a_message_that_points_at_the_past_is_told_by_its_words(
+    text: str, lang: str, expected: str
+) -> None:
+    assert cue(text, lang) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "lang"),
+    [
+        ("ネットフリックスで映画やドラマ観ますか？", "ja"),
+        ("お酒好きですか？", "ja"),
+        ("趣味や好きなことはなんですか？", "ja"),
+        ("Do you like spicy food?", "en"),
+        ("How's it going?", "en"),
+    ],
+)
+def test_small_talk_does_not_point_at_the_past(text: str, lang: str) -> None:
+    assert cue(text, lang) == ""
+
+
+def test_names_are_the_capitalized_words_inside_a_sentence() -> None:
+    assert names("Yesterday I met Hanako at Kurohama station. Then we ate.") == (
+        "Hanako",
+        "Kurohama",
+    )
+
+
+def test_a_hit_that_stands_out_is_recalled_and_the_search_background_is_not() -> None:
+    need = decide("Which kite had a dragon on it?", standing(8.0, 7.0, 6.5))
+    assert need.on and [h.seq for h in need.hits] == [500, 501, 502]
+    assert need.standout == pytest.approx(8.0 / 2.0)
+    assert "3 stand out" in need.why
+
+
+def test_shared_words_alone_recall_nothing_and_say_why() -> None:
+    need = decide("Do you watch films on Netflix?", flat())
+    assert not need.on and not need.hits
+    assert need.why.startswith("nothing stands out")
+
+
+def test_recollections_stop_where_the_scores_fall_into_the_background() -> None:
+    # a weaker hit still above the background is evidence too; the background is not
+    need = decide("Which kite had a dragon on it?", standing(9.0, 8.5, 2.5))
+    assert [h.seq for h in need.hits] == [500, 501, 502]
+    assert len(decide("Which kite?", standing(*[9.0] * 20), limit=5).hits) == 5
+    # few windows match at all: the background is of windows that match nothing
+    few = [Hit(7, 6.0, 0.6), Hit(9, 1.0, 0.1)]
+    assert [h.seq for h in decide("Which kite?", few).hits] == [7, 9]
+
+
+def test_what_the_prompt_shows_already_is_no_evidence() -> None:
+    hits = standing(8.0, 7.5)
+    assert not decide("Which kite?", hits, seen={500, 501}).on
+    partly = decide("Which kite?", hits, seen={500})
+    assert [h.seq for h in partly.hits] == [501]
+
+
+def test_a_message_that_points_at_the_past_takes_weaker_evidence() -> None:
+    # the best hit holds a quarter of the message's meaning: enough when the past is asked for
+    hits = standing(2.5 * 2.0, ceiling=20.0)
+    assert not decide("Is that kite blue?", hits).on
+    assert decide("Do you remember the kite?", hits).on
+
+
+def test_a_name_the_prompt_does_not_hold_points_at_the_past() -> None:
+    hits = standing(5.0, ceiling=20.0)
+    seen: set[int] = set()
+    told = judge(
+        "Is Hanako still flying it?",
+        hits,
+        seen=lambda h: h.seq in seen,
+        holds=lambda name: name in "we talked about the weather",
+        lang="en",
+        **GATE,
+    )
+    assert told.on and told.cue == "Hanako"
+    known = judge(
+        "Is Hanako still flying it?",
+        hits,
+        seen=lambda h: h.seq in seen,
+        holds=lambda name: name in "Hanako flew her kite today",
+        lang="en",
+        **GATE,
+    )
+    assert not known.on
+
+
+def test_a_message_about_what_the_raw_window_shows_recalls_nothing() -> None:
+    hits = standing(8.0, 7.5)  # the best holds 0.8 of the message's meaning
+    assert decide("Which kite had a dragon on it?", hits, in_view=0.4).on
+    held = decide("Which kite had a dragon on it?", hits, in_view=0.5)
+    assert not held.on and held.why.startswith("the raw window holds it")
+
+
+def test_an_empty_archive_recalls_nothing() -> None:
+    need = decide("Do you remember?", [])
+    assert not need.on and need.why == "the archive holds nothing like it"
+
+
+def test_the_note_says_what_the_turn_got() -> None:
+    need = decide("Which kite had a dragon on it?", standing(8.0))
+    note = need.note([(499, 501)], 42)
+    assert note["on"] and note["got"] == [[499, 501]] and note["tokens"] == 42
+    # on, but nothing fitted: the note says so
+    empty = need.note()
+    assert not empty["on"] and "nothing shown" in empty["why"]
