@@ -394,7 +394,7 @@ def notes(
     if edited is None:
         terminal.note("no change")
         return
-    result = kk.layers.edit_notes(Conversation(kk, key), edited, base=base)
+    result = Conversation(kk, key).edit_notes(edited, base=base)
     terminal.text(
         f"notes saved: {len(result.added)} added, {len(result.changed)} changed, "
         f"{len(result.retracted)} retracted"

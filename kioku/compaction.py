@@ -1,44 +1,37 @@
 """Compaction: deciding at each turn what to fold, schedule or cut, and storing the decision.
 
-`Conversation` asks its `Compactor` before every prompt. The policy (`kioku.policy`, or
-`kioku.rolling` for the baseline) decides on token sizes of the rendered prompt, counted here
-once per memory state; the decision (a fold with its retirements, the jobs it cancels and
+`Conversation` asks its `Compactor` before every prompt, with the turn's `TurnState`; the
+compactor holds the engine's parts it needs (`Engine`), never the conversation. The policy
+(`kioku.policy`, or `kioku.rolling` for the baseline) decides on token sizes of the rendered
+prompt, counted here once per memory state; the decision (a fold with its retirements, the jobs it cancels and
 schedules, a stand-in chapter for a forced cut) is stored in one transaction.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kioku import context, dates, policy
-from kioku.budget import template_of, usable
+from kioku.budget import Margin, template_of, usable
 from kioku.context import extras_of
 from kioku.errors import ModelError, StoreError
 from kioku.generations import STAND_IN, chapter_task, chunks, item_from_summary, synopsis_task
-from kioku.memory import Memory, MemoryItem
-from kioku.messages import LogEntry, Message
-from kioku.store import ConversationInfo
-
-if TYPE_CHECKING:
-    from kioku.engine import Conversation
+from kioku.hooks import TurnHooks
+from kioku.memory import MemoryItem
+from kioku.messages import Message
+from kioku.store.protocols import TurnStore
+from kioku.summarizer import Summarizer
+from kioku.tokens import TokenCounter
+from kioku.turn_state import TurnState
 
 # Tokens the policy plans below the usable budget: its per-message sums and the prompt's
 # template total round differently by a token or two.
 ROUNDING_SLACK = 4
 # Beyond what was missing, how much more a squeeze cuts (so the retry surely fits).
 SQUEEZE_SLACK = 16
-
-
-@dataclass(frozen=True)
-class View:
-    """What a turn reads before it decides: the conversation, its raw window and its memory."""
-
-    info: ConversationInfo
-    window: list[LogEntry]
-    memory: Memory
-    ready: list[MemoryItem]  # summaries written and waiting for their fold
 
 
 @dataclass(frozen=True)
@@ -53,46 +46,80 @@ class TurnReport:
     for_recall: bool = False  # the fold made room for the turn's recollections
 
 
+class Engine(Protocol):
+    """What the compactor needs of the engine (`kioku.engine.Kioku` is one)."""
+
+    @property
+    def store(self) -> TurnStore: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def counter(self) -> TokenCounter: ...
+    @property
+    def margin(self) -> Margin: ...
+    @property
+    def memory_in_system(self) -> bool: ...
+    @property
+    def policy(self) -> policy.Policy: ...
+    @property
+    def strategy(self) -> str: ...
+    @property
+    def summarizer(self) -> Summarizer: ...
+    @property
+    def extractive(self) -> Summarizer: ...
+    @property
+    def layers(self) -> TurnHooks: ...
+
+    def clock(self) -> float: ...
+    def poke_worker(self) -> None: ...
+
+
 class Compactor:
     """One conversation's compaction, with the head-token count it caches between turns."""
 
-    def __init__(self, conv: Conversation) -> None:
-        self.conv = conv
+    def __init__(self, engine: Engine, conversation_id: str) -> None:
+        self.engine = engine
+        self.id = conversation_id
         self._head_cache: tuple[object, tuple[int, int]] | None = None
 
-    def head_tokens(self, info: ConversationInfo, memory: Memory) -> tuple[int, int]:
+    def head_tokens(self, turn: TurnState) -> tuple[int, int]:
         """(rendered tokens of everything but the raw window, what an empty memory exchange's
         frame would cost): counted once per memory state, not every turn."""
-        conv = self.conv
+        k, info, memory = self.engine, turn.info, turn.memory
         key = (
             info.system_prompt,
             info.memory_version,
             memory.notes,
             tuple((i.id, i.stale, i.tokens) for i in memory.items),
-            getattr(conv.kioku.counter, "observations", 0),  # a calibrating count moves
+            getattr(k.counter, "observations", 0),  # a calibrating count moves
         )
         if self._head_cache is None or self._head_cache[0] != key:
-            k = conv.kioku
             head = context.head_tokens(
-                info.system_prompt, memory, k.counter, conv.lang, k.memory_in_system
+                info.system_prompt, memory, k.counter, turn.lang, k.memory_in_system
             )
             self._head_cache = (key, head)
         return self._head_cache[1]
 
-    def compact(self, view: View, squeeze: int = 0, recall: int = 0) -> tuple[TurnReport, View]:
-        """Decide on `view` and apply the decision; return what happened and the view to build
-        the prompt from (`view` itself unless a fold changed it). `squeeze`: plan for that many
-        tokens less (the prompt was found that much too long); `recall`: tokens the turn's
-        recollections want (`policy.State.recall`: a ready chapter folds to make the room)."""
-        conv = self.conv
-        k = conv.kioku
-        info, raw = view.info, view.window
+    def compact(
+        self,
+        turn: TurnState,
+        reread: Callable[[], TurnState],
+        squeeze: int = 0,
+        recall: int = 0,
+    ) -> tuple[TurnReport, TurnState]:
+        """Decide on `turn` and apply the decision; return what happened and the state to build
+        the prompt from (`turn` itself unless a fold changed it: then `reread()`). `squeeze`:
+        plan for that many tokens less (the prompt was found that much too long); `recall`:
+        tokens the turn's recollections want (`policy.State.recall`: a ready chapter folds to
+        make the room)."""
+        k, store = self.engine, self.engine.store
+        info, raw = turn.info, turn.window
         jobs = [
             policy.PendingJob(j.kind, j.first_seq, j.last_seq)
-            for j in conv.store.jobs(conv.id, "queued", "running")
+            for j in store.jobs(self.id, "queued", "running")
         ]
         now = k.clock()
-        prof = k.card_profile(info.system_prompt)
+        prof = turn.profile
         per_message = template_of(k.counter).per_message
         sizes = []
         total = counted = 0.0
@@ -101,7 +128,7 @@ class Compactor:
             if e.message.is_empty():
                 continue  # a message a client deleted: not in the prompt
             x = extras_of(e)
-            line = dates.line_for(e.message, previous, conv.lang, e.seq > 0)
+            line = dates.line_for(e.message, previous, turn.lang, e.seq > 0)
             previous = e.message
             # rounded as a running total, so that any run of messages adds up as the prompt's
             # template tokens do (`Template.messages`), a fractional overhead included
@@ -109,15 +136,15 @@ class Compactor:
             total += dates.line_tokens(line, e.message, k.counter)
             sizes.append((e.seq, round(total) - round(counted)))
             counted = total
-        fixed, frame = self.head_tokens(info, view.memory)
-        decision = conv.kioku.policy(
+        fixed, frame = self.head_tokens(turn)
+        decision = k.policy(
             policy.State(
                 profile=prof,
                 now=now,
                 raw_start=info.raw_start,
                 raw=sizes,
-                memory=view.memory,
-                ready=view.ready,
+                memory=turn.memory,
+                ready=turn.ready,
                 jobs=jobs,
                 fixed=fixed,
                 frame=frame,
@@ -135,108 +162,108 @@ class Compactor:
         )
         writes = decision.discard or decision.schedule or decision.cancel_through is not None
         if not (decision.folds or writes):
-            return report, view  # the common turn: nothing to store
+            return report, turn  # the common turn: nothing to store
         add: list[MemoryItem] = []
         if decision.forced_cut:
             lo, hi = decision.forced_cut
             entries = [e for e in raw if lo <= e.seq <= hi]
-            task = chapter_task(entries, prof, lang=conv.lang, character=info.character)
+            task = chapter_task(entries, prof, lang=turn.lang, character=info.character)
             add.append(item_from_summary(task, k.extractive.summarize(task), ready_at=now))
         if decision.stand_in_synopsis:
-            add.append(self._stand_in_synopsis(decision.stand_in_synopsis, view, now))
+            add.append(self._stand_in_synopsis(decision.stand_in_synopsis, turn, now))
         try:
-            with conv.store.atomic():
+            with store.atomic():
                 if decision.forced_cut:
                     # the stand-in chapter had no summary job: the notes of its range now
-                    k.layers.cut_written(conv.id, entries)
-                self.apply(decision, info, add)
+                    k.layers.cut_written(self.id, entries)
+                self.apply(decision, turn, add)
         except StoreError as e:
             if not decision.folds:
                 raise
             # Another process folded first; its state is as good as ours.
-            conv.store.log(conv.id, "fold", "skipped", detail=str(e))
-            return TurnReport(reasons=(*decision.reasons, f"fold skipped: {e}")), conv.view()
+            store.log(self.id, "fold", "skipped", detail=str(e))
+            return TurnReport(reasons=(*decision.reasons, f"fold skipped: {e}")), reread()
         if decision.schedule:
             k.poke_worker()
-        return report, conv.view() if decision.folds else view
+        return report, reread() if decision.folds else turn
 
-    def _stand_in_synopsis(self, ids: tuple[int, ...], view: View, now: float) -> MemoryItem:
+    def _stand_in_synopsis(self, ids: tuple[int, ...], turn: TurnState, now: float) -> MemoryItem:
         """The extractive synopsis of the items a late major GC folds now (no model call)."""
-        conv = self.conv
-        k = conv.kioku
-        by_id = {i.id: i for i in (*view.memory.items, *view.ready)}
+        by_id = {i.id: i for i in (*turn.memory.items, *turn.ready)}
         folded = [by_id[i] for i in ids]
         previous = next((i for i in folded if i.kind == "synopsis"), None)
         chapters = [i for i in folded if i.kind == "chapter"]
-        prof = k.card_profile(view.info.system_prompt)
         task = synopsis_task(
-            previous, chapters, prof, lang=conv.lang, character=view.info.character
+            previous, chapters, turn.profile, lang=turn.lang, character=turn.info.character
         )
-        item = item_from_summary(task, k.extractive.summarize(task), ready_at=now)
+        item = item_from_summary(task, self.engine.extractive.summarize(task), ready_at=now)
         return replace(item, data={**item.data, STAND_IN: True})
 
-    def apply(
-        self, decision: policy.Decision, info: ConversationInfo, add: list[MemoryItem]
-    ) -> None:
+    def refresh_notes(self, turn: TurnState) -> None:
+        """Render the notes into the memory exchange now (at a fold, or after an operator edit),
+        under the memory version the fold left."""
+        k = self.engine
+        text = k.layers.notes(turn)
+        if text is not None:
+            version = k.store.conversation(self.id, tenant=k.tenant).memory_version
+            k.store.set_notes_snapshot(self.id, text, version)
+
+    def apply(self, decision: policy.Decision, turn: TurnState, add: list[MemoryItem]) -> None:
         """Store a decision: a fold with its retirements, notes snapshot, counters and log line,
         and the jobs it cancels and schedules. The caller holds one transaction around it."""
-        conv = self.conv
-        store, k = conv.store, conv.kioku
-        store.retire_items(conv.id, decision.discard)
+        k, info, cid = self.engine, turn.info, self.id
+        store = k.store
+        store.retire_items(cid, decision.discard)
         if decision.folds:
             raw_start = decision.raw_start if decision.raw_start is not None else info.raw_start
             store.fold(
-                conv.id,
+                cid,
                 activate=decision.activate,
                 retire=(*decision.retire, *decision.revised),
                 raw_start=raw_start,
                 expect_raw_start=info.raw_start,
                 add=add,
             )
-            store.incr(conv.id, "folds")
+            store.incr(cid, "folds")
             if decision.for_recall:
-                store.incr(conv.id, "recall_breaks")
-            conv.refresh_notes()
+                store.incr(cid, "recall_breaks")
+            self.refresh_notes(turn)
             if decision.retire and k.strategy == "generational":
-                store.incr(conv.id, "major_gcs")
-            store.log(conv.id, "fold", "ok", detail="; ".join(decision.reasons))
+                store.incr(cid, "major_gcs")
+            store.log(cid, "fold", "ok", detail="; ".join(decision.reasons))
             if decision.forced_cut:
-                store.incr(conv.id, "forced_cuts")
+                store.incr(cid, "forced_cuts")
                 first, last = decision.forced_cut
-                store.log(conv.id, "forced_cut", "extractive", first_seq=first, last_seq=last)
+                store.log(cid, "forced_cut", "extractive", first_seq=first, last_seq=last)
             if decision.stand_in_synopsis:
-                store.incr(conv.id, "stand_in_synopses")
-                store.log(conv.id, "synopsis", "stand_in", detail=", ".join(decision.reasons))
+                store.incr(cid, "stand_in_synopses")
+                store.log(cid, "synopsis", "stand_in", detail=", ".join(decision.reasons))
         if decision.cancel_through is not None:
-            store.cancel_jobs(conv.id, decision.cancel_through)
+            store.cancel_jobs(cid, decision.cancel_through)
         for plan in decision.schedule:
             store.enqueue_job(
-                conv.id, plan.kind, plan.first_seq, plan.last_seq, plan.run_after, plan.payload
+                cid, plan.kind, plan.first_seq, plan.last_seq, plan.run_after, plan.payload
             )
 
-    def cut(self) -> TurnReport:
+    def cut(self, turn: TurnState) -> TurnReport:
         """区切り: fold everything not yet summarized now and start the raw window afresh.
 
         The summarizer runs synchronously (it is an operator action); the archive and search
         still hold every message. The fold, its retirements, counter and log line are one
-        transaction."""
-        conv = self.conv
-        k = conv.kioku
-        info = conv.info()
-        prof = k.card_profile(info.system_prompt)
-        raw = conv.raw_window(info)
+        transaction. The caller reads the raw window again afterwards."""
+        k, cid, store = self.engine, self.id, self.engine.store
+        info, prof, raw, ready = turn.info, turn.profile, turn.window, turn.ready
         if not raw:
             return TurnReport(reasons=("cut: nothing to fold",))
-        ready = conv.store.items(conv.id, "ready")
         add: list[MemoryItem] = []
         groups = chunks(raw, prof.summary_chunk, size=lambda e: e.tokens)
-        avoid = tuple(k.layers.avoid_phrases(conv.id))
+        avoid = tuple(k.layers.avoid_phrases(cid))
         started = time.monotonic()
         for g in groups:
             task = chapter_task(
                 g,
                 prof,
-                lang=conv.lang,
+                lang=turn.lang,
                 character=info.character,
                 avoid_phrases=avoid,
                 kind="cut",
@@ -246,32 +273,32 @@ class Compactor:
             except ModelError as e:
                 # the operator asked for a cut now: an extractive chapter records the range
                 summary = k.extractive.summarize(task)
-                conv.store.log(conv.id, "fallback", "extractive", detail=f"cut: {e}")
-                conv.store.incr(conv.id, "fallbacks")
+                store.log(cid, "fallback", "extractive", detail=f"cut: {e}")
+                store.incr(cid, "fallbacks")
             add.append(item_from_summary(task, summary, ready_at=k.clock()))
-        with conv.store.atomic():
-            conv.store.retire_items(  # ready chapters of the raw window; revisions stay ready
-                conv.id,
+        with store.atomic():
+            store.retire_items(  # ready chapters of the raw window; revisions stay ready
+                cid,
                 [
                     r.id
                     for r in ready
                     if r.kind == "chapter" and r.id is not None and r.first_seq >= info.raw_start
                 ],
             )
-            conv.store.fold(
-                conv.id,
+            store.fold(
+                cid,
                 activate=(),
                 retire=(),
                 raw_start=raw[-1].seq + 1,
                 expect_raw_start=info.raw_start,
                 add=add,
             )
-            conv.store.cancel_jobs(conv.id, raw[-1].seq)
-            k.layers.cut_written(conv.id, raw)
-            conv.refresh_notes()
-            conv.store.incr(conv.id, "cuts")
-            conv.store.log(
-                conv.id,
+            store.cancel_jobs(cid, raw[-1].seq)
+            k.layers.cut_written(cid, raw)
+            self.refresh_notes(turn)
+            store.incr(cid, "cuts")
+            store.log(
+                cid,
                 "cut",
                 "ok",
                 duration_s=time.monotonic() - started,
@@ -280,5 +307,4 @@ class Compactor:
                 first_seq=raw[0].seq,
                 last_seq=raw[-1].seq,
             )
-        conv.forget_raw_window()
         return TurnReport(folded=True, reasons=(f"cut: folded {raw[0].seq}..{raw[-1].seq}",))

@@ -140,7 +140,7 @@ def build_kioku(
     `simulated_duration_s` are for replays on simulated time (benchmarks)."""
     from kioku.counters import counter_from_spec
     from kioku.engine import Kioku
-    from kioku.hooks import NO_LAYERS
+    from kioku.no_layers import NO_LAYERS
     from kioku.store import Store
 
     profile = settings.profile_obj

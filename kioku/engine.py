@@ -18,11 +18,12 @@ from datetime import datetime
 from typing import Literal
 
 from kioku import context, dates, policy, rolling
+from kioku import notes as notes_layer
 from kioku.alternation import alternate_chat
 from kioku.budget import Margin, is_exact, template_of
 from kioku.chat_messages import media_of, message_tokens, refs_of, reply_message
 from kioku.client_parts import NO_PARTS, ClientParts
-from kioku.compaction import SQUEEZE_SLACK, Compactor, TurnReport, View
+from kioku.compaction import SQUEEZE_SLACK, Compactor, TurnReport
 from kioku.context import EXTRAS_KEY, RECALL_KEY, Prompt
 from kioku.errors import (
     ConfigError,
@@ -31,18 +32,21 @@ from kioku.errors import (
     ModelError,
     TruncatedReply,
 )
-from kioku.fit import fitted
-from kioku.hooks import NO_LAYERS, MemoryLayers
+from kioku.fit import fitted, message_limit
+from kioku.hooks import MemoryLayers
 from kioku.lang import detect_lang
 from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message, Role
 from kioku.models import ChatModel, Completion
 from kioku.need import Recall
+from kioku.no_layers import NO_LAYERS
+from kioku.note import EditResult
 from kioku.profiles import LOCAL_64K, Profile
 from kioku.revisions import Change, Revised, revise, stand_ins
 from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
 from kioku.tokens import ScriptEstimator, TokenCounter
+from kioku.turn_state import TurnState
 from kioku.worker import BackgroundWorker, Worker
 
 # usage.prompt_tokens ÷ kioku's own count outside this band is not believed: tokenizers differ
@@ -197,15 +201,12 @@ class Conversation:
     def __init__(self, kioku: Kioku, conversation_id: str) -> None:
         self.kioku = kioku
         self.id = conversation_id
-        self.last_turn = TurnReport()
-        # the raw window the turn being built was read with (newest last): a layer may use it
-        # instead of reading the same messages again (`Layers.tic_alerts`)
-        self.turn_window: Sequence[LogEntry] = ()
+        self.last_turn = TurnReport()  # what the last `prepare` did (for logs, demos, tests)
         self._last_prompt: Prompt | None = None
         self._raw: list[LogEntry] = []  # cache of the raw window; the log is append-only
         self._lang: str | None = None
         self._character: str | None = None
-        self._compactor = Compactor(self)
+        self._compactor = Compactor(kioku, conversation_id)
 
     # reading ---------------------------------------------------------------------------------
 
@@ -254,10 +255,24 @@ class Conversation:
         )
 
     def refresh_notes(self) -> None:
-        """Render the notes into the memory exchange now (at a fold, or after an operator edit)."""
-        text = self.kioku.layers.notes(self)
-        if text is not None:
-            self.store.set_notes_snapshot(self.id, text, self.info().memory_version)
+        """Render the notes into the memory exchange now (after an operator edit; a fold does it
+        in its transaction)."""
+        self._compactor.refresh_notes(self.view())
+
+    def edit_notes(self, edited: str, base: str | None = None) -> EditResult:
+        """Write an operator's edit of the notes text to the ledger (diffed against `base`, the
+        text the operator started from: by default the notes as they are now), and show it."""
+        if base is None:
+            base = notes_layer.render_editable(notes_layer.notes(self.store, self.id))
+        result = notes_layer.apply_edit(self.store, self.id, edited, base=base)
+        self.refresh_notes()  # an operator's edit is worth one cache break
+        return result
+
+    def message_limit(self) -> int:
+        """The most tokens one message of this conversation may have (`kioku.fit`)."""
+        k = self.kioku
+        system = self.info().system_prompt
+        return message_limit(system, k.card_profile(system), k.counter, k.margin.share)
 
     def raw_window(self, info: ConversationInfo | None = None) -> list[LogEntry]:
         info = info or self.info()
@@ -296,7 +311,9 @@ class Conversation:
         """Store the user message, apply what is ready, and build the prompt for the reply (a
         message that could never fit the window is refused before it is stored: `kioku.fit`)."""
         message = as_message(user_message, "user", "user", dates.received(self.kioku.clock()))
-        return self.prepare_for(self.append(message, tokens=fitted(self, message)))
+        k = self.kioku
+        tokens = fitted(message, self.message_limit(), k.counter, k.profile.image_tokens)
+        return self.prepare_for(self.append(message, tokens=tokens))
 
     def prepare_for(self, entry: LogEntry, client: ClientParts = NO_PARTS) -> Prompt:
         """Apply what is ready and build the prompt answering a stored message (`prepare` after
@@ -326,36 +343,25 @@ class Conversation:
         if report.folded:
             recall = None  # the raw window moved: what is in view changed
         try:
-            prompt = self.prompt_for(
-                entry,
-                info=view.info,
-                window=view.window,
-                memory=view.memory,
-                client=client,
-                recall=recall,
-            )
+            prompt = self._prompt(entry, view, client, recall)
         except ContextOverflow as e:
             # The counts moved under the policy (a calibrating estimate, a longer card): cut as
             # at the ceiling, by what is missing, rather than fail a normal turn.
             squeeze = e.excess + SQUEEZE_SLACK + room
             again, view = self._compact(view, squeeze=squeeze)
             report = replace(again, reasons=(*report.reasons, *again.reasons))
-            prompt = self.prompt_for(
-                entry, info=view.info, window=view.window, memory=view.memory, client=client
-            )
+            prompt = self._prompt(entry, view, client)
         self.last_turn = report
         self._keep_extras(entry, prompt)
         self._last_prompt = prompt
         return prompt
 
-    def _recall(self, entry: LogEntry, view: View) -> Recall | None:
+    def _recall(self, entry: LogEntry, turn: TurnState) -> Recall | None:
         """The recall layer's answer for a user message not answered before (None: no turn of
         recall, e.g. a tool result, or a retry that shows what it showed the first time)."""
         if entry.role != "user" or context.extras_of(entry) is not None:
             return None
-        window = [e for e in view.window if e.seq < entry.seq and not e.message.is_empty()]
-        raw_start = view.info.raw_start
-        return self.kioku.layers.recall(self, entry, raw_start, window, view.memory)
+        return self.kioku.layers.recall(turn, entry)
 
     def prompt_for(
         self,
@@ -368,20 +374,32 @@ class Conversation:
         recall: Recall | None = None,
     ) -> Prompt:
         """The prompt answering `entry` from a given memory state: no message is stored, nothing
-        is folded. `prepare` uses it after compacting; an evaluation asks its questions with it
-        against the state a conversation ended in. `recall`: the recall layer's answer for this
-        state, when the caller has it (else it is asked here)."""
-        # a message a client deleted keeps its seq with no content: nothing to show
-        raw = [e for e in window if e.seq < entry.seq and not e.message.is_empty()]
+        is folded. An evaluation asks its questions with it against the state a conversation
+        ended in. `recall`: the recall layer's answer for this state, when the caller has it
+        (else it is asked here)."""
         k = self.kioku
+        profile = k.card_profile(info.system_prompt)
+        turn = TurnState(info, list(window), memory, [], profile, k.counter, self.lang)
+        return self._prompt(entry, turn, client, recall)
+
+    def _prompt(
+        self,
+        entry: LogEntry,
+        turn: TurnState,
+        client: ClientParts = NO_PARTS,
+        recall: Recall | None = None,
+    ) -> Prompt:
+        """The prompt answering `entry` from the state `turn` (`prepare_for` after compacting,
+        `prompt_for` for an evaluation's question)."""
+        info, k = turn.info, self.kioku
         plan = context.plan(
             system_prompt=info.system_prompt,
-            memory=memory,
-            raw=raw,
+            memory=turn.memory,
+            raw=turn.before(entry),
             new=entry,
-            profile=k.card_profile(info.system_prompt),
+            profile=turn.profile,
             counter=k.counter,
-            lang=self.lang,
+            lang=turn.lang,
             memory_version=info.memory_version,
             memory_in_system=k.memory_in_system,
             margin=k.margin.share,
@@ -392,18 +410,10 @@ class Conversation:
         if plan.kept is not None or entry.role != "user":  # answered before: shown as it was
             return context.finish(plan, k.counter)
         if recall is None:
-            recall = k.layers.recall(self, entry, info.raw_start, raw, memory)
-        self.turn_window = window
-        try:
-            return context.finish(
-                plan,
-                k.counter,
-                recall.recollections,
-                k.layers.instructions(self),
-                need=recall.need,
-            )
-        finally:
-            self.turn_window = ()
+            recall = k.layers.recall(turn, entry)
+        return context.finish(
+            plan, k.counter, recall.recollections, k.layers.instructions(turn), need=recall.need
+        )
 
     def _keep_extras(self, entry: LogEntry, prompt: Prompt) -> None:
         """Keep what this turn was shown with its message, so later turns show it unchanged,
@@ -491,13 +501,19 @@ class Conversation:
 
     # compaction --------------------------------------------------------------------------------
 
-    def view(self) -> View:
+    def view(self) -> TurnState:
         """The state a turn is decided and built from, read in this one place."""
         info = self.info()
         items = self.store.items(self.id, "active", "ready")  # one read for both
         active = [i for i in items if i.status == "active"]
         ready = [i for i in items if i.status == "ready"]
-        return View(info, self.raw_window(info), self.memory(info, active), ready)
+        window, memory = self.raw_window(info), self.memory(info, active)
+        k = self.kioku
+        # an empty conversation has no language yet: reading it now would fix it at "en"
+        lang = self.lang if info.next_seq or self._lang is not None else "en"
+        return TurnState(
+            info, window, memory, ready, k.card_profile(info.system_prompt), k.counter, lang
+        )
 
     def settle(self, recall: int = 0) -> TurnReport:
         """Apply whatever became ready (folds, major GCs) without a new message: what the next
@@ -505,8 +521,10 @@ class Conversation:
         it to read the memory a conversation ends with."""
         return self._compact(self.view(), recall=recall)[0]
 
-    def _compact(self, view: View, squeeze: int = 0, recall: int = 0) -> tuple[TurnReport, View]:
-        return self._compactor.compact(view, squeeze, recall)
+    def _compact(
+        self, turn: TurnState, squeeze: int = 0, recall: int = 0
+    ) -> tuple[TurnReport, TurnState]:
+        return self._compactor.compact(turn, self.view, squeeze, recall)
 
     def forget_raw_window(self) -> None:
         """Read the raw window from the store again (a fold or an edit moved it)."""
@@ -515,4 +533,6 @@ class Conversation:
     def cut(self) -> TurnReport:
         """区切り: fold everything not yet summarized now and start the raw window afresh
         (`Compactor.cut`)."""
-        return self._compactor.cut()
+        report = self._compactor.cut(self.view())
+        self.forget_raw_window()
+        return report

@@ -25,16 +25,15 @@ from kioku import notes as notes_layer
 from kioku import tics as tics_layer
 from kioku.archive import Hit
 from kioku.context import asks_something
-from kioku.engine import Conversation
 from kioku.errors import ConfigError
 from kioku.lang import detect_lang
-from kioku.memory import Memory
 from kioku.messages import LogEntry
 from kioku.models import ChatModel
 from kioku.need import BACKGROUND_HITS, Need, Recall, judge
 from kioku.recall import EXCHANGE_TOKENS, RecallIndexes, exchanges
 from kioku.shown import shown
 from kioku.store import Store
+from kioku.turn_state import TurnState
 
 TIC_WINDOW = 20
 TIC_CONVERSATIONS = 1024  # conversations whose last replies `Layers` keeps in memory
@@ -85,24 +84,18 @@ class Layers:
         self._tics: OrderedDict[str, _TicState] = OrderedDict()
         self._tics_lock = threading.Lock()
 
-    def recall(
-        self,
-        conv: Conversation,
-        entry: LogEntry,
-        raw_start: int,
-        window: Sequence[LogEntry],
-        memory: Memory,
-    ) -> Recall:
+    def recall(self, turn: TurnState, entry: LogEntry) -> Recall:
         """The gate (`kioku.need.judge`) on the archive's best hits for the message, and the
         recollections of the hits it takes: each a turn with its neighbours, all of them
         within `Profile.recall_room` of the ceiling (the room is the prompt's to give)."""
         if self.indexes is None:
             return Recall(Need.off("recall is off"))
+        raw_start = turn.info.raw_start
         if raw_start == 0:
             return Recall(Need.off("the raw window holds the whole conversation"))
-        p = conv.kioku.profile
+        p, cid, window = turn.profile, turn.conversation_id, turn.before(entry)
         text = entry.message.text
-        idx = self.indexes.sync(conv.id)
+        idx = self.indexes.sync(cid)
         asks = asks_something(entry)
         # a question's are shown once (after it); what a statement is shown stays
         limit = max(1, p.recall_tokens // EXCHANGE_TOKENS) if asks else p.recall_limit
@@ -110,8 +103,8 @@ class Layers:
         # the raw window's own best match (the message itself excluded): what is in view
         near = idx.search(text, k=BACKGROUND_HITS, before_seq=entry.seq) if hits else []
         in_view = max((h.relevance for h in near if h.seq >= raw_start), default=0.0)
-        lookup = self.indexes.lookup(conv.id, hits)
-        view = shown(window, memory, conv.lang)
+        lookup = self.indexes.lookup(cid, hits)
+        view = shown(window, turn.memory, turn.lang)
 
         def seen(hit: Hit) -> bool:
             line = lookup(hit.seq, hit.seq)
@@ -124,7 +117,7 @@ class Layers:
             holds=lambda name: (
                 name in view.memory_text or any(name in e.message.text for e in window)
             ),
-            lang=conv.lang,
+            lang=turn.lang,
             relevance=p.recall_relevance,
             cued_relevance=p.recall_cued_relevance,
             standout=p.recall_standout,
@@ -139,9 +132,9 @@ class Layers:
             lookup,
             before_seq=raw_start,
             budget_tokens=p.recall_tokens,
-            counter=conv.kioku.counter,
+            counter=turn.counter,
             limit=len(need.hits),
-            lang=conv.lang,
+            lang=turn.lang,
             skip=view.line,
         )
         return Recall(need, tuple(recs))
@@ -194,19 +187,20 @@ class Layers:
                 self._tics.popitem(last=False)
         return list(alerts)
 
-    def instructions(self, conv: Conversation) -> list[str]:
+    def instructions(self, turn: TurnState) -> list[str]:
         if not self.tics_on:
             return []
-        alerts = self.tic_alerts(conv.id, conv.turn_window)
+        cid = turn.conversation_id
+        alerts = self.tic_alerts(cid, turn.window)
         if not alerts:
             return []
-        known = self._known(conv.id)
+        known = self._known(cid)
         for a in alerts:
             if a.phrase not in known:
-                conv.store.log(conv.id, "tic_alert", "alert", detail=a.phrase)
-                conv.store.incr(conv.id, "tic_alerts")
+                self.store.log(cid, "tic_alert", "alert", detail=a.phrase)
+                self.store.incr(cid, "tic_alerts")
                 known.add(a.phrase)
-        return [tics_layer.anti_repetition_line(alerts, conv.lang)]
+        return [tics_layer.anti_repetition_line(alerts, turn.lang)]
 
     def avoid_phrases(self, conversation_id: str) -> list[str]:
         """Every phrase ever alerted, not only the live ones: a tic whose count dipped below the
@@ -226,12 +220,12 @@ class Layers:
             self._alerted[conversation_id] = known
         return known
 
-    def notes(self, conv: Conversation) -> str | None:
+    def notes(self, turn: TurnState) -> str | None:
         if not self.notes_on:
             return None
-        current = notes_layer.notes(conv.store, conv.id)
-        budget = conv.profile.notes_tokens
-        return notes_layer.render_notes(current, budget, conv.kioku.counter, conv.lang).text
+        current = notes_layer.notes(self.store, turn.conversation_id)
+        budget = turn.profile.notes_tokens
+        return notes_layer.render_notes(current, budget, turn.counter, turn.lang).text
 
     def chapter_written(self, conversation_id: str, entries: Sequence[LogEntry]) -> None:
         if self.notes_on:
@@ -246,15 +240,6 @@ class Layers:
         if self.notes_on:
             lang = detect_lang([e.text for e in entries[:20]])
             notes_layer.update_notes(self.store, conversation_id, entries, None, lang)
-
-    def edit_notes(
-        self, conv: Conversation, edited: str, base: str | None = None
-    ) -> notes_layer.EditResult:
-        if base is None:
-            base = notes_layer.render_editable(notes_layer.notes(conv.store, conv.id))
-        result = notes_layer.apply_edit(conv.store, conv.id, edited, base=base)
-        conv.refresh_notes()  # an operator's edit is worth one cache break
-        return result
 
     def search(self, conversation_id: str, query: str, k: int) -> list[Hit]:
         if self.indexes is None:

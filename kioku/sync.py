@@ -338,7 +338,8 @@ def apply(
     edited = [to_message(e.message, character, user) for e in plan.edits]
     tokens = [message_tokens(m, k.counter, k.profile.image_tokens) for m in new]
     refuse_if_never_fits(
-        conv, [*tokens, *(message_tokens(m, k.counter, k.profile.image_tokens) for m in edited)]
+        conv.message_limit(),
+        [*tokens, *(message_tokens(m, k.counter, k.profile.image_tokens) for m in edited)],
     )
     if any(m.is_empty() for m in new):
         raise InputError("empty message: nothing to store (send some text)")

@@ -31,8 +31,9 @@ from kioku.generations import (
     stand_in_of,
     synopsis_task,
 )
-from kioku.hooks import NO_LAYERS, MemoryLayers
+from kioku.hooks import TurnHooks
 from kioku.lang import detect_lang
+from kioku.no_layers import NO_LAYERS
 from kioku.owners import may_be_alive, new_owner
 from kioku.profiles import Profile
 from kioku.revisions import revised_item, revision_task
@@ -77,7 +78,7 @@ class Worker:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         backoff_s: float = DEFAULT_BACKOFF_S,
         lease_s: float = DEFAULT_LEASE_S,
-        layers: MemoryLayers = NO_LAYERS,
+        layers: TurnHooks = NO_LAYERS,
         delay_s: float | None = None,
         max_run_s: float = DEFAULT_MAX_RUN_S,
     ) -> None:

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from kioku.engine import Kioku
 from kioku.errors import ConfigError, InputError, MessageTooLarge, ModelError, TruncatedReply
-from kioku.fit import message_limit
 from kioku.memory import coverage_gaps
 from kioku.messages import Message
 from kioku.models import Completion, ScriptedModel, Usage
@@ -198,7 +197,7 @@ def test_message_that_can_never_fit_is_refused_before_it_is_stored() -> None:
     assert kk.store.count_messages("c") == 0
     # the limit is the prompt's own (card, margin, template, a date line): the largest message
     # that passes it is answered, not refused after it was stored
-    limit = message_limit(conv)
+    limit = conv.message_limit()
     assert (
         e.value.limit == limit < kk.profile.prompt_budget - kk.counter.count("You are Mika. " * 200)
     )

@@ -8,14 +8,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from kioku.engine import Conversation, Kioku
+from kioku.engine import Kioku
 from kioku.errors import ConfigError
-from kioku.hooks import NO_LAYERS, NoLayers
-from kioku.memory import Memory
 from kioku.messages import LogEntry
 from kioku.need import Need, Recall
+from kioku.no_layers import NO_LAYERS, NoLayers
 from kioku.recollection import RecalledLine, Recollection
 from kioku.store import Store
+from kioku.turn_state import TurnState
 from tests.helpers import Clock
 from tests.test_layers import PROFILE, grow
 
@@ -27,26 +27,19 @@ class Scripted(NoLayers):
         self.calls: list[tuple[str, str]] = []
         self.chapters: list[tuple[int, int]] = []
 
-    def recall(
-        self,
-        conv: Conversation,
-        entry: LogEntry,
-        raw_start: int,
-        window: Sequence[LogEntry],
-        memory: Memory,
-    ) -> Recall:
-        self.calls.append(("recall", conv.id))
-        if not raw_start:
+    def recall(self, turn: TurnState, entry: LogEntry) -> Recall:
+        self.calls.append(("recall", turn.conversation_id))
+        if not turn.info.raw_start:
             return Recall(Need.off("nothing before the raw window"))
         line = RecalledLine(0, "Mika", "REMEMBERED-LINE")
         return Recall(Need(True, "scripted"), (Recollection(0, 0, 1.0, (line,), 8),))
 
-    def instructions(self, conv: Conversation) -> Sequence[str]:
-        self.calls.append(("instructions", conv.id))
+    def instructions(self, turn: TurnState) -> Sequence[str]:
+        self.calls.append(("instructions", turn.conversation_id))
         return ["SAY-IT-DIFFERENTLY"]
 
-    def notes(self, conv: Conversation) -> str | None:
-        self.calls.append(("notes", conv.id))
+    def notes(self, turn: TurnState) -> str | None:
+        self.calls.append(("notes", turn.conversation_id))
         return "- [name] Mika: keeps the lighthouse"
 
     def avoid_phrases(self, conversation_id: str) -> Sequence[str]:
@@ -103,7 +96,7 @@ def test_without_layers_the_engine_runs_alone() -> None:
     conv = kk.conversation("c")
     assert conv.info().raw_start > 0
     assert conv.memory().notes == ""  # no notes layer: the snapshot is never written
-    result = kk.layers.edit_notes(conv, "- [promise] Mika: visit the lighthouse in May\n")
+    result = conv.edit_notes("- [promise] Mika: visit the lighthouse in May\n")
     assert len(result.added) == 1  # the ledger still takes an operator's edit
     with pytest.raises(ConfigError, match="layers"):
         kk.layers.search("c", "lighthouse", 3)

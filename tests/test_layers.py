@@ -100,7 +100,7 @@ def test_planted_tic_raises_an_alert_and_stays_out_of_the_next_chapter() -> None
     p = conv.prepare("tell me something")
     # the anti-repetition line is shown once, beside a user message (never in the system
     # prompt), and stays with it while that message is raw
-    line = kk.layers.instructions(conv)[0]
+    line = kk.layers.instructions(conv.view())[0]
     beside = [m.content for m in p.messages if m.role == "user" and line in m.content]
     assert len(beside) == 1
     assert "nya" not in p.messages[0].content.lower()

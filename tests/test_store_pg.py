@@ -41,7 +41,7 @@ def run(store: Store) -> dict[str, Any]:
     grow(kk, clock, "c", 150, first="My sister Hana lives in Sapporo and loves the snow festival.")
     conv = kk.conversation("c")
     base = notes_layer.render_editable(notes_layer.notes(store, "c"))
-    kk.layers.edit_notes(conv, base + "- [promise] Mika: to visit the lighthouse in May\n")
+    conv.edit_notes(base + "- [promise] Mika: to visit the lighthouse in May\n")
     folded_before_cut = conv.info().raw_start
     conv.cut()
     info = conv.info()

@@ -49,6 +49,7 @@ from kioku.profiles import Profile
 from kioku.store import Store
 from kioku.summarizer import Summarizer
 from kioku.tokens import TokenCounter
+from kioku.turn_state import TurnState
 
 from .arms import Arm, Context, MemoryStats, context_of, question_entry
 from .baselines import RetrievalArm, WindowArm
@@ -123,21 +124,14 @@ class _ReplayLayers(Layers):
         self.question_recall = False
         self.answering = False  # set once the replay is over and the questions come
 
-    def recall(
-        self,
-        conv: Conversation,
-        entry: LogEntry,
-        raw_start: int,
-        window: Sequence[LogEntry],
-        memory: Memory,
-    ) -> Recall:
+    def recall(self, turn: TurnState, entry: LogEntry) -> Recall:
         wanted = self.question_recall if self.answering else self.per_turn
         if not wanted:
             return Recall(Need.off("recall is off in this arm"))
-        return super().recall(conv, entry, raw_start, window, memory)
+        return super().recall(turn, entry)
 
-    def instructions(self, conv: Conversation) -> list[str]:
-        return super().instructions(conv) if self.per_turn and not self.answering else []
+    def instructions(self, turn: TurnState) -> list[str]:
+        return super().instructions(turn) if self.per_turn and not self.answering else []
 
 
 @dataclass

@@ -336,8 +336,7 @@ def put_notes(
     request: Request, tenant: Tenant, conversation_id: ConversationId, body: NotesIn
 ) -> NotesOut:
     conv = _conversation(request, tenant, conversation_id)
-    kk = conv.kioku
-    result = kk.layers.edit_notes(conv, body.text, base=body.base)
+    result = conv.edit_notes(body.text, base=body.base)
     return NotesOut(
         added=len(result.added),
         changed=len(result.changed),

@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 from kioku import corrections
 from kioku.context import RECALL_KEY
 from kioku.engine import Conversation, Kioku
-from kioku.hooks import NoLayers
 from kioku.messages import LogEntry
+from kioku.no_layers import NoLayers
 from kioku.service.auth import tenant_of
 from kioku.service.limits import StrictJSONRoute
 
