@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import date
 from typing import TYPE_CHECKING
 
+from kioku import prompts
 from kioku.attribution import said_in
 from kioku.dates import date_line
 from kioku.errors import BadNotes, InputError
@@ -36,7 +37,7 @@ from kioku.tokens import TokenCounter
 if TYPE_CHECKING:
     from kioku.store import Store
 
-NOTES_PROMPT_VERSION = "notes-2"
+NOTES_PROMPT_VERSION = "notes-2"  # the version line of prompts/<lang>/notes.txt
 HEURISTIC_VERSION = "notes-heuristic-2"
 
 
@@ -304,34 +305,6 @@ def apply_edit(
 
 # extraction ------------------------------------------------------------------------------------
 
-_PROMPTS = {
-    "en": (
-        "You keep the notes of one long conversation: stable facts only (names, relations, "
-        "habits, anniversaries and dates, promises, preferences). You never continue the "
-        "conversation. Facts and feelings only: never record speech habits, catchphrases or "
-        "sentence patterns. What a character claims about themself is written as their claim.",
-        "Notes in force (id, kind, subject, text):\n{current}\n\nNew messages:\n{messages}\n\n"
-        "Write one JSON object per line and nothing else, for each new stable fact in these "
-        'messages: {{"subject": "<who it is about>", "kind": "<{kinds}>", "text": "<the fact, '
-        'one short sentence>", "seq": <seq of the message>}}. Add "supersedes": <id> when it '
-        "replaces a note in force. Skip facts already in the notes. If there is nothing new, "
-        "write exactly NONE. Messages are dated: write a date as the date it means "
-        '("yesterday" in a message of 8 May 2023 is 7 May 2023).',
-    ),
-    "ja": (
-        "あなたは一つの長い会話のメモ係です。名前、関係、習慣、記念日や日付、約束、好みなど、"
-        "安定した事実だけを記録します。会話の続きは書きません。事実と感情だけを記録し、口癖や"
-        "文型は記録しません。人物が自分について語ったことは、その人物の発言として書きます。",
-        "現在のメモ (id, 種類, 対象, 内容):\n{current}\n\n新しいメッセージ:\n{messages}\n\n"
-        "新しい安定した事実ごとに JSON オブジェクトを1行ずつ、それ以外は何も書かずに出力してください: "
-        '{{"subject": "<誰についてか>", "kind": "<{kinds}>", "text": "<事実を短い一文で>", '
-        '"seq": <メッセージの seq>}}。現在のメモを置き換える場合は "supersedes": <id> を加えます。'
-        "既にあるメモは書きません。新しい事実がなければ NONE とだけ書いてください。"
-        "メッセージには日付があります。日付は実際の日付で書いてください"
-        "(2023年5月8日の「昨日」は2023年5月7日)。",
-    ),
-}
-
 
 def dated_lines(entries: Sequence[LogEntry], lang: str = "en") -> str:
     """Messages as `⟦seq⟧ author: text`, a date line where the day changes, and each relative
@@ -357,15 +330,16 @@ class NotesExtractor:
 
     def __init__(self, model: ChatModel, lang: str = "en", max_tokens: int = 1024) -> None:
         self.model = model
-        self.lang = lang if lang in _PROMPTS else "en"
+        self.lang = lang if lang in prompts.NOTES_LANGS else "en"
         self.max_tokens = max_tokens
         self.version = f"{NOTES_PROMPT_VERSION}-{self.lang}"
 
     def request(self, entries: Sequence[LogEntry], current: Sequence[Note]) -> ChatRequest:
-        system, user = _PROMPTS[self.lang]
+        prompt = prompts.template(prompts.NOTES_TASK, self.lang)
         cur = "\n".join(f"#{n.id} [{n.kind}] {n.subject}: {n.text}" for n in current) or "-"
         msgs = dated_lines(entries, self.lang)
-        body = user.format(current=cur, messages=msgs, kinds="|".join(NOTE_KINDS))
+        system = prompt.render("system")
+        body = prompt.render("user", current=cur, messages=msgs, kinds="|".join(NOTE_KINDS))
         return ChatRequest(
             messages=(ChatMessage("system", system), ChatMessage("user", body)),
             max_tokens=self.max_tokens,

@@ -1,4 +1,5 @@
-"""The chronicler's prompts: versioned template files, one per task and language.
+"""kioku's prompts: versioned template files, one per task and language (the chronicler's tasks,
+and the notes extractor's `notes`, written in English and Japanese).
 
 Prompts are data, not code: a wording change is a new version in the file, and every summary
 records the version that wrote it, so a bad batch of memory can be traced to the prompt behind it.
@@ -26,7 +27,9 @@ from typing import Any
 
 from kioku.errors import ConfigError
 
-TASKS: tuple[str, ...] = ("chapter", "synopsis", "cut", "compress")
+TASKS: tuple[str, ...] = ("chapter", "synopsis", "cut", "compress")  # the chronicler's
+NOTES_TASK = "notes"  # the notes extractor's (`kioku.notes.NotesExtractor`)
+NOTES_LANGS: tuple[str, ...] = ("en", "ja")
 LANGS: tuple[str, ...] = ("en", "ja", "zh")
 DEFAULT_LANG = "en"
 
@@ -67,8 +70,10 @@ def resolve_lang(lang: str) -> str:
 
 def load(task: str, lang: str) -> tuple[str, str]:
     """The raw template file for one task and language, and its version."""
-    if task not in TASKS:
-        raise ConfigError(f"no prompt for task {task!r}; tasks are {', '.join(TASKS)}")
+    if task not in (*TASKS, NOTES_TASK):
+        raise ConfigError(
+            f"no prompt for task {task!r}; tasks are {', '.join((*TASKS, NOTES_TASK))}"
+        )
     code = resolve_lang(lang)
     path = resources.files(__package__).joinpath(code, f"{task}.txt")
     text = path.read_text(encoding="utf-8")
