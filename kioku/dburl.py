@@ -1,7 +1,8 @@
 """Where a database lives: the URL kioku opens for a path, and what is wrong with a path.
 
-Kept apart from `kioku.store.db` so that a misspelled `--db`, a folder or a URL kioku does not speak is
-refused before the database stack is imported: the command line's error paths stay light.
+Kept apart from `kioku.store.db` so that a misspelled `--db`, a folder or a URL kioku does not
+speak is refused before the database stack is imported: the command line's error paths stay
+light.
 """
 
 from __future__ import annotations
