@@ -14,8 +14,8 @@ raw: so the prompt the server cached plus its reply is a prefix of the next prom
 still sees what it answered. A recollection already visible is not shown again.
 
 Whether a turn is shown the past at all, and how much of it, is recall's decision
-(`kioku.need`); here it gets the room. A question's recollections may use the room the turn has
-(up to `Profile.recall_room` of the ceiling), not the share of the budget kept extras may hold
+(`kioku.recall.need`); here it gets the room. A question's recollections may use the room the turn
+has (up to `Profile.recall_room` of the ceiling), not the share of the budget kept extras may hold
 (`Profile.extras_share`): they are shown once, after the question, so the next prompt shows the
 question without them, and since nothing of the question moves, the server re-reads only the
 reply (SPEC §2: placed so that it costs no re-read). Kept, they would crowd the raw window until
@@ -54,12 +54,12 @@ from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage, ChatRequest
 from kioku.profiles import Profile
-from kioku.recollection import Recollection
+from kioku.recall.recollection import Recollection
 from kioku.salience import is_question
 from kioku.tokens import TokenCounter
 
 if TYPE_CHECKING:
-    from kioku.need import Need
+    from kioku.recall.need import Need
 
 # The template's tokens per message when the counter does not say (see `kioku.budget`).
 MESSAGE_OVERHEAD = round(DEFAULT_TEMPLATE.per_message)

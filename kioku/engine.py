@@ -38,10 +38,10 @@ from kioku.lang import detect_lang
 from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message, Role
 from kioku.models import ChatModel, Completion
-from kioku.need import Recall
 from kioku.no_layers import NO_LAYERS
 from kioku.note import EditResult
 from kioku.profiles import LOCAL_64K, Profile
+from kioku.recall.need import Recall
 from kioku.revisions import Change, Revised, revise, stand_ins
 from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from kioku.archive import Hit
     from kioku.messages import LogEntry
-    from kioku.need import Recall
+    from kioku.recall.archive import Hit
+    from kioku.recall.need import Recall
     from kioku.tics import TicAlert
     from kioku.turn_state import TurnState
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 class TurnHooks(Protocol):
     def recall(self, turn: TurnState, entry: LogEntry) -> Recall:
         """Whether the new message `entry` wants the past, why, and the past exchanges (all
-        before the raw window) to show beside it (`kioku.need`): the turn's raw window and
+        before the raw window) to show beside it (`kioku.recall.need`): the turn's raw window and
         memory are what the prompt shows already, so nothing they hold is shown again."""
         ...
 

@@ -3,7 +3,7 @@
 Each layer is its own module; `Layers` puts them behind the `kioku.hooks.MemoryLayers` protocol
 (`Kioku(store, layers=Layers(store))`), so the engine's core stays ignorant of BM25, ledgers
 and n-grams:
-- recall: for a user message whose past is wanted (`kioku.need`), the past exchanges that
+- recall: for a user message whose past is wanted (`kioku.recall.need`), the past exchanges that
   stand out become recollections at the end of the prompt (never in front of the raw window:
   the cache survives);
 - notes: extracted in the background after each chapter (and at once, without a model, from what
@@ -23,15 +23,15 @@ from itertools import islice
 
 from kioku import notes as notes_layer
 from kioku import tics as tics_layer
-from kioku.archive import Hit
 from kioku.context import asks_something
 from kioku.errors import ConfigError
 from kioku.lang import detect_lang
 from kioku.messages import LogEntry
 from kioku.models import ChatModel
-from kioku.need import BACKGROUND_HITS, Need, Recall, judge
-from kioku.recall import EXCHANGE_TOKENS, RecallIndexes, exchanges
-from kioku.shown import shown
+from kioku.recall.archive import Hit
+from kioku.recall.indexes import EXCHANGE_TOKENS, RecallIndexes, exchanges
+from kioku.recall.need import BACKGROUND_HITS, Need, Recall, judge
+from kioku.recall.shown import shown
 from kioku.store import Store
 from kioku.turn_state import TurnState
 
@@ -85,7 +85,7 @@ class Layers:
         self._tics_lock = threading.Lock()
 
     def recall(self, turn: TurnState, entry: LogEntry) -> Recall:
-        """The gate (`kioku.need.judge`) on the archive's best hits for the message, and the
+        """The gate (`kioku.recall.need.judge`) on the archive's best hits for the message, and the
         recollections of the hits it takes: each a turn with its neighbours, all of them
         within `Profile.recall_room` of the ceiling (the room is the prompt's to give)."""
         if self.indexes is None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kioku.archive import Hit
 from kioku.errors import ConfigError
 from kioku.messages import LogEntry
-from kioku.need import Need, Recall
+from kioku.recall.archive import Hit
+from kioku.recall.need import Need, Recall
 from kioku.tics import TicAlert
 from kioku.turn_state import TurnState
 

@@ -63,7 +63,7 @@ class State:
     item_overhead: int = 16  # what one memory item adds beyond its text (its heading)
     frame: int = 0  # what the memory exchange costs around its items, paid once memory exists
     usable: int | None = None  # prompt tokens the counter lets kioku plan for (estimate margin)
-    # tokens the turn's recollections want (`kioku.need`): room made now, never held free
+    # tokens the turn's recollections want (`kioku.recall.need`): room made now, never held free
     recall: int = 0
 
     @property

@@ -46,9 +46,9 @@ class Profile:
     major_gc: int  # chapters' total past this folds the older half into the synopsis
     summary_chunk: int  # most raw tokens one summary job reads
     notes_tokens: int = 600
-    # Recall by need (`kioku.need`): a turn is shown the past when retrieval's evidence stands
-    # out, in the amount that evidence supports, never as a share of the room reserved for it.
-    # The best hit stands `recall_standout` × above the background (the median score of the
+    # Recall by need (`kioku.recall.need`): a turn is shown the past when retrieval's evidence
+    # stands out, in the amount that evidence supports, never as a share of the room reserved for
+    # it. The best hit stands `recall_standout` × above the background (the median score of the
     # search's best hits) and holds `recall_relevance` of the message's meaning (BM25 score ÷
     # the query's best possible score), or `recall_cued_relevance` when the message points at
     # the past ("remember", 先週, a name the window does not hold); none is shown when the raw

@@ -20,7 +20,7 @@ from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage, Completion, Usage
 from kioku.profiles import LOCAL_8K, LOCAL_64K
-from kioku.recollection import RecalledLine, Recollection
+from kioku.recall.recollection import RecalledLine, Recollection
 from kioku.store import Store
 from kioku.tokens import CalibratedEstimator, ScriptEstimator
 from tests.helpers import Clock

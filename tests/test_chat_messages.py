@@ -15,7 +15,7 @@ from kioku.memory import Memory
 from kioku.messages import LogEntry, Message, Part, parts_from_json
 from kioku.models import Completion, ToolCall
 from kioku.profiles import LOCAL_8K
-from kioku.recollection import RecalledLine, Recollection
+from kioku.recall.recollection import RecalledLine, Recollection
 from kioku.summarizer import ExtractiveSummarizer, SummaryTask
 from kioku.tokens import ScriptEstimator
 from kioku.transcript import render_transcript

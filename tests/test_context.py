@@ -9,7 +9,7 @@ from kioku.errors import ContextOverflow, MessageTooLarge
 from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message
 from kioku.profiles import LOCAL_8K
-from kioku.recollection import RecalledLine, Recollection
+from kioku.recall.recollection import RecalledLine, Recollection
 from kioku.tokens import ScriptEstimator
 
 COUNTER = ScriptEstimator()

@@ -11,9 +11,9 @@ import pytest
 from kioku.engine import Kioku
 from kioku.errors import ConfigError
 from kioku.messages import LogEntry
-from kioku.need import Need, Recall
 from kioku.no_layers import NO_LAYERS, NoLayers
-from kioku.recollection import RecalledLine, Recollection
+from kioku.recall.need import Need, Recall
+from kioku.recall.recollection import RecalledLine, Recollection
 from kioku.store import Store
 from kioku.turn_state import TurnState
 from tests.helpers import Clock

@@ -1,13 +1,13 @@
-"""Recall by need (`kioku.need`): the gate is a pure function of the message, retrieval's hits
-and what the prompt already shows; the engine asks it on every user turn, makes room for what
+"""Recall by need (`kioku.recall.need`): the gate is a pure function of the message, retrieval's
+hits and what the prompt already shows; the engine asks it on every user turn, makes room for what
 it wants, and keeps its reason with the message."""
 
 from __future__ import annotations
 
 import pytest
 
-from kioku.archive import Hit
-from kioku.need import BACKGROUND_HITS, cue, judge, names
+from kioku.recall.archive import Hit
+from kioku.recall.need import BACKGROUND_HITS, cue, judge, names
 
 GATE = dict(relevance=0.3, cued_relevance=0.2, standout=1.5, in_view_share=0.6, limit=8)
 

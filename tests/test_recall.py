@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kioku.messages import LogEntry, Message
-from kioku.recall import (
+from kioku.recall.indexes import (
     ArchiveIndex,
     BM25Params,
     EmbeddingScorer,
@@ -23,7 +23,7 @@ from kioku.recall import (
     index_text,
     recall,
 )
-from kioku.recollection import RecalledLine, Recollection
+from kioku.recall.recollection import RecalledLine, Recollection
 from kioku.store import Store
 from kioku.tokens import ScriptEstimator
 

@@ -1,5 +1,5 @@
 """Recall by need, at the turn: a message is shown the past when retrieval's evidence stands
-out (`kioku.need`), sized by that evidence; a question's recollections may then use the room
+out (`kioku.recall.need`), sized by that evidence; a question's recollections may then use the room
 the turn has (shown once, after it), any other message keeps `recall_share` of it and
 `recall_limit` of them; the turn's account says why, and the room is made when it is needed."""
 
@@ -16,7 +16,7 @@ from kioku.layers import Layers
 from kioku.memory import Memory
 from kioku.messages import LogEntry, Message
 from kioku.profiles import LOCAL_8K
-from kioku.recollection import RecalledLine, Recollection
+from kioku.recall.recollection import RecalledLine, Recollection
 from kioku.store import Store
 from kioku.summarizer import Summary, SummaryTask
 from kioku.tokens import ScriptEstimator

@@ -24,7 +24,7 @@ from rich.progress import Progress
 from kioku.datasets import default_path, load_locomo, read_locomo
 from kioku.errors import InputError
 from kioku.messages import LogEntry, Message
-from kioku.recall import ArchiveIndex, BM25Params, RecallIndexes, Terms, _write_segments
+from kioku.recall.indexes import ArchiveIndex, BM25Params, RecallIndexes, Terms, _write_segments
 from kioku.store import Store
 
 DEFAULT_K_VALUES = (1, 5, 10, 25)

@@ -132,7 +132,7 @@ class ServeReplay:
         """One turn: the user's messages (the last one is answered) and the recorded reply.
         Returns the prompt the upstream received, the reply, the memory version, whether the
         turn failed, and whether it carried recollections (the turn's account of recall, kept
-        with the stored message: `kioku.need`)."""
+        with the stored message: `kioku.recall.need`)."""
         user = {"role": "user", "content": "\n".join(m.text for m in users)}
         self._reply = "\n".join(r.text for r in replies) or "…"
         sent = (

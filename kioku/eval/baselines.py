@@ -158,7 +158,7 @@ class RetrievalArm(LogArm):
     def _index(self) -> object:
         import bm25s
 
-        from kioku.archive import Terms, index_text
+        from kioku.recall.archive import Terms, index_text
 
         self._terms = Terms()
         index = bm25s.BM25()

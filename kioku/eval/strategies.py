@@ -44,8 +44,8 @@ from kioku.layers import Layers
 from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage
-from kioku.need import Need, Recall
 from kioku.profiles import Profile
+from kioku.recall.need import Need, Recall
 from kioku.store import Store
 from kioku.summarizer import Summarizer
 from kioku.tokens import TokenCounter
@@ -114,9 +114,9 @@ class _ReplayLayers(Layers):
     """Recollections and the anti-repetition line go at the end of a turn's prompt: the replay
     skips them unless asked for every turn (they cost a search and a tic count per turn, and
     what a statement is shown would then be carried in the raw window the question reads); a
-    question at the end goes through recall's gate (`kioku.need`, as every turn of the product
-    does) when `question_recall` says so (a view of the same replay may ask without), and gets
-    no anti-repetition line (a question is not a turn)."""
+    question at the end goes through recall's gate (`kioku.recall.need`, as every turn of the
+    product does) when `question_recall` says so (a view of the same replay may ask without), and
+    gets no anti-repetition line (a question is not a turn)."""
 
     def __init__(self, store: Store, per_turn: bool, *, notes: bool = True) -> None:
         super().__init__(store, notes=notes, tics=notes)

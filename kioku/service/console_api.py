@@ -46,7 +46,7 @@ class SearchOut(BaseModel):
 
 
 class RecallNote(BaseModel):
-    """The turn's account of recall (`kioku.need`): whether this message was shown the past,
+    """The turn's account of recall (`kioku.recall.need`): whether this message was shown the past,
     why, and what it got."""
 
     on: bool

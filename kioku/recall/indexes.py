@@ -1,8 +1,8 @@
 """Archive recall: for each user message, find the closest past exchanges outside the raw window.
 
 The fourth memory layer (seed 003): every message stays in the archive, and "last month's topic
-can be continued" because a light relevance search (`kioku.archive`) puts the best-matching old
-exchange next to the new user message as a recollection (after the raw window, so the prompt
+can be continued" because a light relevance search (`kioku.recall.archive`) puts the best-matching
+old exchange next to the new user message as a recollection (after the raw window, so the prompt
 cache survives). The index persists as immutable segments in the store (`recall_segments`); the
 messages table stays the source of truth, so a lost or outdated segment only costs a rebuild.
 """
@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from kioku.archive import (
+from kioku.messages import LogEntry
+from kioku.recall.archive import (
     ArchiveIndex,
     BM25Params,
     Hit,
@@ -25,8 +26,7 @@ from kioku.archive import (
     Terms,
     index_text,
 )
-from kioku.messages import LogEntry
-from kioku.recollection import RecalledLine, Recollection
+from kioku.recall.recollection import RecalledLine, Recollection
 from kioku.store import Store
 from kioku.store.segments import StoredSegment
 from kioku.tokens import TokenCounter

@@ -4,7 +4,7 @@ Besides the raw window's own messages, two parts of the prompt hold lines of the
 recollections earlier turns were shown and carry in front of their messages (`context.Extras`),
 and memory, whose extractive chapters quote lines as they were said. A recollection of a line
 one of them shows costs its tokens twice and says nothing new; as evidence that the past is
-wanted it is no evidence at all (`kioku.need`). A line counts as shown by memory only when
+wanted it is no evidence at all (`kioku.recall.need`). A line counts as shown by memory only when
 memory holds all of its words in order (a chapter that quotes one sentence of a message, or
 retells it, does not show the rest of it).
 """

@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 from kioku.dates import MONTHS
 
 if TYPE_CHECKING:  # the archive pulls in bm25s (and scipy): not at import
-    from kioku.archive import Hit
-    from kioku.recollection import Recollection
+    from kioku.recall.archive import Hit
+    from kioku.recall.recollection import Recollection
 
 BACKGROUND_HITS = 50  # the hits a search returns: "the background" is their median score
 MAX_LIFT = 99.0  # a hit among windows that match nothing stands out without measure
