@@ -1,0 +1,310 @@
+"""Whole records through the grounding check: what stays, what goes, what replaces it.
+
+`ground_record` reads every line of a parsed record (`kioku.structure.Record`) against the
+evidence (`kioku.grounding.Evidence`) and keeps the grounded ones; `record_from_reply` does the
+same for a reply in the line format (`kioku.reply_format`), deciding what each grounded line is
+from the message that bears it out (narration: an event; a character's words: a claim, confirmed
+only when narration or a thought says so too; the user's words: a user fact). A claim's
+"supported_by" and "actual" are checked the same way and removed when nothing in the span bears
+them out.
+
+What is dropped is listed with its reason (`Grounding.dropped`), and each drop is a guard event.
+A dropped line that was about its cited message (a garbled paraphrase, the wrong speaker) is
+replaced by its extractive counterpart: that message's own sentence, verbatim, with who said it
+(`replace_dropped`). The chapter's budget the model left unused is filled the same way
+(`fill`), from the span's most informative lines, so a short model record never means less
+memory than the extractive chronicler would have kept.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kioku.grounding import REASONS, Evidence, Statement, Verdict
+from kioku.messages import LogEntry
+from kioku.reply_format import LineReply
+from kioku.salience import carries_nothing
+from kioku.structure import Claim, Event, KeyLine, Record, ThreadNote, UserFact, norm_text
+from kioku.summarizer import Line, attributed_lines, select_lines
+from kioku.support import read
+from kioku.tokens import TokenCounter
+
+DROP_REASONS: tuple[str, ...] = ("format", *REASONS)
+MIN_SHARE = 0.5  # a record with fewer grounded lines than this share is rejected
+REPLACEABLE = ("unsupported", "author")  # about its message, but wrong: quote the message
+
+
+@dataclass(frozen=True)
+class Dropped:
+    where: str  # "events[2]", "line 3"
+    text: str
+    reason: str
+    detail: str = ""
+    seqs: tuple[int, ...] = ()
+
+    def note(self) -> str:
+        return f'"{self.text[:80]}": {self.detail or self.reason}'
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """What grounding did to one record."""
+
+    written: int = 0  # lines the model wrote
+    kept: int = 0
+    dropped: tuple[Dropped, ...] = ()
+    corrected: int = 0  # a claim's unsupported "supported_by" or "actual" removed
+    replaced: int = 0  # dropped lines replaced by their message's own words
+    filled: int = 0  # extractive lines added in the room the model left
+
+    @property
+    def share(self) -> float:
+        """Grounded lines among those that said something (an empty line is no invention)."""
+        judged = self.written - sum(1 for d in self.dropped if d.reason == "empty")
+        return self.kept / judged if judged else 1.0
+
+    def by_reason(self) -> dict[str, int]:
+        return dict(Counter(d.reason for d in self.dropped))
+
+    def events(self) -> tuple[str, ...]:
+        """Guard events: one per drop, correction and replacement (the compaction log)."""
+        out = [f"dropped_{d.reason}" for d in self.dropped]
+        out += ["corrected"] * self.corrected + ["replaced"] * self.replaced
+        return tuple(out)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lines": self.written,
+            "grounded": self.kept,
+            "share": round(self.share, 3),
+            "dropped": self.by_reason(),
+            "corrected": self.corrected,
+            "replaced": self.replaced,
+            "filled": self.filled,
+        }
+
+    def rejection(self) -> str:
+        """The retry note for a mostly ungrounded record: what was wrong, with examples."""
+        examples = "; ".join(d.note() for d in self.dropped[:3])
+        return (
+            f"unsupported: only {self.kept} of {self.written} lines are supported by the "
+            f"messages they cite ({examples}). Write only what each cited message says, "
+            "with the name of whoever wrote it"
+        )
+
+
+@dataclass
+class _Tally:
+    ev: Evidence
+    written: int = 0
+    kept: int = 0
+    corrected: int = 0
+    dropped: list[Dropped] = field(default_factory=list)
+
+    def check(self, where: str, st: Statement) -> Verdict:
+        self.written += 1
+        v = self.ev.check(st)
+        if v.ok:
+            self.kept += 1
+        else:
+            self.dropped.append(Dropped(where, st.text, v.reason or "", v.detail, st.seqs))
+        return v
+
+    def drop(self, where: str, text: str, reason: str, detail: str = "") -> None:
+        self.written += 1
+        self.dropped.append(Dropped(where, text, reason, detail))
+
+    def result(self) -> Grounding:
+        return Grounding(self.written, self.kept, tuple(self.dropped), self.corrected)
+
+
+def _seqs(seq: int | None) -> tuple[int, ...]:
+    return (seq,) if seq is not None else ()
+
+
+def _checked_claim(c: Claim, t: _Tally) -> Claim:
+    """A grounded claim, its confirmation and its "actually" checked too."""
+    ev = t.ev
+    support = c.supported_by
+    if support != "none" and ev.supported_by_witness(c.claim) != support:
+        support = ev.supported_by_witness(c.claim) or "none"
+        t.corrected += 1
+    actual = c.actual
+    if actual:
+        names_ok = all(ev.known_name(n) for n in read(actual, ev.lang).names)
+        copied = ev.prompt.copied(actual)
+        if not names_ok or copied or ev.supported_by_witness(actual) is None:
+            actual = None
+            t.corrected += 1
+    return replace(c, supported_by=support, actual=actual)
+
+
+def _threads(
+    notes: Sequence[ThreadNote], t: _Tally, known: Mapping[str, str], where: str = "threads"
+) -> list[ThreadNote]:
+    kept: list[ThreadNote] = []
+    for i, n in enumerate(notes):
+        if known.get(n.id) == n.title or (n.id in known and n.title == n.id):
+            kept.append(replace(n, title=known[n.id]))  # memory's own thread, as memory has it
+            continue
+        seqs = _seqs(n.seq) if n.seq in t.ev.sources else ()
+        v = t.check(f"{where}[{i}]", Statement("thread", n.title, seqs, span_wide=True))
+        if v.ok:
+            kept.append(replace(n, seq=n.seq if seqs else None))
+    return kept
+
+
+def ground_record(
+    record: Record, ev: Evidence, known_threads: Mapping[str, str] | None = None
+) -> tuple[Record, Grounding]:
+    """The record with only its grounded lines, and what happened to the rest. A line without
+    a seq is grounded where one message supports it, and cites that message from then on."""
+    t = _Tally(ev)
+    known = known_threads or {}
+    events = []
+    for i, e in enumerate(record.events):
+        v = t.check(f"events[{i}]", Statement("event", e.text, _seqs(e.seq), e.by or None))
+        if v.ok:
+            events.append(replace(e, seq=v.seqs[0] if v.seqs else e.seq))
+    claims = []
+    for i, c in enumerate(record.claims):
+        if c.listener and not ev.known_name(c.listener):
+            t.drop(f"claims[{i}]", c.claim, "name", f"{c.listener} is not in the conversation")
+            continue
+        v = t.check(f"claims[{i}]", Statement("claim", c.claim, _seqs(c.seq), c.speaker))
+        if v.ok:
+            claims.append(_checked_claim(replace(c, seq=v.seqs[0] if v.seqs else c.seq), t))
+    facts = []
+    for i, f in enumerate(record.user_facts):
+        v = t.check(f"user_facts[{i}]", Statement("fact", f.fact, _seqs(f.seq), f.by or "user"))
+        if v.ok:
+            facts.append(replace(f, seq=v.seqs[0] if v.seqs else f.seq))
+    lines = []
+    for i, k in enumerate(record.key_lines):
+        st = Statement("key_line", k.text, (k.seq,), k.speaker, verbatim=True)
+        if t.check(f"key_lines[{i}]", st).ok:
+            lines.append(k)
+    threads = _threads(record.threads, t, known)
+    grounded = Record(tuple(events), tuple(claims), tuple(threads), tuple(facts), tuple(lines))
+    return grounded, t.result()
+
+
+def record_from_reply(
+    reply: LineReply, ev: Evidence, known_threads: Mapping[str, str] | None = None
+) -> tuple[Record, Grounding]:
+    """A line-format reply as a record of its grounded lines: what each line is (event, claim,
+    user fact) is decided by the message that bears it out, not by the model."""
+    t = _Tally(ev)
+    listener = ev.user_names[0] if ev.user_names else ""
+    events: list[Event] = []
+    claims: list[Claim] = []
+    facts: list[UserFact] = []
+    for i, ln in enumerate(reply.lines):
+        v = t.check(f"line {i}", Statement("line", ln.text, ln.seqs, ln.name or None))
+        if not v.ok:
+            continue
+        src = ev.sources[v.seqs[0]]
+        who = ln.name or src.author
+        if v.kind == "narration" or src.role not in ("user", "assistant"):
+            events.append(Event(src.seq, ln.text, ln.name))
+        elif v.kind == "thought":
+            events.append(Event(src.seq, ln.text, f"{who} (thought)"))
+        elif src.role == "user":
+            facts.append(UserFact(src.seq, ln.text, who))
+        else:  # a character's words: a claim; what confirms it is a line of its own
+            claims.append(Claim(src.seq, who, ln.text, listener))
+    for raw in reply.unread:
+        t.drop("unread", raw, "format", "not a line of the form #<number> <name>: <text>")
+    notes = [ThreadNote(x.id, x.title, x.status, x.seq) for x in reply.threads]  # type: ignore[arg-type]
+    threads = _threads(notes, t, known_threads or {})
+    keys = []
+    for i, q in enumerate(reply.quotes):
+        st = Statement("key_line", q.text, (q.seq,), q.speaker, verbatim=True)
+        if t.check(f"quote {i}", st).ok:
+            keys.append(KeyLine(q.seq, q.speaker, q.text))
+    record = Record(tuple(events), tuple(claims), tuple(threads), tuple(facts), tuple(keys))
+    return record, t.result()
+
+
+# the extractive counterpart -------------------------------------------------------------------
+
+
+def item_of_line(ln: Line) -> Event | KeyLine:
+    """An extractive line as a record item: narration and what someone did (a thought, an
+    image shared, a tool used) are events; words someone said are key lines, verbatim."""
+    if ln.speaker == "narration":
+        return Event(ln.seq, ln.text)
+    if ln.speaker.endswith(")"):
+        return Event(ln.seq, ln.text, ln.speaker)
+    return KeyLine(ln.seq, ln.speaker, ln.text)
+
+
+def _add(record: Record, items: Sequence[Event | KeyLine]) -> Record:
+    have = {(k.seq, norm_text(k.text)) for k in record.key_lines}
+    have |= {(e.seq, norm_text(e.text)) for e in record.events}
+    events, keys = list(record.events), list(record.key_lines)
+    for it in items:
+        if (it.seq, norm_text(it.text)) in have:
+            continue
+        have.add((it.seq, norm_text(it.text)))
+        (keys if isinstance(it, KeyLine) else events).append(it)  # type: ignore[arg-type]
+    return replace(record, events=tuple(events), key_lines=tuple(keys))
+
+
+def cited(record: Record) -> set[int]:
+    seqs = {e.seq for e in record.events} | {c.seq for c in record.claims}
+    seqs |= {f.seq for f in record.user_facts} | {k.seq for k in record.key_lines}
+    return {s for s in seqs if s is not None}
+
+
+def replace_dropped(
+    record: Record,
+    grounding: Grounding,
+    entries: Sequence[LogEntry],
+    lang: str,
+    avoid: Sequence[str] = (),
+) -> tuple[Record, int]:
+    """Each dropped line that was about its cited message (a third of its terms are there)
+    replaced by that message's sentence it shares most with, verbatim and attributed."""
+    by_seq: dict[int, list[Line]] = {}
+    for ln in attributed_lines(entries, lang):
+        if not carries_nothing(ln.text, lang) and not any(p and p in ln.text for p in avoid):
+            by_seq.setdefault(ln.seq, []).append(ln)
+    picked: list[Event | KeyLine] = []
+    for d in grounding.dropped:
+        if d.reason not in REPLACEABLE or len(d.seqs) != 1 or d.seqs[0] not in by_seq:
+            continue
+        want = read(d.text, lang).terms
+        best, overlap = None, 0.0
+        for ln in by_seq[d.seqs[0]]:
+            share = len(want & read(ln.text, lang).terms) / max(1, len(want))
+            if share > overlap:
+                best, overlap = ln, share
+        if best is not None and overlap >= 1 / 3:
+            picked.append(item_of_line(best))
+    before = len(record.events) + len(record.key_lines)
+    out = _add(record, picked)
+    return out, len(out.events) + len(out.key_lines) - before
+
+
+def fill(
+    record: Record,
+    entries: Sequence[LogEntry],
+    budget: int,
+    counter: TokenCounter,
+    lang: str,
+    avoid: Sequence[str] = (),
+) -> tuple[Record, int]:
+    """The room the model left (`budget` tokens), filled with the span's most informative
+    lines that no line of the record cites yet, verbatim (`summarizer.select_lines`)."""
+    if budget <= 0:
+        return record, 0
+    taken = cited(record)
+    pool = [ln for ln in attributed_lines(entries, lang) if ln.seq not in taken]
+    picked = select_lines(pool, budget, counter, avoid, lang)
+    before = len(record.events) + len(record.key_lines)
+    out = _add(record, [item_of_line(ln) for ln in picked])
+    return out, len(out.events) + len(out.key_lines) - before

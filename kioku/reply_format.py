@@ -1,0 +1,176 @@
+"""The chronicler's reply format: plain lines a 1.5B model writes reliably.
+
+Measured on Qwen2.5 Coder 1.5B (docs/chronicler.md): asked for the five-key JSON record, the
+small model broke the JSON, copied the example or filled keys it did not understand; asked for
+one line per thing worth remembering, it wrote lines. So the reply is
+
+    #<seq> <who wrote that message>: <what that message says>
+    OPEN <thread-id>: <what is still open>
+    DONE <thread-id> #<seq>: <how it was settled>
+    QUOTE #<seq> <speaker>: "<words copied exactly>"
+
+and code, not the model, decides what each line is once it is grounded (`kioku.grounded`): a
+line borne out by narration is an event, a character's words a claim (confirmed only when
+narration or a thought says so too), what the user said about themself a user fact. The lines
+are read leniently about their wrapping (bullets, bold, a code fence, "#12-#13", "(user)" after
+the name) and strictly about their shape: a line that is none of these is counted, never
+guessed at. A reply in the JSON record shape is still read (`structure.parse_record`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from kioku.errors import BadSummary
+from kioku.structure import TIC_WORDS
+
+_WRAP = re.compile(r"^\s*(?:[-*•・>]+\s*|\d+[.)]\s+)?(?:\*\*)?")
+_SEQS = r"#\s*(\d+)((?:\s*(?:[-–~〜,、]|and|&)\s*#?\s*\d+)*)"
+_LINE = re.compile(rf"^{_SEQS}\s*(?:[·:：.\-–]\s*)?(.*)$")
+_NAME_TEXT = re.compile(r"^([^:：\n]{1,48}?)\s*[:：]\s*(.+)$")
+_THREAD = re.compile(
+    rf"^(OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+([\w\-]+)\s*(?:\(?{_SEQS}\)?)?\s*[:：]\s*(.+?)"
+    rf"\s*(?:\(?{_SEQS}\)?)?$",
+    re.IGNORECASE,
+)
+_QUOTE = re.compile(
+    rf"^(?:QUOTE|KEY)\s*[:：]?\s*{_SEQS}\s+([^:：\n]{{1,48}}?)\s*[:：]\s*(.+)$", re.I
+)
+_SIDE = re.compile(r"\s*[(（](?:user|character|ユーザー|キャラクター|用户|角色)[)）]\s*$", re.I)
+_QUOTES = "\"'「」『』“”‘’"
+
+
+@dataclass(frozen=True)
+class ReplyLine:
+    seqs: tuple[int, ...]
+    name: str  # who wrote the message, as the line says ("" when it names nobody)
+    text: str
+    raw: str
+
+
+@dataclass(frozen=True)
+class ThreadLine:
+    id: str
+    status: str  # open | resolved
+    seq: int | None
+    title: str
+    raw: str
+
+
+@dataclass(frozen=True)
+class QuoteLine:
+    seq: int
+    speaker: str
+    text: str
+    raw: str
+
+
+@dataclass(frozen=True)
+class LineReply:
+    lines: tuple[ReplyLine, ...]
+    threads: tuple[ThreadLine, ...]
+    quotes: tuple[QuoteLine, ...]
+    unread: tuple[str, ...]  # lines that are none of the shapes: counted as dropped ("format")
+
+    @property
+    def written(self) -> int:
+        return len(self.lines) + len(self.threads) + len(self.quotes) + len(self.unread)
+
+
+def _seqs(first: str, more: str | None) -> tuple[int, ...]:
+    out = [int(first)]
+    nums = [int(n) for n in re.findall(r"\d+", more or "")]
+    if more and re.match(r"\s*[-–~〜]", more) and nums and nums[0] >= out[0]:
+        out.extend(range(out[0] + 1, min(nums[0], out[0] + 4) + 1))  # "#12-#14": a short run
+        nums = nums[1:]
+    out.extend(nums)
+    return tuple(dict.fromkeys(out))
+
+
+def _clean(s: str) -> str:
+    s = s.strip().rstrip("*").strip()
+    return s.removeprefix("**").strip()
+
+
+def parse_lines(text: str) -> LineReply:
+    """The lines of a reply, by shape. Raises `BadSummary` when nothing in it is a line."""
+    lines: list[ReplyLine] = []
+    threads: list[ThreadLine] = []
+    quotes: list[QuoteLine] = []
+    unread: list[str] = []
+    for raw in text.splitlines():
+        s = raw.strip()
+        if (
+            not s
+            or s.startswith("```")
+            or set(s) <= set("-=*_ ")
+            or s.rstrip("*").endswith((":", "："))
+        ):
+            continue  # blank, a fence, a rule or a heading ("Here are the lines:")
+        s = _clean(_WRAP.sub("", s, count=1))
+        if m := _THREAD.match(s):
+            status = "open" if m.group(1).upper() == "OPEN" else "resolved"
+            seq = m.group(3) or m.group(6)
+            title = m.group(5).strip().strip(_QUOTES).strip()
+            threads.append(
+                ThreadLine(m.group(2).lower(), status, int(seq) if seq else None, title, raw)
+            )
+            continue
+        if m := _QUOTE.match(s):
+            speaker = _SIDE.sub("", m.group(3)).strip()
+            words = m.group(4).strip().strip(_QUOTES).strip()
+            quotes.append(QuoteLine(int(m.group(1)), speaker, words, raw))
+            continue
+        if m := _LINE.match(s):
+            seqs = _seqs(m.group(1), m.group(2))
+            rest = m.group(3).strip()
+            nt = _NAME_TEXT.match(rest)
+            if nt and len(nt.group(1).split()) <= 4:
+                name, body = _SIDE.sub("", nt.group(1)).strip().strip("*").strip(), nt.group(2)
+            else:
+                name, body = "", rest
+            body = body.strip().strip("*").strip()
+            if body:
+                lines.append(ReplyLine(seqs, name, body, raw))
+                continue
+        unread.append(raw.strip())
+    if not (lines or threads or quotes):
+        raise BadSummary(
+            "unparseable: no line of the form #<number> <name>: <what that message says>", text
+        )
+    return LineReply(tuple(lines), tuple(threads), tuple(quotes), tuple(unread))
+
+
+def looks_like_json(text: str) -> bool:
+    """A reply in the JSON record shape (an older prompt, or a model that prefers it)."""
+    t = text.strip()
+    return t.startswith("{") or "```json" in t.lower() or bool(re.search(r'^\s*\{\s*"', t, re.M))
+
+
+def without_phrases(reply: LineReply, phrases: Sequence[str]) -> tuple[LineReply, int]:
+    """Verbal tics out of the lines before they are grounded (a true line with a tic tacked on
+    stays, without the tic): a line about a speech habit ("often says") goes, a quotation
+    holding a tic goes (its words cannot be edited), the phrase is cut from any other line."""
+    pats = [re.compile(re.escape(p.strip()), re.IGNORECASE) for p in phrases if p.strip()]
+    touched = 0
+
+    def clean(s: str) -> str:
+        for p in pats:
+            s = p.sub("", s)
+        return re.sub(r"\s{2,}", " ", s).strip(" ,、。")
+
+    lines: list[ReplyLine] = []
+    for ln in reply.lines:
+        tic = any(p.search(ln.text) for p in pats)
+        if TIC_WORDS.search(ln.text) or (tic and not re.search(r"\w", clean(ln.text))):
+            touched += 1
+            continue
+        if tic:
+            touched += 1
+            ln = replace(ln, text=clean(ln.text))
+        lines.append(ln)
+    quotes = [q for q in reply.quotes if not any(p.search(q.text) for p in pats)]
+    touched += len(reply.quotes) - len(quotes)
+    return replace(reply, lines=tuple(lines), quotes=tuple(quotes)), touched
