@@ -14,14 +14,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from kioku.corrections import apply_edits, edits_of
+from kioku.generations import chunks
 from kioku.memory import MemoryItem
+from kioku.messages import LogEntry
 from kioku.models import ChatMessage, ChatRequest
+from kioku.profiles import Profile
 from kioku.prompts import PromptTemplate, resolve_lang, template
 from kioku.rendering import render_record, render_threads
 from kioku.structure import Record, Thread, is_structured, merge_threads, record_from_data
 from kioku.summarizer import SummaryTask
 from kioku.summarizer import parse_lines as parse_extractive
-from kioku.transcript import render_transcript
+from kioku.tokens import TokenCounter
+from kioku.transcript import labels_for, render_entry, render_transcript
 
 # Tokens one line of the record takes, per language (measured on the 1.5B model's lines:
 # English ~20, Japanese ~28): a token target becomes "at most N lines", which a model can count.
@@ -53,9 +57,9 @@ def record_lines(record: Record, lang: str, user_name: str = "user") -> list[str
         rows.append((c.seq or 0, f"#{c.seq} {c.speaker}: {c.claim}"))
     for f in record.user_facts:
         rows.append((f.seq or 0, f"#{f.seq} {f.by or user_name}: {f.fact}"))
+    opening, closing, _ = QUOTES[resolve_lang(lang)]
     for k in record.key_lines:
-        o, c, _ = QUOTES[resolve_lang(lang)]
-        rows.append((k.seq, f"QUOTE #{k.seq} {k.speaker}: {o}{k.text}{c}"))
+        rows.append((k.seq, f"QUOTE #{k.seq} {k.speaker}: {opening}{k.text}{closing}"))
     out = [text for _, text in sorted(rows, key=lambda r: r[0]) if not text.startswith("#None")]
     for t in record.threads:
         if t.status == "open":
@@ -187,3 +191,38 @@ def instructions(task: SummaryTask) -> str:
         out += [tpl.render("system", **values), tpl.render("user", **values)]
         out += [tpl.render(s, reason="", phrases="") for s in ("retry",) if tpl.has(s)]
     return "\n".join(out)
+
+
+def entry_cost(entry: LogEntry, counter: TokenCounter, lang: str) -> int:
+    """Tokens one message takes in the chronicler's transcript (header, labels, separator)."""
+    if entry.message.is_empty():
+        return 0
+    return counter.count(render_entry(entry, labels_for(lang))) + 2
+
+
+def chunk_budget(profile: Profile, counter: TokenCounter, lang: str) -> int:
+    """Transcript tokens a chapter may hold so that its whole rendered prompt (instructions,
+    open threads, transcript) stays within `profile.summary_chunk`."""
+    tpl = template("chapter", lang)
+    values: dict[str, Any] = {
+        "user_name": "user",
+        "character": UNNAMED[tpl.lang],
+        "max_lines": MAX_LINES,
+        "avoid": "",
+        "first": 0,
+        "last": 0,
+        "open_threads": tpl.render("none"),
+        "retry": "",
+        "transcript": "",
+    }
+    frame = sum(counter.count(tpl.render(s, **values)) for s in ("system", "user"))
+    threads_room = 120  # open threads carried from memory
+    return max(256, profile.summary_chunk - frame - threads_room)
+
+
+def chapter_ranges(
+    entries: Sequence[LogEntry], profile: Profile, counter: TokenCounter, lang: str
+) -> list[list[LogEntry]]:
+    """A backlog cut into chapters whose rendered prompts fit `profile.summary_chunk`."""
+    budget = chunk_budget(profile, counter, lang)
+    return chunks(list(entries), budget, size=lambda e: entry_cost(e, counter, lang))

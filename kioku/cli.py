@@ -11,6 +11,7 @@ themselves here through `register(app)`. Nothing heavy is imported before a comm
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -70,6 +71,36 @@ SpeakerOpt = Annotated[
 LocomoOpt = Annotated[int, typer.Option("--conversation", help="locomo: which conversation.")]
 # a profile by name for a replay (no settings file or environment to fall back on)
 ReplayProfileOpt = Annotated[str, typer.Option("--profile", help="The model profile.")]
+# one name each across commands; the names commands had before stay, hidden, so scripts run on
+MessagesOpt = Annotated[
+    int | None, typer.Option("--messages", min=1, help="Only the first N messages.")
+]
+LegacyLimitOpt = Annotated[int | None, typer.Option("--limit", hidden=True)]
+LegacyIndexOpt = Annotated[int | None, typer.Option("--conversation-index", hidden=True)]
+LegacyMaxMessagesOpt = Annotated[int | None, typer.Option("--max-messages", hidden=True)]
+SummaryTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--summary-timeout",
+        min=1,
+        help="Seconds to wait for one chronicler reply (env KIOKU_SUMMARY_TIMEOUT; default: "
+        "the profile's, 300, 900 for local-8k).",
+    ),
+]
+TemperatureOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--temperature",
+        min=0,
+        max=2,
+        help="The chronicler's temperature (env KIOKU_SUMMARY_TEMPERATURE; default 0.2).",
+    ),
+]
+
+
+def either(value: Any, legacy: Any) -> Any:
+    """An option's value, or the value given under its old (hidden) name."""
+    return value if value is not None else legacy
 
 
 def settings(
@@ -208,10 +239,15 @@ def memory(
     conv = Conversation(kk, terminal.find_conversation(kk.store, conversation, s.tenant).id)
     mem = conv.memory()
     if as_json:
+        from kioku.grounded import grounded_share
+
+        def shown(item: Any) -> dict[str, Any]:
+            return {**item.__dict__, "grounded_share": grounded_share(item)}
+
         emit(
             {
-                "synopsis": mem.synopsis.__dict__ if mem.synopsis else None,
-                "chapters": [c.__dict__ for c in mem.chapters],
+                "synopsis": shown(mem.synopsis) if mem.synopsis else None,
+                "chapters": [shown(c) for c in mem.chapters],
                 "notes": mem.notes,
             }
         )
@@ -269,47 +305,121 @@ def chat(
 @app.command()
 def summarize(
     data: DataOpt = None,
-    fmt: Annotated[str, typer.Option("--format", help=FORMATS + ".")] = "locomo",
+    fmt: Annotated[
+        str | None, typer.Option("--format", help=FORMATS + " (default: told from the file).")
+    ] = None,
     model: Annotated[
-        str | None, typer.Option("--model", help="OpenAI-compatible base URL of the chronicler.")
+        str | None,
+        typer.Option(
+            "--model",
+            help="OpenAI-compatible base URL of the chronicler (env KIOKU_SUMMARIZER_URL, then "
+            "KIOKU_LLM_URL); without one, the extractive chronicler writes the memory.",
+        ),
+    ] = None,
+    model_id: Annotated[
+        str | None,
+        typer.Option(
+            "--model-id",
+            help="Model name to request (env KIOKU_SUMMARIZER_MODEL, then KIOKU_LLM_MODEL).",
+        ),
     ] = None,
     speaker: SpeakerOpt = None,
-    index: LocomoOpt = 0,
-    limit: Annotated[int | None, typer.Option(help="Only the first N messages.")] = None,
+    conversation: LocomoOpt = 0,
+    messages: MessagesOpt = None,
+    limit: LegacyLimitOpt = None,
     profile: ProfileOpt = None,
     window: WindowOpt = None,
+    summary_timeout: SummaryTimeoutOpt = None,
+    temperature: TemperatureOpt = None,
+    as_json: JsonOpt = False,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Also write the JSON (every chapter and synopsis) here."),
+    ] = None,
 ) -> None:
-    """Summarize a whole conversation with a real model and print the memory.
+    """Summarize a whole conversation as the chronicler would, and print every chapter and
+    synopsis it wrote (with where it came from and how much of it is grounded) and the memory.
 
-    Example: kioku summarize --data ../shared/datasets/locomo/locomo10.json --format locomo --model http://127.0.0.1:8080/v1
+    Example: kioku summarize --data ../shared/datasets/locomo/locomo10.json --model http://127.0.0.1:8080/v1 --profile local-8k --json
     """
-    from rich.console import Console
-
     from kioku.backlog import summarize_transcript
-    from kioku.chronicler import ChroniclerConfig
-    from kioku.client import OpenAIChatModel
-    from kioku.counters import counter_from_spec
-    from kioku.datasets import load
 
-    s = settings(None, profile, window, summarizer_url=model)
-    url = s.summarizer_url or s.llm_url
-    if not url:
-        raise KiokuError("no model: pass --model URL or set KIOKU_LLM_URL")
-    t = load(data, fmt, speaker=speaker, conversation=index)
-    if limit:
-        from dataclasses import replace
-
-        t = replace(t, messages=t.messages[:limit], meta=t.meta[:limit])
-    counter = counter_from_spec(s.tokenizer)
-    model_ = OpenAIChatModel(url, profile=s.profile_obj)
-    config = ChroniclerConfig(system_role=s.system_role)
-    err = Console(stderr=True)
-    result = summarize_transcript(t, model_, counter, s.profile_obj, config=config, console=err)
+    s = settings(
+        None,
+        profile,
+        window,
+        summarizer_url=model,
+        summarizer_model=model_id,
+        summary_timeout_s=summary_timeout,
+        summary_temperature=temperature,
+    )
+    t = _transcript(data, fmt, speaker, conversation, either(messages, limit))
+    result = summarize_transcript(
+        t, _chronicler(s), _counter(s), s.profile_obj, console=_err_console()
+    )
+    report = {
+        "kind": "kioku.summarize/1",
+        "data": str(data) if data else fmt or "locomo",
+        "profile": s.profile_obj.name,
+        "window": s.profile_obj.window,
+        "model": s.chronicler_url or "extractive",
+        **result.to_json(),
+    }
+    if out is not None:
+        out.write_text(json.dumps(report, ensure_ascii=False, indent=1, default=str) + "\n")
+    if as_json:
+        emit(report)
+        return
+    for row in report["summaries"]:
+        g = row["grounding"] or {}
+        share = f", grounded {g['grounded']}/{g['lines']}" if g and not g.get("extractive") else ""
+        terminal.text(
+            f"## {row['kind']} #{row['first_seq']}–#{row['last_seq']} ({row['source']}"
+            f"{share}, {row['attempts']} request(s))\n{row['text']}\n"
+        )
     terminal.text(result.text)
     terminal.note(
         f"{plural(len(result.summaries), 'summary', 'summaries')} in {result.duration_s:.0f} s; "
-        f"events: {result.events or 'none'}"
+        f"events: {result.events or 'none'}" + (f"; wrote {out}" if out else "")
     )
+
+
+def _transcript(
+    data: Path | None, fmt: str | None, speaker: str | None, conversation: int, n: int | None
+) -> Any:
+    from dataclasses import replace
+
+    from kioku.datasets import load
+
+    t = load(data, fmt if (fmt or data) else "locomo", speaker=speaker, conversation=conversation)
+    return replace(t, messages=t.messages[:n], meta=t.meta[:n]) if n else t
+
+
+def _counter(s: Settings) -> Any:
+    from kioku.counters import counter_from_spec
+
+    return counter_from_spec(s.tokenizer)
+
+
+def _chronicler(s: Settings) -> Any:
+    """The LLM chronicler the settings name, else the extractive one (said on stderr)."""
+    from kioku.config import chronicler_config, chronicler_model
+    from kioku.summarizer import ExtractiveSummarizer
+
+    counter = _counter(s)
+    chat = chronicler_model(s)
+    if chat is None:
+        terminal.note("no chronicler model (--model or KIOKU_SUMMARIZER_URL): extractive memory")
+        return ExtractiveSummarizer(counter)
+    from kioku.chronicler import LLMChronicler
+
+    return LLMChronicler(chat, counter, ExtractiveSummarizer(counter), chronicler_config(s))
+
+
+def _err_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 @app.command()

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 from kioku import context, dates, policy
 from kioku.budget import template_of, usable
+from kioku.chronicle_prompt import chapter_ranges
 from kioku.context import extras_of
 from kioku.errors import ModelError, StoreError
-from kioku.generations import chapter_task, chunks, item_from_summary
+from kioku.generations import chapter_task, item_from_summary
 from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message
 from kioku.store import ConversationInfo
@@ -205,7 +206,7 @@ class Compactor:
             return TurnReport(reasons=("cut: nothing to fold",))
         ready = conv.store.items(conv.id, "ready")
         add: list[MemoryItem] = []
-        groups = chunks(raw, prof.summary_chunk, size=lambda e: e.tokens)
+        groups = chapter_ranges(raw, prof, k.counter, conv.lang)
         avoid = tuple(k.layers.avoid_phrases(conv.id))
         started = time.monotonic()
         for g in groups:

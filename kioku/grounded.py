@@ -130,7 +130,7 @@ def _checked_claim(c: Claim, t: _Tally) -> Claim:
     ev = t.ev
     support = c.supported_by
     if support != "none" and ev.supported_by_witness(c.claim) != support:
-        support = ev.supported_by_witness(c.claim) or "none"
+        support = "none"  # the model said confirmed; nothing in the span confirms it so
         t.corrected += 1
     actual = c.actual
     if actual:
@@ -229,6 +229,17 @@ def record_from_reply(
     return record, t.result()
 
 
+def grounded_share(item: Any) -> float | None:
+    """The share of a memory item's lines grounded in their sources, as stored with it: 1.0
+    for an extractive item (its lines are the messages' own words), None for an LLM item
+    written before grounding existed."""
+    data = getattr(item, "data", None) or {}
+    g = data.get("grounding") if isinstance(data, Mapping) else None
+    if isinstance(g, Mapping) and isinstance(g.get("share"), int | float):
+        return float(g["share"])
+    return 1.0 if getattr(item, "source", "") == "extractive" else None
+
+
 # the extractive counterpart -------------------------------------------------------------------
 
 
@@ -243,7 +254,7 @@ def item_of_line(ln: Line) -> Event | KeyLine:
 
 
 def _add(record: Record, items: Sequence[Event | KeyLine]) -> Record:
-    have = {(k.seq, norm_text(k.text)) for k in record.key_lines}
+    have: set[tuple[int | None, str]] = {(k.seq, norm_text(k.text)) for k in record.key_lines}
     have |= {(e.seq, norm_text(e.text)) for e in record.events}
     events, keys = list(record.events), list(record.key_lines)
     for it in items:

@@ -33,7 +33,7 @@ from typing import Any
 
 from kioku.generations import chunks
 from kioku.memory import ItemKind, Memory, MemoryItem
-from kioku.profiles import Profile
+from kioku.profiles import TRANSCRIPT_MESSAGE_TOKENS, Profile
 from kioku.queue import JobKind
 
 
@@ -298,7 +298,7 @@ def schedule_chapters(state: State, plan: Plan) -> Plan:
     run_after = state.now + p.summary_delay_s
     jobs = tuple(
         JobPlan("chapter", lo, hi, run_after)
-        for lo, hi in _chunks(state.raw, plan.start, cut - 1, p.summary_chunk)
+        for lo, hi in _chunks(state.raw, plan.start, cut - 1, p.chunk_budget)
     )
     reason = (
         f"trigger: prompt {plan.prompt(state)} > {state.trigger}, {len(jobs)} chapter job(s) "
@@ -456,6 +456,8 @@ def _turns(raw: Sequence[tuple[int, int]], n: float) -> int:
 def _chunks(
     raw: Sequence[tuple[int, int]], first: int, last: int, chunk: int
 ) -> list[tuple[int, int]]:
-    """Chapter-sized seq ranges covering first..last (the raw window has no gaps)."""
+    """Chapter-sized seq ranges covering first..last (the raw window has no gaps); each message
+    costs what the chronicler's transcript adds to it too (`Profile.chunk_budget`)."""
     within = [(s, t) for s, t in raw if first <= s <= last]
-    return [(run[0][0], run[-1][0]) for run in chunks(within, chunk, size=lambda st: st[1])]
+    size = lambda st: st[1] + TRANSCRIPT_MESSAGE_TOKENS if st[1] else 0  # noqa: E731
+    return [(run[0][0], run[-1][0]) for run in chunks(within, chunk, size=size)]

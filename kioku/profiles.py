@@ -30,6 +30,12 @@ MIN_ITEM_TOKENS = 64
 # What one image costs in the prompt, whatever its pixels: OpenAI's high-detail 1024×1024 tile
 # count (765) rounded up; Gemma 3 takes 256 per image, LLaVA 576. Set it to the model's number.
 DEFAULT_IMAGE_TOKENS = 768
+# What a chronicler prompt costs around its transcript (the instructions and the open threads;
+# the chapter prompt is ~600 tokens in English, ~750 in Japanese), and what the transcript adds
+# to each message ("#12 · 13:56 · Caroline (user)", the part labels): where a chunk is planned
+# from message tokens alone, it is planned with these (`Profile.chunk_budget`).
+CHRONICLE_PROMPT_TOKENS = 1000
+TRANSCRIPT_MESSAGE_TOKENS = 14
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,9 @@ class Profile:
     chapter_tokens: int  # target length of one chapter
     synopsis_tokens: int  # target length of the synopsis
     major_gc: int  # chapters' total past this folds the older half into the synopsis
-    summary_chunk: int  # most raw tokens one summary job reads
+    # most tokens of the rendered chronicler prompt one summary job sends: the instructions and
+    # the transcript as the model reads it (each message's header and part labels included)
+    summary_chunk: int
     notes_tokens: int = 600
     recall_share: float = 0.5  # of the room left in a turn, what recollections may take
     recall_limit: int = 6  # recollections per turn at most
@@ -101,6 +109,12 @@ class Profile:
     def question_tokens(self) -> int:
         """The room a question's recollections may take (`question_room` of the ceiling)."""
         return int(self.ceiling * self.question_room)
+
+    @property
+    def chunk_budget(self) -> int:
+        """Message tokens one chapter job may read (each message costing its tokens plus
+        `TRANSCRIPT_MESSAGE_TOKENS`) so that its rendered prompt stays within `summary_chunk`."""
+        return max(256, self.summary_chunk - CHRONICLE_PROMPT_TOKENS)
 
     @property
     def prompt_budget(self) -> int:
@@ -233,8 +247,12 @@ LOCAL_8K = Profile(
     chapter_tokens=300,
     synopsis_tokens=600,
     major_gc=2000,
-    summary_chunk=2500,
+    # a rendered prompt of 4,000 tokens: ~70 LoCoMo messages, and max_tokens stays far inside
+    # the window; a CPU server reads it in ~100 s when quiet (`kioku bench chronicle`)
+    summary_chunk=4000,
     notes_tokens=200,
+    # a 1.5B model on 2 CPU cores took 452 s for a first chapter: 300 s gave up on it
+    summary_timeout_s=900.0,
 )
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (LOCAL_64K, CLOUD_1M, LOCAL_8K)}

@@ -270,12 +270,12 @@ class PromptText:
 
     def copied(self, line: str) -> str | None:
         """The first run of the prompt's words in `line`, or None."""
-        for g in sorted(_latin_ngrams(line)):
-            if g in self.latin:
-                return " ".join(g)
-        for g in sorted(_cjk_ngrams(line)):
-            if g in self.cjk:
-                return g
+        for words in sorted(_latin_ngrams(line)):
+            if words in self.latin:
+                return " ".join(words)
+        for chars in sorted(_cjk_ngrams(line)):
+            if chars in self.cjk:
+                return chars
         return None
 
 
