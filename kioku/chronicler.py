@@ -327,13 +327,15 @@ def chronicle(
     polish = _Polish(task, run.events)
     record = polish(record, merge_threads(context_items(task)) if task.kind == "synopsis" else [])
     record, grounding, version = yield from _compress(run, record, grounding, version, polish)
-    record, grounding = _complete(task, record, grounding, counter, config)
+    record, grounding, added = _complete(task, record, grounding, counter, config)
     run.events.extend(grounding.events())
     lang = resolve_lang(task.lang)
     text = render_record(record, lang)
     data = record.to_data(lang)
     data["usage"] = {"prompt_tokens": run.input_tokens, "completion_tokens": run.output_tokens}
     data["grounding"] = {**grounding.to_json(), "attempts": [g.to_json() for g in run.groundings]}
+    if added:  # the span's own words, verbatim: what the model wrote is the rest
+        data["added"] = added
     return Summary(
         text=text,
         tokens=counter.count(text),
@@ -353,13 +355,15 @@ def _complete(
     grounding: Grounding,
     counter: TokenCounter,
     config: ChroniclerConfig,
-) -> tuple[Record, Grounding]:
+) -> tuple[Record, Grounding, list[dict[str, Any]]]:
     """A chapter's dropped lines replaced by their messages' words, and the room the model
-    left filled with the span's own lines (a synopsis restates memory: it gets neither)."""
+    left filled with the span's own lines (a synopsis restates memory: it gets neither).
+    Returns what was added, so the model's own part of the record stays known."""
     if task.kind == "synopsis" or not task.entries:
-        return record, grounding
+        return record, grounding, []
     lang = resolve_lang(task.lang)
-    replaced = filled = 0
+    replaced: list[Any] = []
+    filled: list[Any] = []
     if config.replace_dropped:
         record, replaced = replace_dropped(
             record, grounding, task.entries, lang, task.avoid_phrases
@@ -367,7 +371,12 @@ def _complete(
     if config.fill:
         left = task.target_tokens - counter.count(render_record(record, lang))
         record, filled = fill(record, task.entries, left, counter, lang, task.avoid_phrases)
-    return record, replace(grounding, replaced=replaced, filled=filled)
+    added = [
+        {"seq": it.seq, "text": it.text, "why": why}
+        for why, items in (("replaced", replaced), ("filled", filled))
+        for it in items
+    ]
+    return record, replace(grounding, replaced=len(replaced), filled=len(filled)), added
 
 
 def _write(run: _Run) -> Generator[ChatRequest, Completion, tuple[Record, Grounding, str] | None]:

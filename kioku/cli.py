@@ -275,12 +275,20 @@ def chat(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     window: WindowOpt = None,
+    summary_timeout: SummaryTimeoutOpt = None,
 ) -> None:
     """Chat in the terminal with memory. Empty line or Ctrl-D ends.
 
     Example: kioku chat mika --model http://127.0.0.1:8080/v1
     """
-    s = settings(db, profile, window, llm_url=model, summarizer_url=summarizer_model)
+    s = settings(
+        db,
+        profile,
+        window,
+        llm_url=model,
+        summarizer_url=summarizer_model,
+        summary_timeout_s=summary_timeout,
+    )
     if not s.llm_url:
         raise KiokuError("no model: pass --model URL or set KIOKU_LLM_URL")
     kk = terminal.open_kioku(s, write=True, background=True)

@@ -253,16 +253,21 @@ def item_of_line(ln: Line) -> Event | KeyLine:
     return KeyLine(ln.seq, ln.speaker, ln.text)
 
 
-def _add(record: Record, items: Sequence[Event | KeyLine]) -> Record:
+Added = list[Event | KeyLine]
+
+
+def _add(record: Record, items: Sequence[Event | KeyLine]) -> tuple[Record, Added]:
     have: set[tuple[int | None, str]] = {(k.seq, norm_text(k.text)) for k in record.key_lines}
     have |= {(e.seq, norm_text(e.text)) for e in record.events}
     events, keys = list(record.events), list(record.key_lines)
+    added: Added = []
     for it in items:
         if (it.seq, norm_text(it.text)) in have:
             continue
         have.add((it.seq, norm_text(it.text)))
+        added.append(it)
         (keys if isinstance(it, KeyLine) else events).append(it)  # type: ignore[arg-type]
-    return replace(record, events=tuple(events), key_lines=tuple(keys))
+    return replace(record, events=tuple(events), key_lines=tuple(keys)), added
 
 
 def cited(record: Record) -> set[int]:
@@ -277,7 +282,7 @@ def replace_dropped(
     entries: Sequence[LogEntry],
     lang: str,
     avoid: Sequence[str] = (),
-) -> tuple[Record, int]:
+) -> tuple[Record, Added]:
     """Each dropped line that was about its cited message (a third of its terms are there)
     replaced by that message's sentence it shares most with, verbatim and attributed."""
     by_seq: dict[int, list[Line]] = {}
@@ -296,9 +301,7 @@ def replace_dropped(
                 best, overlap = ln, share
         if best is not None and overlap >= 1 / 3:
             picked.append(item_of_line(best))
-    before = len(record.events) + len(record.key_lines)
-    out = _add(record, picked)
-    return out, len(out.events) + len(out.key_lines) - before
+    return _add(record, picked)
 
 
 def fill(
@@ -308,14 +311,12 @@ def fill(
     counter: TokenCounter,
     lang: str,
     avoid: Sequence[str] = (),
-) -> tuple[Record, int]:
+) -> tuple[Record, Added]:
     """The room the model left (`budget` tokens), filled with the span's most informative
     lines that no line of the record cites yet, verbatim (`summarizer.select_lines`)."""
     if budget <= 0:
-        return record, 0
+        return record, []
     taken = cited(record)
     pool = [ln for ln in attributed_lines(entries, lang) if ln.seq not in taken]
     picked = select_lines(pool, budget, counter, avoid, lang)
-    before = len(record.events) + len(record.key_lines)
-    out = _add(record, [item_of_line(ln) for ln in picked])
-    return out, len(out.events) + len(out.key_lines) - before
+    return _add(record, [item_of_line(ln) for ln in picked])

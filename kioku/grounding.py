@@ -348,8 +348,10 @@ class Evidence:
             return Verdict("prompt", detail=f'"{copied}" is the prompt\'s text')
         line = read(st.text, self.lang)
         names = sorted(n for n in line.names if not self.known_name(n))
-        if st.subject and not self.known_name(st.subject):
-            names.insert(0, st.subject)
+        if st.subject:
+            names[:0] = sorted(
+                n for n in read(st.subject, self.lang).names if not self.known_name(n)
+            )
         if st.author and not self.known_name(st.author):
             names.insert(0, st.author)
         if names:
@@ -358,7 +360,10 @@ class Evidence:
             return Verdict(
                 "author", detail=f"{st.author} did not write #{cited[0].seq}", seqs=st.seqs
             )
-        subject = st.subject or (self.subject(st.text) if st.author is None else None)
+        # whom it is about: the person of the conversation the subject (or the line) names first
+        subject = self.subject(st.subject) if st.subject else None
+        if subject is None and st.author is None:
+            subject = self.subject(st.text)
         if (
             subject
             and not st.span_wide

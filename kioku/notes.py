@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Literal
 from kioku.dates import day_text, day_with_weekday
 from kioku.errors import BadNotes, InputError
 from kioku.facts import Fact, facts_in
+from kioku.grounded import Dropped
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, ChatModel, ChatRequest
 from kioku.relative_dates import resolve
@@ -490,12 +491,25 @@ class NotesExtractor:
         return out
 
     def extract(self, entries: Sequence[LogEntry], current: Sequence[Note] = ()) -> list[NoteDraft]:
+        return self.extract_grounded(entries, current)[0]
+
+    def extract_grounded(
+        self, entries: Sequence[LogEntry], current: Sequence[Note] = ()
+    ) -> tuple[list[NoteDraft], list[Dropped]]:
+        """The model's notes that the messages they cite bear out, and the ones dropped (each
+        with its reason: `kioku.grounding`), so a note a small model invented never enters
+        the ledger."""
         if not entries:
-            return []
-        completion = self.model.complete(self.request(entries, current))
+            return [], []
+        request = self.request(entries, current)
+        completion = self.model.complete(request)
         if completion.truncated:
             raise BadNotes("cut at max_tokens (finish_reason == 'length')", completion.text)
-        return self.parse(completion.text, entries, current)
+        drafts = self.parse(completion.text, entries, current)
+        prompt = "\n".join(m.content for m in request.messages)
+        for e in entries:  # the prompt without the messages: the words of the instructions
+            prompt = prompt.replace(dated_lines([e], self.lang), "")
+        return ground_notes(drafts, entries, current, self.lang, prompt)
 
 
 # the no-model extractor ----------------------------------------------------------------------
@@ -519,6 +533,32 @@ def extract_notes_heuristic(entries: Iterable[LogEntry], lang: str = "en") -> li
     return [draft_of(f) for f in facts_in(entries, lang)]
 
 
+def ground_notes(
+    drafts: Sequence[NoteDraft],
+    entries: Sequence[LogEntry],
+    current: Sequence[Note] = (),
+    lang: str = "en",
+    prompt: str = "",
+) -> tuple[list[NoteDraft], list[Dropped]]:
+    """Each note checked against the message it cites: whom it is about wrote or is named in
+    that message, every name it uses is in the messages or the notes, none of the prompt's own
+    words, and what it says is borne out by the message."""
+    from kioku.grounding import Statement, evidence_for
+
+    known = "\n".join(f"{n.subject}: {n.text}" for n in current)
+    ev = evidence_for(entries, lang=lang, memory_text=known, prompt=prompt)
+    kept: list[NoteDraft] = []
+    dropped: list[Dropped] = []
+    for d in drafts:
+        seqs = (d.source_seq,) if d.source_seq is not None else ()
+        v = ev.check(Statement("note", d.text, seqs, subject=d.subject))
+        if v.ok:
+            kept.append(d)
+        else:
+            dropped.append(Dropped(d.subject, d.text, v.reason or "", v.detail, seqs))
+    return kept, dropped
+
+
 def update_notes(
     store: Store,
     conversation_id: str,
@@ -531,8 +571,14 @@ def update_notes(
     if extractor is None:
         drafts, origin = extract_notes_heuristic(entries, lang), HEURISTIC_VERSION
     else:
-        drafts, origin = (
-            extractor.extract(entries, notes(store, conversation_id)),
-            extractor.version,
-        )
+        drafts, dropped = extractor.extract_grounded(entries, notes(store, conversation_id))
+        origin = extractor.version
+        for d in dropped:  # a guard event each, never silent
+            store.log(
+                conversation_id,
+                f"note_dropped_{d.reason}",
+                "dropped",
+                first_seq=d.seqs[0] if d.seqs else None,
+                detail=d.note(),
+            )
     return add_notes(store, conversation_id, drafts, origin=origin)

@@ -29,6 +29,9 @@ from kioku.structure import TIC_WORDS
 _WRAP = re.compile(r"^\s*(?:[-*•・>]+\s*|\d+[.)]\s+)?(?:\*\*)?")
 _SEQS = r"#\s*(\d+)((?:\s*(?:[-–~〜,、]|and|&)\s*#?\s*\d+)*)"
 _LINE = re.compile(rf"^{_SEQS}\s*(?:[·:：.\-–]\s*)?(.*)$")
+_STAMP = re.compile(
+    r"^(?:·\s*)?(?:\d{4}-\d{1,2}-\d{1,2}\s*(?:\([^)]*\)\s*)?)?(?:\d{1,2}:\d{2}\s*)?·\s*"
+)
 _NAME_TEXT = re.compile(r"^([^:：\n]{1,48}?)\s*[:：]\s*(.+)$")
 _THREAD = re.compile(
     rf"^(OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+([\w\-]+)\s*(?:\(?{_SEQS}\)?)?\s*[:：]\s*(.+?)"
@@ -40,6 +43,8 @@ _QUOTE = re.compile(
 )
 _SIDE = re.compile(r"\s*[(（](?:user|character|ユーザー|キャラクター|用户|角色)[)）]\s*$", re.I)
 _QUOTES = "\"'「」『』“”‘’"
+# a line whose "writer" is the narration names no one: what happened, not what someone said
+NARRATION_NAMES = frozenset(["narration", "narrator", "地の文", "ナレーション", "旁白"])
 
 
 @dataclass(frozen=True)
@@ -126,11 +131,14 @@ def parse_lines(text: str) -> LineReply:
         if m := _LINE.match(s):
             seqs = _seqs(m.group(1), m.group(2))
             rest = m.group(3).strip()
+            rest = _STAMP.sub("", rest)  # a transcript header copied: "· 13:56 · Mel (user):"
             nt = _NAME_TEXT.match(rest)
             if nt and len(nt.group(1).split()) <= 4:
                 name, body = _SIDE.sub("", nt.group(1)).strip().strip("*").strip(), nt.group(2)
             else:
                 name, body = "", rest
+            if name.casefold() in NARRATION_NAMES:
+                name = ""
             body = body.strip().strip("*").strip()
             if body:
                 lines.append(ReplyLine(seqs, name, body, raw))

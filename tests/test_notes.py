@@ -195,7 +195,7 @@ def test_model_extraction_stores_parsed_notes_and_shows_the_prompt(store):
                 {
                     "subject": "Aki",
                     "kind": "preference",
-                    "text": "now prefers hojicha",
+                    "text": "switched to hojicha",
                     "seq": 11,
                     "supersedes": old,
                 },

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kioku.cli import SummaryTimeoutOpt
+
 if TYPE_CHECKING:  # the command line imports the database stack only when a command runs
     from kioku.worker import JobOutcome, Worker
 
@@ -131,6 +133,7 @@ def worker_command(
             " 0 for replays and tests).",
         ),
     ] = None,
+    summary_timeout: SummaryTimeoutOpt = None,
 ) -> None:
     """Run summary jobs from the database; start any number, on any number of machines.
 
@@ -151,6 +154,7 @@ def worker_command(
         summarizer_url=summarizer_upstream,
         summarizer_model=summarizer_model,
         summary_delay_s=summary_delay,
+        summary_timeout_s=summary_timeout,
     )
     if not (settings.summarizer_url or settings.llm_url):
         say("no --summarizer-upstream: chapters will be extractive (excerpts, no LLM)")
