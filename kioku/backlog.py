@@ -88,14 +88,15 @@ def _usage(s: Summary) -> dict[str, int]:
 
 
 def _item_json(i: MemoryItem) -> dict[str, Any]:
-    g = i.data.get("grounding") if isinstance(i.data, dict) else None
+    from kioku.grounded import grounded_share
+
     return {
         "kind": i.kind,
         "first_seq": i.first_seq,
         "last_seq": i.last_seq,
         "source": i.source,
         "tokens": i.tokens,
-        "grounded_share": g.get("share") if isinstance(g, dict) else None,
+        "grounded_share": grounded_share(i),
         "text": i.text,
     }
 

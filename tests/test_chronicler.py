@@ -353,12 +353,16 @@ COLOURS = ("red", "blue", "green", "yellow", "white", "black", "orange", "purple
 
 def painted_boats() -> MemoryItem:
     """A chapter that says a lot, every line of it grounded: Aoi painted ten boats."""
-    events = [{"seq": i, "text": f"Aoi painted the {c} boat by the pier."} for i, c in enumerate(COLOURS)]
+    events = [
+        {"seq": i, "text": f"Aoi painted the {c} boat by the pier."} for i, c in enumerate(COLOURS)
+    ]
     return chapter_item(0, 9, {"events": events})
 
 
 def boat_lines(n: int, first: int = 0) -> str:
-    return "\n".join(f"#{i} Aoi: painted the {COLOURS[i]} boat by the pier" for i in range(first, n))
+    return "\n".join(
+        f"#{i} Aoi: painted the {COLOURS[i]} boat by the pier" for i in range(first, n)
+    )
 
 
 def test_bloated_synopsis_is_compressed_by_the_model_not_truncated() -> None:
@@ -428,7 +432,9 @@ def key_story() -> tuple[LogEntry, ...]:
         Message.user("We have to find it before dark.", author="Ren", at=AT),
         say("Let's look tomorrow morning."),
         Message.user("Good morning!", author="Ren", at=AT),
-        Message("assistant", (Part("narration", "They searched the beach all morning."),), "Aoi", AT),
+        Message(
+            "assistant", (Part("narration", "They searched the beach all morning."),), "Aoi", AT
+        ),
         Message.user("Nothing here.", author="Ren", at=AT),
         say("Nothing here either."),
         Message.user("Wait.", author="Ren", at=AT),
