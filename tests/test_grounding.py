@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from kioku.chronicler import ChroniclerConfig, LLMChronicler
 from kioku.chronicle_prompt import instructions
+from kioku.chronicler import ChroniclerConfig, LLMChronicler
 from kioku.grounded import ground_record, record_from_reply
 from kioku.grounding import Statement, evidence_for
 from kioku.messages import LogEntry, Message, Part
 from kioku.models import ChatRequest, ScriptedModel
 from kioku.reply_format import parse_lines
-from kioku.structure import Claim, Event, KeyLine, Record, UserFact
+from kioku.structure import Claim, KeyLine, Record, UserFact
 from kioku.summarizer import ExtractiveSummarizer, SummaryTask
 
 AT = datetime(2023, 5, 8, 13, 56)
