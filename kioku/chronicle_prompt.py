@@ -197,7 +197,8 @@ def entry_cost(entry: LogEntry, counter: TokenCounter, lang: str) -> int:
     """Tokens one message takes in the chronicler's transcript (header, labels, separator)."""
     if entry.message.is_empty():
         return 0
-    return counter.count(render_entry(entry, labels_for(lang))) + 2
+    # as most messages show: the time alone (the full date only opens a new day, a few tokens)
+    return counter.count(render_entry(entry, labels_for(lang), entry.message.at)) + 2
 
 
 def chunk_budget(profile: Profile, counter: TokenCounter, lang: str) -> int:

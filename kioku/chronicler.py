@@ -40,9 +40,9 @@ from kioku.chronicle_prompt import (
     build_compress_request,
     build_request,
     context_items,
-    instructions,
 )
 from kioku.errors import BadSummary
+from kioku.evidence import known_threads, task_evidence
 from kioku.grounded import (
     MIN_SHARE,
     Grounding,
@@ -51,9 +51,10 @@ from kioku.grounded import (
     record_from_reply,
     replace_dropped,
 )
-from kioku.grounding import Evidence, evidence_for, sources_of, sources_of_items
+from kioku.grounding import Evidence
 from kioku.models import ChatModel, ChatRequest, Completion
 from kioku.prompts import resolve_lang
+from kioku.refusal import DEFAULT_REFUSAL_CHARS, is_refusal
 from kioku.rendering import render_record
 from kioku.reply_format import looks_like_json, parse_lines, without_phrases
 from kioku.structure import (
@@ -65,48 +66,12 @@ from kioku.structure import (
     remove_phrases,
 )
 from kioku.summarizer import Summarizer, Summary, SummaryTask
-from kioku.support import PromptText
 from kioku.tokens import TokenCounter
 
-DEFAULT_REFUSAL_CHARS = 400  # seed: refusal 101 chars, shortest real summary 519
 # A chronicle is a reading, not a story: a low temperature keeps a small model on the text
 # (and a retry after a refusal still gets another roll)
 DEFAULT_TEMPERATURE = 0.2
 MESSAGE_OVERHEAD_TOKENS = 8  # the chat template's tokens around each message
-
-# Stock refusal phrases, all languages at once: a model may refuse in English in a Japanese
-# conversation. Matched case-insensitively, only in short replies.
-REFUSAL_PHRASES: tuple[str, ...] = (
-    "i can't",
-    "i cannot",
-    "i can not",
-    "i'm sorry",
-    "i am sorry",
-    "i'm unable",
-    "i am unable",
-    "i won't",
-    "i will not",
-    "as an ai",
-    "can't help with",
-    "cannot help with",
-    "can't assist",
-    "cannot assist",
-    "can't comply",
-    "cannot comply",
-    "できません",
-    "申し訳ありません",
-    "申し訳ございません",
-    "お手伝いでき",
-    "お答えでき",
-    "控えさせていただ",
-    "我不能",
-    "无法",
-    "抱歉",
-    "对不起",
-    "作为一个人工智能",
-    "作为ai",
-    "不能提供",
-)
 
 
 @dataclass(frozen=True)
@@ -144,11 +109,6 @@ class GaveUp:
     groundings: tuple[Grounding, ...] = ()
 
 
-def is_refusal(text: str, max_chars: int = DEFAULT_REFUSAL_CHARS) -> bool:
-    t = text.strip().replace("’", "'").lower()
-    return len(t) < max_chars and any(p in t for p in REFUSAL_PHRASES)
-
-
 def first_max_tokens(task: SummaryTask, config: ChroniclerConfig = DEFAULT_CONFIG) -> int:
     """max_tokens of the first request: room for the target plus the markup around it. A reply
     that still hits it is asked again at the ceiling."""
@@ -167,33 +127,6 @@ def room(
     if task.window_tokens is None:
         return None
     return task.window_tokens - prompt_tokens(request, counter) - config.window_margin
-
-
-def evidence(task: SummaryTask) -> Evidence:
-    """What the task's lines are checked against: its messages (a chapter, a cut) or the
-    records it folds (a synopsis), the names memory holds, and the prompt's own words."""
-    lang = resolve_lang(task.lang)
-    if task.kind != "synopsis":
-        memory = "\n".join(i.text for i in context_items(task))
-        return evidence_for(
-            task.entries,
-            lang=lang,
-            user_name=task.user_name,
-            character=task.character,
-            memory_text=memory,
-            prompt=instructions(task),
-        )
-    sources = sources_of_items(context_items(task), [task.user_name])
-    sources.update(sources_of(task.entries, lang))
-    users = (task.user_name,) if task.user_name else ()
-    chars = (task.character,) if task.character else ()
-    texts = [s.text for s in sources.values()]
-    pt = PromptText.of(instructions(task), texts, names=[*users, *chars])
-    return Evidence(sources, lang, users, chars, prompt=pt, span=task.span)
-
-
-def known_threads(task: SummaryTask) -> dict[str, str]:
-    return {t.id: t.title for t in merge_threads(context_items(task))}
 
 
 def judge(
@@ -318,7 +251,7 @@ def chronicle(
 ) -> Flow:
     """The whole chronicler as a generator: yields requests, receives completions, returns the
     `Summary` to store or `GaveUp` (the caller falls back). No I/O happens here."""
-    run = _Run(task, counter, config, evidence(task))
+    run = _Run(task, counter, config, task_evidence(task))
     written = yield from _write(run)
     if written is None:
         last = run.events[-1] if run.events else "no attempt"

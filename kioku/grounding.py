@@ -28,16 +28,13 @@ against — the span's messages (`from_entries`), or for a synopsis the records 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import cached_property
 
 from kioku.dates import MONTHS, WEEKDAYS
-from kioku.memory import MemoryItem
-from kioku.messages import LogEntry
 from kioku.prompts import resolve_lang
-from kioku.relative_dates import resolve
 from kioku.structure import norm_text
 from kioku.support import EMPTY_PROMPT, PLACEHOLDER, PromptText, Reading, fold, name_key, read
 
@@ -121,7 +118,7 @@ def _day_terms(day: date | None, lang: str) -> frozenset[str]:
     }
 
 
-def _same_person(a: str, b: str) -> bool:
+def same_person(a: str, b: str) -> bool:
     """Names compare loosely: case, and a short form of a longer name ("Mel", "Melanie")."""
     if not a or not b:
         return False
@@ -129,29 +126,6 @@ def _same_person(a: str, b: str) -> bool:
         return True
     short, long_ = sorted((a, b), key=len)
     return len(short) >= 3 and (long_.startswith(short) or long_.split(" ")[0] == short)
-
-
-def sources_of(entries: Iterable[LogEntry], lang: str = "en") -> dict[int, Source]:
-    """The evidence each message gives: its parts as the chronicler read them, with a
-    relative date followed by the date it means (the transcript shows it so)."""
-    out: dict[int, Source] = {}
-    for e in entries:
-        m = e.message
-        author = m.author or m.role
-        pieces = []
-        for p in m.parts:
-            if p.kind in ("image", "attachment"):
-                pieces.append(Piece("image", author, p.name or ""))
-                continue
-            if not p.text.strip():
-                continue
-            kind = "tool" if p.kind in ("tool_call", "tool_result") else p.kind
-            speaker = p.speaker or (author if kind != "narration" else "")
-            dated = resolve(p.text, m.at, lang)
-            pieces.append(Piece(kind, speaker, dated, p.text if dated != p.text else ""))
-        day = m.at.date() if m.at else None
-        out[e.seq] = Source(e.seq, author, m.role, tuple(pieces), day)
-    return out
 
 
 @dataclass
@@ -207,7 +181,7 @@ class Evidence:
             return True
         if k in self._character_keys and src.role == "assistant":
             return True
-        if _same_person(k, name_key(src.author)) or any(_same_person(k, s) for s in src.speakers):
+        if same_person(k, name_key(src.author)) or any(same_person(k, s) for s in src.speakers):
             return True
         # a record of the message (a synopsis input) without its author: named in it
         return src.role == "memory" and not src.author and self._named_in(who, src.text)
@@ -394,120 +368,3 @@ class Evidence:
         if best is None:
             return Verdict("seq", detail="it cites no message, and none says it")
         return self.check(replace(st, seqs=(best[1],)))
-
-
-def evidence_for(
-    entries: Sequence[LogEntry],
-    *,
-    lang: str = "en",
-    user_name: str = "",
-    character: str = "",
-    memory_text: str = "",
-    prompt: str = "",
-) -> Evidence:
-    """The evidence of a chapter or cut: the span's messages, the names memory holds, and the
-    prompt's own text (whatever of it the conversation does not also say)."""
-    sources = sources_of(entries, lang)
-    users = tuple(
-        n for n in {user_name, *(s.author for s in sources.values() if s.role == "user")} if n
-    )
-    chars = tuple(
-        n for n in {character, *(s.author for s in sources.values() if s.role == "assistant")} if n
-    )
-    texts = [s.text for s in sources.values()]
-    pt = (
-        PromptText.of(prompt, texts + [memory_text], names=[*users, *chars])
-        if prompt
-        else EMPTY_PROMPT
-    )
-    return Evidence(sources, lang, users, chars, memory_text, pt)
-
-
-def _role_of(name: str, users: Sequence[str]) -> str:
-    k = name_key(name)
-    return (
-        "user"
-        if k in USER_WORDS or any(_same_person(k, name_key(u)) for u in users)
-        else "assistant"
-    )
-
-
-def sources_of_items(
-    items: Iterable[MemoryItem], user_names: Sequence[str] = ()
-) -> dict[int, Source]:
-    """The evidence a synopsis has: what the records it folds say at each seq (their lines,
-    with who said them where the record knows). A synopsis may restate memory, never add."""
-    from kioku.structure import is_structured, record_from_data
-    from kioku.summarizer import Line
-
-    at: dict[int, list[tuple[Piece, str, str]]] = {}  # seq -> (piece, author, role)
-
-    def put(seq: int | None, piece: Piece, author: str = "", role: str = "memory") -> None:
-        if seq is not None:
-            at.setdefault(seq, []).append((piece, author, role))
-
-    for item in items:
-        data = item.data or {}
-        if is_structured(data):
-            r = record_from_data(data)
-            for e in r.events:
-                who = re.sub(r"\s*\([^)]*\)$", "", e.by)
-                put(
-                    e.seq,
-                    Piece("narration", who, e.text),
-                    who,
-                    _role_of(who, user_names) if who else "memory",
-                )
-            for c in r.claims:
-                put(
-                    c.seq,
-                    Piece("speech", c.speaker, c.claim),
-                    c.speaker,
-                    _role_of(c.speaker, user_names),
-                )
-                if c.actual:
-                    put(c.seq, Piece("thought", c.speaker, c.actual))
-            for f in r.user_facts:
-                put(f.seq, Piece("text", f.by, f.fact), f.by, "user")
-            for k in r.key_lines:
-                put(
-                    k.seq,
-                    Piece("speech", k.speaker, k.text),
-                    k.speaker,
-                    _role_of(k.speaker, user_names),
-                )
-            continue
-        rows = data.get("lines")
-        lines = [Line.from_json(x) for x in rows] if isinstance(rows, list) else []
-        if not lines:
-            from kioku.summarizer import parse_lines as parse_extractive
-
-            lines = parse_extractive(item.text)
-        for ln in lines:
-            sp = ln.speaker
-            who = re.sub(r"\s*\([^)]*\)$", "", sp)
-            kind = (
-                "narration"
-                if sp == "narration"
-                else "thought"
-                if sp.endswith("(thought)")
-                else "speech"
-            )
-            author = "" if sp == "narration" else who
-            put(
-                ln.seq,
-                Piece(kind, author, ln.text),
-                author,
-                _role_of(author, user_names) if author else "memory",
-            )
-    out: dict[int, Source] = {}
-    for seq, rows in sorted(at.items()):
-        authors = [a for _, a, _ in rows if a]
-        roles = [r for _, _, r in rows if r != "memory"]
-        out[seq] = Source(
-            seq,
-            authors[0] if authors else "",
-            roles[0] if roles else "memory",
-            tuple(p for p, _, _ in rows),
-        )
-    return out

@@ -543,7 +543,8 @@ def ground_notes(
     """Each note checked against the message it cites: whom it is about wrote or is named in
     that message, every name it uses is in the messages or the notes, none of the prompt's own
     words, and what it says is borne out by the message."""
-    from kioku.grounding import Statement, evidence_for
+    from kioku.evidence import evidence_for
+    from kioku.grounding import Statement
 
     known = "\n".join(f"{n.subject}: {n.text}" for n in current)
     ev = evidence_for(entries, lang=lang, memory_text=known, prompt=prompt)

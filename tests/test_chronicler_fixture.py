@@ -23,8 +23,8 @@ from kioku.chronicler import LLMChronicler
 from kioku.datasets import Transcript, load
 from kioku.errors import BadSummary
 from kioku.eval.audit import audit_store
+from kioku.evidence import evidence_for
 from kioku.grounded import ground_record
-from kioku.grounding import evidence_for
 from kioku.memory import MemoryItem
 from kioku.messages import LogEntry
 from kioku.models import ScriptedModel

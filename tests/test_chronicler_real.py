@@ -22,8 +22,8 @@ from kioku.chronicler import ChroniclerConfig, LLMChronicler
 from kioku.client import OpenAIChatModel, Timeouts
 from kioku.counters import counter_from_spec
 from kioku.datasets import load
+from kioku.evidence import evidence_for
 from kioku.grounded import ground_record
-from kioku.grounding import evidence_for
 from kioku.messages import LogEntry
 from kioku.models import ChatRequest, Completion
 from kioku.profiles import LOCAL_8K

@@ -171,3 +171,25 @@ def test_a_prompt_that_fills_the_window_is_never_sent() -> None:
     task = SummaryTask("chapter", 300, entries, window_tokens=LOCAL_8K.window // 4, lang="en")
     s = LLMChronicler(model, Words(), ExtractiveSummarizer(Words())).summarize(task)
     assert model.history == [] and s.events == ("no_room", "fallback")
+
+
+@pytest.mark.parametrize(("fmt", "which"), [("locomo", "0"), ("realpersonachat", "CP")])
+def test_a_chapter_is_sized_on_the_prompt_the_chronicler_sends(fmt: str, which: str) -> None:
+    """summary_chunk bounds the rendered request (instructions, headers, labels), not the
+    messages' text: the Japanese prompt was 2.4× the chunk when the chunk counted text."""
+    from kioku.chronicle_prompt import build_request, chapter_ranges
+    from kioku.counters import counter_from_spec
+    from kioku.datasets import load
+    from tests.conftest import shared_file
+
+    shared_file("datasets")
+    t = load(None, fmt, speaker=which) if fmt != "locomo" else load(None, fmt, conversation=0)
+    counter = counter_from_spec("qwen2.5")
+    entries = [LogEntry(i, m, counter.count(m.text)) for i, m in enumerate(t.messages[:400])]
+    ranges = chapter_ranges(entries, LOCAL_8K, counter, t.lang)
+    assert len(ranges) >= 3
+    for chunk in ranges[:-1]:
+        task = SummaryTask("chapter", 300, tuple(chunk), lang=t.lang, character=t.character)
+        request, _ = build_request(task, 856)
+        tokens = sum(counter.count(m.content) for m in request.messages)
+        assert 0.75 * LOCAL_8K.summary_chunk <= tokens <= LOCAL_8K.summary_chunk

@@ -30,8 +30,8 @@ from kioku.backlog import TranscriptMemory, summarize_transcript
 from kioku.chronicle_prompt import record_lines
 from kioku.datasets import Transcript, load
 from kioku.eval.answers import match
+from kioku.evidence import evidence_for
 from kioku.grounded import ground_record
-from kioku.grounding import evidence_for
 from kioku.messages import LogEntry
 from kioku.profiles import Profile
 from kioku.rendering import render_record
