@@ -11,7 +11,6 @@ themselves here through `register(app)`. Nothing heavy is imported before a comm
 from __future__ import annotations
 
 import importlib
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -36,7 +35,7 @@ app = typer.Typer(
     help="kioku: long-term memory for one very long LLM conversation.",
 )
 # Modules that add their own commands (the service adds `bench serve`: after the benchmarks).
-EXTENSIONS = ("kioku.bench.cli", "kioku.service.cli", "kioku.eval.cli")
+EXTENSIONS = ("kioku.summarize_cli", "kioku.bench.cli", "kioku.service.cli", "kioku.eval.cli")
 FORMATS = "kioku, sillytavern, locomo or realpersonachat"
 
 
@@ -83,6 +82,7 @@ SummaryTimeoutOpt = Annotated[
     typer.Option(
         "--summary-timeout",
         min=1,
+        metavar="<seconds>",
         help="Seconds to wait for one chronicler reply (env KIOKU_SUMMARY_TIMEOUT; default: "
         "the profile's, 300, 900 for local-8k).",
     ),
@@ -93,6 +93,7 @@ TemperatureOpt = Annotated[
         "--temperature",
         min=0,
         max=2,
+        metavar="<0-2>",
         help="The chronicler's temperature (env KIOKU_SUMMARY_TEMPERATURE; default 0.2).",
     ),
 ]
@@ -308,126 +309,6 @@ def chat(
                 terminal.note("the reply was cut at max_tokens (finish_reason=length)")
     finally:
         kk.close()
-
-
-@app.command()
-def summarize(
-    data: DataOpt = None,
-    fmt: Annotated[
-        str | None, typer.Option("--format", help=FORMATS + " (default: told from the file).")
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            help="OpenAI-compatible base URL of the chronicler (env KIOKU_SUMMARIZER_URL, then "
-            "KIOKU_LLM_URL); without one, the extractive chronicler writes the memory.",
-        ),
-    ] = None,
-    model_id: Annotated[
-        str | None,
-        typer.Option(
-            "--model-id",
-            help="Model name to request (env KIOKU_SUMMARIZER_MODEL, then KIOKU_LLM_MODEL).",
-        ),
-    ] = None,
-    speaker: SpeakerOpt = None,
-    conversation: LocomoOpt = 0,
-    messages: MessagesOpt = None,
-    limit: LegacyLimitOpt = None,
-    profile: ProfileOpt = None,
-    window: WindowOpt = None,
-    summary_timeout: SummaryTimeoutOpt = None,
-    temperature: TemperatureOpt = None,
-    as_json: JsonOpt = False,
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", help="Also write the JSON (every chapter and synopsis) here."),
-    ] = None,
-) -> None:
-    """Summarize a whole conversation as the chronicler would, and print every chapter and
-    synopsis it wrote (with where it came from and how much of it is grounded) and the memory.
-
-    Example: kioku summarize --data ../shared/datasets/locomo/locomo10.json --model http://127.0.0.1:8080/v1 --profile local-8k --json
-    """
-    from kioku.backlog import summarize_transcript
-
-    s = settings(
-        None,
-        profile,
-        window,
-        summarizer_url=model,
-        summarizer_model=model_id,
-        summary_timeout_s=summary_timeout,
-        summary_temperature=temperature,
-    )
-    t = _transcript(data, fmt, speaker, conversation, either(messages, limit))
-    result = summarize_transcript(
-        t, _chronicler(s), _counter(s), s.profile_obj, console=_err_console()
-    )
-    report = {
-        "kind": "kioku.summarize/1",
-        "data": str(data) if data else fmt or "locomo",
-        "profile": s.profile_obj.name,
-        "window": s.profile_obj.window,
-        "model": s.chronicler_url or "extractive",
-        **result.to_json(),
-    }
-    if out is not None:
-        out.write_text(json.dumps(report, ensure_ascii=False, indent=1, default=str) + "\n")
-    if as_json:
-        emit(report)
-        return
-    for row in report["summaries"]:
-        g = row["grounding"] or {}
-        share = f", grounded {g['grounded']}/{g['lines']}" if g and not g.get("extractive") else ""
-        terminal.text(
-            f"## {row['kind']} #{row['first_seq']}–#{row['last_seq']} ({row['source']}"
-            f"{share}, {row['attempts']} request(s))\n{row['text']}\n"
-        )
-    terminal.text(result.text)
-    terminal.note(
-        f"{plural(len(result.summaries), 'summary', 'summaries')} in {result.duration_s:.0f} s; "
-        f"events: {result.events or 'none'}" + (f"; wrote {out}" if out else "")
-    )
-
-
-def _transcript(
-    data: Path | None, fmt: str | None, speaker: str | None, conversation: int, n: int | None
-) -> Any:
-    from dataclasses import replace
-
-    from kioku.datasets import load
-
-    t = load(data, fmt if (fmt or data) else "locomo", speaker=speaker, conversation=conversation)
-    return replace(t, messages=t.messages[:n], meta=t.meta[:n]) if n else t
-
-
-def _counter(s: Settings) -> Any:
-    from kioku.counters import counter_from_spec
-
-    return counter_from_spec(s.tokenizer)
-
-
-def _chronicler(s: Settings) -> Any:
-    """The LLM chronicler the settings name, else the extractive one (said on stderr)."""
-    from kioku.config import chronicler_config, chronicler_model
-    from kioku.summarizer import ExtractiveSummarizer
-
-    counter = _counter(s)
-    chat = chronicler_model(s)
-    if chat is None:
-        terminal.note("no chronicler model (--model or KIOKU_SUMMARIZER_URL): extractive memory")
-        return ExtractiveSummarizer(counter)
-    from kioku.chronicler import LLMChronicler
-
-    return LLMChronicler(chat, counter, ExtractiveSummarizer(counter), chronicler_config(s))
-
-
-def _err_console() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True)
 
 
 @app.command()

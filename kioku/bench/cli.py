@@ -185,7 +185,8 @@ def bench_chronicle(
     import json
 
     from kioku.bench.chronicle import DEFAULT_SPANS, Span, run
-    from kioku.cli import _chronicler, _counter, _err_console, settings
+    from kioku.cli import settings
+    from kioku.summarize_cli import chronicler, err_console, token_counter
 
     s = settings(
         None,
@@ -198,14 +199,14 @@ def bench_chronicle(
     )
     spans = [Span.parse(x) for x in span] if span else list(DEFAULT_SPANS)
     result = run(
-        _chronicler(s),
-        _counter(s),
+        chronicler(s),
+        token_counter(s),
         s.profile_obj,
         spans=spans,
         model=s.chronicler_url or "",
         n_samples=n_samples,
         seed=seed,
-        console=_err_console(),
+        console=err_console(),
     )
     if out is not None:
         out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
