@@ -35,6 +35,7 @@ from functools import cached_property
 
 from kioku.dates import MONTHS, WEEKDAYS
 from kioku.prompts import resolve_lang
+from kioku.salience import carries_nothing
 from kioku.structure import norm_text
 from kioku.support import EMPTY_PROMPT, PLACEHOLDER, PromptText, Reading, fold, name_key, read
 
@@ -349,7 +350,9 @@ class Evidence:
             if needle and any(needle in norm_text(p.text) for s in cited for p in s.pieces):
                 return Verdict(None, 1.0, kind="speech", seqs=st.seqs)
             return Verdict("unsupported", detail="the words are not in the cited message")
-        if not (line.terms - self._people_terms) and not line.numbers:
+        if (not (line.terms - self._people_terms) and not line.numbers) or carries_nothing(
+            st.text, self.lang
+        ):  # "Hey Mel! Good to see you!": true, and nothing a later reader could use
             return Verdict("empty", detail="it says nothing a later reader could use")
         share, missing = self._support(line, cited)
         if share < (min(self.threshold, THREAD_SUPPORT) if st.kind == "thread" else self.threshold):
