@@ -25,6 +25,7 @@ from typing import Any
 
 from kioku.grounding import REASONS, Evidence, Statement, Verdict
 from kioku.messages import LogEntry
+from kioku.relative_dates import resolve
 from kioku.reply_format import LineReply
 from kioku.salience import carries_nothing
 from kioku.structure import Claim, Event, KeyLine, Record, ThreadNote, UserFact, norm_text
@@ -192,6 +193,13 @@ def ground_record(
     return grounded, t.result()
 
 
+def _without_name(text: str, who: str) -> str:
+    """ "Caroline went to a support group", stored under Caroline: "went to a support group"."""
+    if who and text.startswith(who + " ") and text[len(who) + 1 : len(who) + 2].islower():
+        return text[len(who) + 1 :]
+    return text
+
+
 def record_from_reply(
     reply: LineReply, ev: Evidence, known_threads: Mapping[str, str] | None = None
 ) -> tuple[Record, Grounding]:
@@ -203,19 +211,22 @@ def record_from_reply(
     claims: list[Claim] = []
     facts: list[UserFact] = []
     for i, ln in enumerate(reply.lines):
-        v = t.check(f"line {i}", Statement("line", ln.text, ln.seqs, ln.name or None))
+        st = Statement("line", ln.text, ln.seqs, ln.name or None, ln.about or None)
+        v = t.check(f"line {i}", st)
         if not v.ok:
             continue
-        src = ev.sources[v.seqs[0]]
-        who = ln.name or src.author
+        src = ev.sources[v.seq if v.seq is not None else v.seqs[0]]
+        who = ln.name or ln.about or src.author
+        # "yesterday" kept with the day it meant, as the transcript showed it
+        text = _without_name(resolve(ln.text, src.day, ev.lang), who)
         if v.kind == "narration" or src.role not in ("user", "assistant"):
-            events.append(Event(src.seq, ln.text, ln.name))
+            events.append(Event(src.seq, text, ln.name or ln.about))
         elif v.kind == "thought":
-            events.append(Event(src.seq, ln.text, f"{who} (thought)"))
+            events.append(Event(src.seq, text, f"{who} (thought)"))
         elif src.role == "user":
-            facts.append(UserFact(src.seq, ln.text, who))
+            facts.append(UserFact(src.seq, text, who))
         else:  # a character's words: a claim; what confirms it is a line of its own
-            claims.append(Claim(src.seq, who, ln.text, listener))
+            claims.append(Claim(src.seq, who, text, listener))
     for raw in reply.unread:
         t.drop("unread", raw, "format", "not a line of the form #<number> <name>: <text>")
     notes = [ThreadNote(x.id, x.title, x.status, x.seq) for x in reply.threads]  # type: ignore[arg-type]

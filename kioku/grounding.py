@@ -102,6 +102,7 @@ class Verdict:
     detail: str = ""
     kind: str = ""  # the kind of part that bears it out best (narration, speech, thought, text)
     seqs: tuple[int, ...] = ()  # what it is grounded on (a line without a seq: where found)
+    seq: int | None = None  # of those, the message that bears it out best
 
     @property
     def ok(self) -> bool:
@@ -271,16 +272,17 @@ class Evidence:
     def threshold(self) -> float:
         return self.min_support if self.min_support is not None else MIN_SUPPORT[self.lang]
 
-    def _best_kind(self, line: Reading, src: Sequence[Source]) -> str:
-        best, kind = -1.0, ""
+    def _best_part(self, line: Reading, src: Sequence[Source]) -> tuple[str, int | None]:
+        """The kind of part that bears the line out best, and its message's seq."""
+        best, kind, seq = -1.0, "", None
         order = {"narration": 3, "thought": 2, "speech": 1}
         for s in src:
             for p in s.pieces:
                 one = Source(s.seq, s.author, s.role, (p,), s.day)
                 share, _ = self._support(line, [one])
                 if (share, order.get(p.kind, 0)) > (best, order.get(kind, 0)):
-                    best, kind = share, p.kind
-        return kind
+                    best, kind, seq = share, p.kind, s.seq
+        return kind, seq
 
     def supported_by_witness(self, text: str) -> str | None:
         """Narration or a thought anywhere in the span that bears `text` out ("narration",
@@ -358,16 +360,35 @@ class Evidence:
         if share < (min(self.threshold, THREAD_SUPPORT) if st.kind == "thread" else self.threshold):
             why = f"#{cited[0].seq} does not say that ({missing})" if missing else ""
             return Verdict("unsupported", share, why or f"#{cited[0].seq} does not say that")
-        return Verdict(None, share, kind=self._best_kind(line, cited), seqs=st.seqs)
+        kind, best = self._best_part(line, cited)
+        if len(cited) > 1 and not st.span_wide and best is not None:
+            # several messages cited: whom the line names must be the one whose message
+            # says it, not a neighbour ("Melanie shared a photo" borne out by Caroline's)
+            src = self.sources[best]
+            who = st.author or subject
+            if who and not (
+                self.wrote(who, src) or (not st.author and self._named_in(who, src.text))
+            ):
+                return Verdict("author", share, f"#{best} is not by or about {who}")
+        return Verdict(None, share, kind=kind, seqs=st.seqs, seq=best)
 
     def _locate(self, st: Statement) -> Verdict:
-        """A line that cites nothing is grounded only where one message supports it."""
-        best: tuple[float, int] | None = None
+        """A line that cites nothing is grounded only where the span bears it out: the one
+        message that does, else the fewest consecutive messages (two, three) that do together,
+        and it cites them from then on. The other checks still apply to what it then cites."""
         line = read(st.text, self.lang)
-        for seq, src in self.sources.items():
-            share, _ = self._support(line, [src])
-            if share >= self.threshold and (best is None or share > best[0]):
-                best = (share, seq)
-        if best is None:
-            return Verdict("seq", detail="it cites no message, and none says it")
-        return self.check(replace(st, seqs=(best[1],)))
+        seqs = sorted(self.sources)
+        failed: Verdict | None = None
+        for width in (1, 2, 3):
+            found = []
+            for i in range(len(seqs) - width + 1):
+                window = tuple(seqs[i : i + width])
+                share, _ = self._support(line, [self.sources[s] for s in window])
+                if share >= self.threshold:
+                    found.append((share, -i, tuple(window)))
+            for _, _, window in sorted(found, reverse=True)[:3]:
+                v = self.check(replace(st, seqs=window))
+                if v.ok:
+                    return v
+                failed = failed or v
+        return failed or Verdict("seq", detail="it cites no message, and none says it")

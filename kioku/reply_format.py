@@ -1,20 +1,24 @@
 """The chronicler's reply format: plain lines a 1.5B model writes reliably.
 
-Measured on Qwen2.5 Coder 1.5B (docs/chronicler.md): asked for the five-key JSON record, the
-small model broke the JSON, copied the example or filled keys it did not understand; asked for
-one line per thing worth remembering, it wrote lines. So the reply is
+Measured on Qwen2.5 Coder 1.5B (docs/chronicler.md): asked for the five-key JSON record or for
+"#<seq> <writer>: <what it says>" lines, the small model copied the transcript message by
+message until max_tokens cut it; asked for the most important facts, one short sentence each in
+its own words, in the third person, naming whom it is about, it wrote facts. So the reply is
 
-    #<seq> <who wrote that message>: <what that message says>
-    OPEN <thread-id>: <what is still open>
-    DONE <thread-id> #<seq>: <how it was settled>
-    QUOTE #<seq> <speaker>: "<words copied exactly>"
+    - <fact> (#<seq>)
+    OPEN <thread-id>: <what is still open> (#<seq>)
+    DONE <thread-id>: <how it was settled> (#<seq>)
 
-and code, not the model, decides what each line is once it is grounded (`kioku.grounded`): a
-line borne out by narration is an event, a character's words a claim (confirmed only when
-narration or a thought says so too), what the user said about themself a user fact. The lines
-are read leniently about their wrapping (bullets, bold, a code fence, "#12-#13", "(user)" after
-the name) and strictly about their shape: a line that is none of these is counted, never
-guessed at. A reply in the JSON record shape is still read (`structure.parse_record`).
+and every other shape a model falls into is read too: "#<seq> <writer>: <text>" (the writer
+named), a person's name as a heading over their facts, "QUOTE #<seq> <speaker>: <words>".
+The citation is optional: a line without one is grounded where one to three consecutive
+messages of the span bear it out (`kioku.grounding`). Code, not the model, decides what each
+grounded line is (`kioku.grounded`): a line borne out by narration is an event, a character's
+words a claim (confirmed only when narration or a thought says so too), what the user said
+about themself a user fact. Lines are read leniently about their wrapping (bullets, bold, a
+code fence, "#12-#13", "(user)" after a name) and strictly about their shape: a line that is
+none of these is counted as dropped ("format"), never guessed at. A reply in the JSON record
+shape is still read (`structure.parse_record`).
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ _STAMP = re.compile(
 )
 _NAME_TEXT = re.compile(r"^([^:：\n]{1,48}?)\s*[:：]\s*(.+)$")
 _THREAD = re.compile(
-    rf"^(OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+([\w\-]+)\s*(?:\(?{_SEQS}\)?)?\s*[:：]\s*(.+?)"
-    rf"\s*(?:\(?{_SEQS}\)?)?$",
+    rf"^(OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+([\w\-]+)\s*(?:[(（]?{_SEQS}[)）]?)?\s*[:：]\s*"
+    rf"(.+?)\s*(?:[(（]?{_SEQS}[)）]?)?\s*[.。]?$",
     re.IGNORECASE,
 )
 _QUOTE = re.compile(
@@ -43,6 +47,9 @@ _QUOTE = re.compile(
 )
 _SIDE = re.compile(r"\s*[(（](?:user|character|ユーザー|キャラクター|用户|角色)[)）]\s*$", re.I)
 _QUOTES = "\"'「」『』“”‘’"
+_BULLET = re.compile(r"^\s*(?:[-*•・]|\d+[.)])\s*")
+_CITED = re.compile(rf"\s*[(（\[]?\s*{_SEQS}\s*[)）\]]?\s*[.。]?\s*$")
+_HEADING = re.compile(r"^\**([^:：#\n]{1,32}?)\**\s*[:：]\s*$")
 # a line whose "writer" is the narration names no one: what happened, not what someone said
 NARRATION_NAMES = frozenset(["narration", "narrator", "地の文", "ナレーション", "旁白"])
 
@@ -53,6 +60,7 @@ class ReplyLine:
     name: str  # who wrote the message, as the line says ("" when it names nobody)
     text: str
     raw: str
+    about: str = ""  # whom the line is about, when a heading says so
 
 
 @dataclass(frozen=True)
@@ -105,16 +113,22 @@ def parse_lines(text: str) -> LineReply:
     threads: list[ThreadLine] = []
     quotes: list[QuoteLine] = []
     unread: list[str] = []
+    about = ""  # the person a heading ("Caroline:") puts the next lines under
     for raw in text.splitlines():
         s = raw.strip()
-        if (
-            not s
-            or s.startswith("```")
-            or set(s) <= set("-=*_ ")
-            or s.rstrip("*").endswith((":", "："))
-        ):
-            continue  # blank, a fence, a rule or a heading ("Here are the lines:")
+        if not s or s.startswith("```") or set(s) <= set("-=*_ "):
+            continue  # blank, a fence, a rule
+        if h := _HEADING.match(_clean(s)):
+            name = _SIDE.sub("", h.group(1)).strip()
+            about = name if len(name.split()) <= 3 and not name[0].islower() else ""
+            continue  # a heading: a person's name, or "Here are the facts:"
+        bullet = bool(_BULLET.match(s))
+        if not bullet:
+            about = ""  # a heading's facts are the bullets under it
         s = _clean(_WRAP.sub("", s, count=1))
+        if not bullet and not s.startswith("#") and (said := _inline(s)):
+            lines += [ReplyLine(q, "", body, raw, who) for who, body, q in said]
+            continue
         if m := _THREAD.match(s):
             status = "open" if m.group(1).upper() == "OPEN" else "resolved"
             seq = m.group(3) or m.group(6)
@@ -141,14 +155,45 @@ def parse_lines(text: str) -> LineReply:
                 name = ""
             body = body.strip().strip("*").strip()
             if body:
-                lines.append(ReplyLine(seqs, name, body, raw))
+                lines.append(ReplyLine(seqs, name, body, raw, about))
+                continue
+        if bullet or about or _CITED.search(s):
+            cited = _CITED.search(s)
+            body = s[: cited.start()] if cited else s
+            body = body.strip().strip(_QUOTES + "*").strip()
+            if body and not _PLACEHOLDER_ONLY.fullmatch(body):
+                seqs = _seqs(cited.group(1), cited.group(2)) if cited else ()
+                lines.append(ReplyLine(seqs, "", body, raw, about))
                 continue
         unread.append(raw.strip())
     if not (lines or threads or quotes):
-        raise BadSummary(
-            "unparseable: no line of the form #<number> <name>: <what that message says>", text
-        )
+        raise BadSummary("unparseable: no line of the form - <fact> (#<message number>)", text)
     return LineReply(tuple(lines), tuple(threads), tuple(quotes), tuple(unread))
+
+
+_PERSON_SAYS = re.compile(
+    r"(?:^|(?<=[.!?。！？]))\s*([A-Z][\w'\-]{0,20}|[^\x00-\x7f\s:：]{1,8})[:：]\s*"
+)
+
+
+def _inline(s: str) -> list[tuple[str, str, tuple[int, ...]]]:
+    """ "Caroline: went to a support group. Melanie: painted a lake sunrise." → one line about
+    each person ([] when the line is not of that shape)."""
+    marks = list(_PERSON_SAYS.finditer(s))
+    if not marks or marks[0].start() != 0 or s[: marks[0].end()].count(" ") > 2:
+        return []
+    out = []
+    for i, m in enumerate(marks):
+        body = s[m.end() : marks[i + 1].start() if i + 1 < len(marks) else len(s)].strip()
+        cited = _CITED.search(body)
+        seqs = _seqs(cited.group(1), cited.group(2)) if cited else ()
+        body = (body[: cited.start()] if cited else body).strip()
+        if body:
+            out.append((m.group(1), body, seqs))
+    return out
+
+
+_PLACEHOLDER_ONLY = re.compile(r"[<＜].*[>＞]")  # a form copied back unfilled: dropped as format
 
 
 def looks_like_json(text: str) -> bool:

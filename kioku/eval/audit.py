@@ -70,7 +70,50 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]+|\d+")
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]+")
 RESOLVED = frozenset(["resolved", "closed", "done", "settled"])
 _STOP = frozenset(
-    ["the", "a", "an", "and", "or", "but", "to", "of", "in", "on", "at", "for", "with", "is", "was", "are", "were", "be", "been", "it", "this", "that", "i", "you", "he", "she", "we", "they", "my", "your", "his", "her", "our", "their", "me", "him", "them", "so", "not", "no", "yes", "just"]
+    [
+        "the",
+        "a",
+        "an",
+        "and",
+        "or",
+        "but",
+        "to",
+        "of",
+        "in",
+        "on",
+        "at",
+        "for",
+        "with",
+        "is",
+        "was",
+        "are",
+        "were",
+        "be",
+        "been",
+        "it",
+        "this",
+        "that",
+        "i",
+        "you",
+        "he",
+        "she",
+        "we",
+        "they",
+        "my",
+        "your",
+        "his",
+        "her",
+        "our",
+        "their",
+        "me",
+        "him",
+        "them",
+        "so",
+        "not",
+        "no",
+        "yes",
+        "just",
+    ]
 )
 
 
