@@ -263,7 +263,7 @@ def test_story_continuation_is_unparseable_retried_with_the_reason() -> None:
     assert s.events == ("unparseable", "retry")
     assert "smiled" not in s.text
     retry = user_text(model.history[1])
-    assert "Your previous answer could not be used: no line of the form #<number>" in retry
+    assert "Your previous answer could not be used: no line of the form - <fact>" in retry
 
 
 def test_unparseable_every_time_falls_back_never_stored() -> None:
@@ -316,14 +316,14 @@ def test_model_errors_propagate_they_are_not_bad_summaries() -> None:
 
 @pytest.mark.parametrize(
     ("lang", "wanted"),
-    [("en", "At most 18 lines."), ("ja", "最大 13 行。"), ("zh", "最多 14 行。")],
+    [("en", "list the 18 most important facts"), ("ja", "最大 13 個"), ("zh", "最多 14 条")],
 )
 def test_length_targets_per_language_reach_the_request_as_lines(lang: str, wanted: str) -> None:
     """A model cannot count tokens; it can count lines (en ~22 tokens a line, ja ~30)."""
     model = ScriptedModel([reply(GOOD)])
     chronicler(model).summarize(task(lang=lang, target_tokens=400))
     request = model.history[0]
-    assert wanted in request.messages[0].content
+    assert wanted in request.messages[-1].content
     assert request.max_tokens == 400 * 2 + 256
 
 
@@ -382,7 +382,7 @@ def test_bloated_synopsis_is_compressed_by_the_model_not_truncated() -> None:
     s = chronicler(model).summarize(t)
     assert s.events == ("compress",)
     assert s.attempts == 2
-    assert s.prompt_version == "synopsis-en-v2+compress-en-v2"
+    assert s.prompt_version == "synopsis-en-v3+compress-en-v3"
     assert "purple" not in s.text and "red boat" in s.text
     compress = model.history[1]
     assert "One of your records is too long" in compress.messages[0].content
@@ -574,8 +574,8 @@ def test_verbal_tics_are_named_in_the_prompt_and_kept_out_of_memory() -> None:
     ]
     model = ScriptedModel([reply(rec)])
     s = chronicler(model).summarize(task(avoid_phrases=("nya",)))
-    system = model.history[0].messages[0].content
-    assert 'These phrases are verbal tics of this conversation; never write them: "nya".' in system
+    asked = model.history[0].messages[-1].content
+    assert 'These phrases are verbal tics of this conversation; never write them: "nya".' in asked
     assert "nya" not in s.text.lower()
     assert "catchphrase" not in s.text
     assert "Ren asked about the town" in s.text

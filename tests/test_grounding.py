@@ -212,7 +212,10 @@ def test_what_a_line_is_comes_from_the_message_that_bears_it_out() -> None:
         UserFact(20, "went to an LGBTQ support group on 7 May 2023", "Caroline"),
         UserFact(24, "her grandma from Sweden gave her a necklace", "Caroline"),
     )
-    assert record.claims == (Claim(21, "Melanie", "painted a lake sunrise last year", "Caroline"),)
+    # "last year" is stored with the year it meant, as the transcript showed it
+    assert record.claims == (
+        Claim(21, "Melanie", "painted a lake sunrise last year (2022)", "Caroline"),
+    )
     assert record.key_lines == (
         KeyLine(22, "Caroline", "I'm keen on counseling or working in mental health."),
     )
@@ -247,11 +250,12 @@ def transcript_of(request: ChatRequest) -> list[tuple[int, str, str]]:
 
 def echo_prompt(request: ChatRequest) -> str:
     """The prompt's own form and rules, written back as if they were the record."""
-    system = request.messages[0].content
+    asked = request.messages[-1].content
     first = transcript_of(request)[0][0]
-    lines = [ln for ln in system.splitlines() if ln.startswith(("#<", "OPEN <", "DONE <"))]
-    rules = [ln for ln in system.splitlines() if re.match(r"\d\. ", ln)]
-    return "\n".join(lines + [f"#{first} Caroline: {r[3:]}" for r in rules])
+    tail = asked[asked.index("Now list") :]
+    forms = [ln for ln in tail.splitlines() if ln.startswith(("- <", "OPEN <", "DONE <"))]
+    rules = [ln[3:] for ln in tail.splitlines() if re.match(r"\d\. ", ln)]
+    return "\n".join(forms + [f"- {r} (#{first})" for r in rules])
 
 
 NAMES = {"Caroline": "Aoi", "Melanie": "Mika"}

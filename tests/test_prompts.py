@@ -20,19 +20,19 @@ ROLE = {"en": "chronicler", "ja": "記録係", "zh": "记录员"}
 # v3: plain lines a 1.5B model follows, placeholders only (issue 20); what each line is (event,
 # claim, user fact) code decides from the message that bears it out
 LINE_FORM = {
-    "en": "#<message number> <who wrote that message>:",
-    "ja": "#<メッセージ番号> <そのメッセージの書き手>:",
-    "zh": "#<消息编号> <那条消息的作者>:",
+    "en": "- <fact> (#<message number>)",
+    "ja": "行頭に「- 」を付け、誰についての事実かを名前で書いた短い文",
+    "zh": '以"- "开头,用你自己的话写一句短句,写明这件事关于谁',
 }
 WORDS_RULE = {"en": "write it as their words", "ja": "その人の発言として", "zh": "按他的话来写"}
 ONLY_THAT = {
-    "en": "Write only what that one message says",
+    "en": "Write only what that message says",
     "ja": "そのメッセージに書かれていることだけ",
     "zh": "只写那一条消息说的内容",
 }
 TIC_RULE = {"en": "verbal tics", "ja": "口癖", "zh": "口头禅"}
 TOOL_LABEL = {"en": "[tool result]", "ja": "[ツール結果]", "zh": "[工具结果]"}
-VERSIONS = {"chapter": 3, "cut": 3, "synopsis": 2, "compress": 2}
+VERSIONS = {"chapter": 3, "cut": 3, "synopsis": 3, "compress": 3}
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -106,14 +106,20 @@ def test_chapter_and_cut_prompts_carry_the_rules_and_the_transcript(
     assert version == f"{kind}-{lang}-v{VERSIONS[kind]}"
     assert request.purpose == kind and request.max_tokens == 856
     system, user = request.messages[0].content, request.messages[1].content
-    for rule in (ROLE, LINE_FORM, WORDS_RULE, ONLY_THAT, TIC_RULE, TOOL_LABEL):
-        assert rule[lang] in system
+    assert ROLE[lang] in system and TOOL_LABEL[lang] in system  # how to read the transcript
+    # what to write comes after the transcript: a small model heeds what it read last
+    rules = user[user.index("I am a maid.") :]
+    for rule in (LINE_FORM, WORDS_RULE, ONLY_THAT, TIC_RULE):
+        assert rule[lang] in rules
     assert "Mika" in system and "Ren" in system
-    assert "desu wa" in system  # the avoided phrase is named
-    assert "OPEN <" in system and "DONE <" in system  # threads, by id
-    # no concrete example a small model could copy into memory: placeholders only
-    assert "```" not in system and "Aoi" not in system and "アオイ" not in system
-    assert not re.search(r"#\d", system)
+    assert "desu wa" in rules  # the avoided phrase is named
+    assert "OPEN " in rules and "DONE " in rules  # threads, by id
+    # no concrete example a small model could copy into memory: placeholders only (and in
+    # Japanese and Chinese not even "<…>", which the 1.5B model wrapped around its words)
+    instructions = system + rules
+    assert "```" not in instructions and "Aoi" not in instructions and "アオイ" not in instructions
+    assert not re.search(r"#\d", instructions.replace("#5", "").replace("#6", ""))  # the span
+    assert lang == "en" or "<" not in rules
     assert "#5" in user and "#6" in user and "I am a princess." in user and "I am a maid." in user
     assert "$" not in system + user  # no placeholder left behind
     assert template(kind, lang).render("none") in user  # no open threads yet
@@ -132,7 +138,7 @@ def test_synopsis_prompt_shows_the_records_and_open_threads(lang: str) -> None:
     )
     request, version = build_request(task, max_tokens=1256)
     user = request.messages[1].content
-    assert version == f"synopsis-{lang}-v2"
+    assert version == f"synopsis-{lang}-v3"
     assert "[#0–#0]\n#0 Ren: hello" in user  # an extractive synopsis, in the line form
     assert "[#0–#9]" in user and "Ren and Mika met." in user
     assert "mika-secret: Mika's secret (#6)" in user
@@ -146,7 +152,7 @@ def test_compress_and_retry_sections(lang: str) -> None:
     request, version = build_compress_request(
         task, rec, max_tokens=456, retry_reason="invalid JSON"
     )
-    assert version == f"compress-{lang}-v2"
+    assert version == f"compress-{lang}-v3"
     system, user = request.messages[0].content, request.messages[1].content
     assert "4" in system  # at most 4 lines (never fewer), the record has 1
     narration = {"en": "narration", "ja": "地の文", "zh": "旁白"}[lang]
