@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +194,23 @@ def test_a_chapter_is_sized_on_the_prompt_the_chronicler_sends(fmt: str, which: 
         request, _ = build_request(task, 856)
         tokens = sum(counter.count(m.content) for m in request.messages)
         assert 0.75 * LOCAL_8K.summary_chunk <= tokens <= LOCAL_8K.summary_chunk
+
+
+def test_memory_json_shows_each_items_grounded_share(tmp_path: Path) -> None:
+    from kioku.memory import MemoryItem
+    from kioku.store import Store
+
+    db = tmp_path / "k.db"
+    store = Store.open(str(db))
+    store.ensure_conversation("mika", character="Mika")
+    for i in range(4):
+        store.append("mika", Message.user(f"message {i}", "Ren"), 5)
+    grounding = {"lines": 10, "grounded": 8, "share": 0.8, "dropped": {"name": 2}}
+    llm = MemoryItem("chapter", 0, 1, "- #0 Ren: x", 5, "llm", data={"grounding": grounding})
+    store.add_item("mika", replace(llm, status="active"))
+    store.add_item("mika", MemoryItem("chapter", 2, 3, "[2] Ren: message 2", 5, status="active"))
+    store.close()
+    r = invoke(["memory", "mika", "--db", str(db), "--json"])
+    assert r.exit_code == 0, r.output
+    shares = [c["grounded_share"] for c in json.loads(r.stdout)["chapters"]]
+    assert shares == [0.8, 1.0]  # an extractive chapter quotes its messages: all grounded
