@@ -19,8 +19,10 @@ every reply passes these checks before it becomes a `Summary`:
   is rejected ("ungrounded"), asked again with examples, then falls back. The share is stored
   with the summary (`data["grounding"]`).
 - verbal tics (`task.avoid_phrases`) and "she often says …" are cut from the record.
-- longer than the target → the model compresses it again (another request, grounded again),
-  never truncated; shorter → the room is filled with the span's own lines, verbatim.
+- longer than the target → a synopsis is compressed again by the model (another request,
+  grounded again), never truncated; a chapter, a list of independent lines, leaves out its
+  least informative whole lines in code ("trimmed"); shorter → the room is filled with the
+  span's own lines, verbatim.
 
 The flow is written once, without I/O: `chronicle(task, ...)` is a generator that yields each
 `ChatRequest` and receives the `Completion`. `LLMChronicler` drives it with a sync model,
@@ -50,6 +52,7 @@ from kioku.grounded import (
     ground_record,
     record_from_reply,
     replace_dropped,
+    trim,
 )
 from kioku.grounding import Evidence
 from kioku.models import ChatModel, ChatRequest, Completion
@@ -358,6 +361,10 @@ def _compress(
     lang = resolve_lang(task.lang)
     tokens = counter.count(render_record(record, lang))
     limit = task.target_tokens * config.over_target
+    if task.kind != "synopsis" and tokens > limit:
+        record, trimmed = trim(record, task.target_tokens, counter, lang)
+        run.events.append("trimmed")
+        return record, replace(grounding, trimmed=trimmed), version
     max_tokens = first_max_tokens(task, config)
     reason: str | None = None
     for _ in range(config.compress_rounds):

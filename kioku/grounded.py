@@ -60,6 +60,7 @@ class Grounding:
     corrected: int = 0  # a claim's unsupported "supported_by" or "actual" removed
     replaced: int = 0  # dropped lines replaced by their message's own words
     filled: int = 0  # extractive lines added in the room the model left
+    trimmed: int = 0  # grounded lines left out of an over-long chapter (the least informative)
 
     @property
     def share(self) -> float:
@@ -85,15 +86,16 @@ class Grounding:
             "corrected": self.corrected,
             "replaced": self.replaced,
             "filled": self.filled,
+            "trimmed": self.trimmed,
         }
 
     def rejection(self) -> str:
         """The retry note for a mostly ungrounded record: what was wrong, with examples."""
         examples = "; ".join(d.note() for d in self.dropped[:3])
         return (
-            f"unsupported: only {self.kept} of {self.written} lines are supported by the "
-            f"messages they cite ({examples}). Write only what each cited message says, "
-            "with the name of whoever wrote it"
+            f"only {self.kept} of {self.written} lines are borne out by the messages they cite "
+            f"({examples}). Write only facts those messages say, each naming the person it is "
+            "about, with the number of its message"
         )
 
 
@@ -210,11 +212,18 @@ def record_from_reply(
     events: list[Event] = []
     claims: list[Claim] = []
     facts: list[UserFact] = []
+    seen: set[tuple[int, str]] = set()
     for i, ln in enumerate(reply.lines):
         st = Statement("line", ln.text, ln.seqs, ln.name or None, ln.about or None)
         v = t.check(f"line {i}", st)
         if not v.ok:
             continue
+        key = (v.seq if v.seq is not None else v.seqs[0], norm_text(ln.text).casefold())
+        if key in seen:  # the same line again (a small model repeats itself): kept once
+            t.kept -= 1
+            t.written -= 1
+            continue
+        seen.add(key)
         src = ev.sources[v.seq if v.seq is not None else v.seqs[0]]
         who = ln.name or ln.about or src.author
         # "yesterday" kept with the day it meant, as the transcript showed it
@@ -331,3 +340,51 @@ def fill(
     pool = [ln for ln in attributed_lines(entries, lang) if ln.seq not in taken]
     picked = select_lines(pool, budget, counter, avoid, lang)
     return _add(record, [item_of_line(ln) for ln in picked])
+
+
+def trim(record: Record, limit: int, counter: TokenCounter, lang: str) -> tuple[Record, int]:
+    """An over-long chapter brought under `limit` tokens by leaving out its least informative
+    lines (each line whole: nothing is cut mid-sentence), those that bring the fewest content
+    words the lines kept so far do not have. Threads stay. A chapter is many independent lines
+    a small model wrote; asking it to compress them again costs a request and came back worse
+    (`docs/chronicler.md`). A synopsis is still compressed by the model."""
+    from kioku.rendering import render_record
+
+    if counter.count(render_record(record, lang)) <= limit:
+        return record, 0
+    items: list[tuple[str, int, Any]] = []
+    for kind in ("events", "claims", "user_facts", "key_lines"):
+        for n, it in enumerate(getattr(record, kind)):
+            text = (
+                getattr(it, "text", None) or getattr(it, "claim", None) or getattr(it, "fact", "")
+            )
+            items.append((kind, n, (it, read(text, lang).terms)))
+    seen: set[str] = set()
+    order: list[tuple[str, int]] = []
+    rest = list(items)
+    while rest:  # most new content first
+        best = max(rest, key=lambda x: (len(x[2][1] - seen), -x[1]))
+        rest.remove(best)
+        seen |= best[2][1]
+        order.append((best[0], best[1]))
+    keep: set[tuple[str, int]] = set()
+    for key in order:
+        trial = keep | {key}
+        if counter.count(render_record(_subset(record, trial), lang)) > limit and keep:
+            break
+        keep = trial
+    out = _subset(record, keep)
+    return out, len(items) - len(keep)
+
+
+def _subset(record: Record, keep: set[tuple[str, int]]) -> Record:
+    def pick(kind: str) -> tuple[Any, ...]:
+        return tuple(it for n, it in enumerate(getattr(record, kind)) if (kind, n) in keep)
+
+    return replace(
+        record,
+        events=pick("events"),
+        claims=pick("claims"),
+        user_facts=pick("user_facts"),
+        key_lines=pick("key_lines"),
+    )

@@ -266,7 +266,16 @@ class Evidence:
         if line.negated and not any(read(s.text, self.lang).negated for s in srcs):
             return 0.0, "it negates what the cited message says"
         share = 1 - len(missing) / len(want)
+        if len(want) < 2 and line.soft:  # one content word: what is done with it counts too
+            light = {w for w in line.soft if not any(w in self._light_of(s) for s in srcs)}
+            if light:
+                return 0.0, ", ".join(sorted(light)[:4])
         return share, (", ".join(missing[:4]) if missing else "")
+
+    def _light_of(self, src: Source) -> frozenset[str]:
+        return frozenset().union(
+            *(read(t, self.lang).soft for p in src.pieces for t in (p.text, p.raw))
+        )
 
     @property
     def threshold(self) -> float:

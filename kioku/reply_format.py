@@ -107,6 +107,14 @@ def _clean(s: str) -> str:
     return s.removeprefix("**").strip()
 
 
+_RUN_ON = re.compile(r"(?<=[.!?。！？])\s+(?=#\s*\d+\s)")
+
+
+def _pieces(text: str) -> list[str]:
+    """The reply's lines, a run-on line of several "#n …" lines split at each of them."""
+    return [p for line in text.splitlines() for p in _RUN_ON.split(line)]
+
+
 def parse_lines(text: str) -> LineReply:
     """The lines of a reply, by shape. Raises `BadSummary` when nothing in it is a line."""
     lines: list[ReplyLine] = []
@@ -114,7 +122,7 @@ def parse_lines(text: str) -> LineReply:
     quotes: list[QuoteLine] = []
     unread: list[str] = []
     about = ""  # the person a heading ("Caroline:") puts the next lines under
-    for raw in text.splitlines():
+    for raw in _pieces(text):
         s = raw.strip()
         if not s or s.startswith("```") or set(s) <= set("-=*_ "):
             continue  # blank, a fence, a rule
@@ -157,12 +165,10 @@ def parse_lines(text: str) -> LineReply:
             if body:
                 lines.append(ReplyLine(seqs, name, body, raw, about))
                 continue
-        if bullet or about or _CITED.search(s):
-            cited = _CITED.search(s)
-            body = s[: cited.start()] if cited else s
+        if bullet or about or _CITED.search(s) or _CITATION.search(s):
+            body, seqs = _citations(s)
             body = body.strip().strip(_QUOTES + "*").strip()
             if body and not _PLACEHOLDER_ONLY.fullmatch(body):
-                seqs = _seqs(cited.group(1), cited.group(2)) if cited else ()
                 lines.append(ReplyLine(seqs, "", body, raw, about))
                 continue
         unread.append(raw.strip())
@@ -184,13 +190,26 @@ def _inline(s: str) -> list[tuple[str, str, tuple[int, ...]]]:
         return []
     out = []
     for i, m in enumerate(marks):
-        body = s[m.end() : marks[i + 1].start() if i + 1 < len(marks) else len(s)].strip()
-        cited = _CITED.search(body)
-        seqs = _seqs(cited.group(1), cited.group(2)) if cited else ()
-        body = (body[: cited.start()] if cited else body).strip()
+        body, seqs = _citations(s[m.end() : marks[i + 1].start() if i + 1 < len(marks) else len(s)])
         if body:
             out.append((m.group(1), body, seqs))
     return out
+
+
+_CITATION = re.compile(rf"\s*[(（\[]\s*{_SEQS}\s*[)）\]]")
+
+
+def _citations(s: str) -> tuple[str, tuple[int, ...]]:
+    """A line without its citations, wherever the model put them ("Caroline (#2) went …",
+    "… group (#2).", "… group #2"), and the seqs they cite."""
+    seqs: list[int] = []
+    for m in _CITATION.finditer(s):
+        seqs += _seqs(m.group(1), m.group(2))
+    body = _CITATION.sub("", s)
+    if not seqs and (tail := _CITED.search(body)):
+        seqs += _seqs(tail.group(1), tail.group(2))
+        body = body[: tail.start()]
+    return re.sub(r"\s{2,}", " ", body).strip(), tuple(dict.fromkeys(seqs))
 
 
 _PLACEHOLDER_ONLY = re.compile(r"[<＜].*[>＞]")  # a form copied back unfilled: dropped as format

@@ -62,6 +62,7 @@ _LIGHT_EN = wordset(
     recently lately currently now today new always still just even well much many
     """
 )
+_AUXILIARY = wordset("have has had having do does did done doing")
 _IRREGULAR = {
     "went": "go", "gone": "go", "got": "get", "gotten": "get", "made": "make", "took": "take",
     "taken": "take", "came": "come", "gave": "give", "given": "give", "found": "find",
@@ -161,6 +162,9 @@ class Reading:
     names: frozenset[str]  # names as written (capitalized words, katakana, proper nouns)
     numbers: frozenset[str]
     negated: bool
+    # light verbs ("see", "got"): left out of a line's content, unless it has almost none
+    # ("asked if she could see the painting" rests on "see" as much as on "painting")
+    soft: frozenset[str] = frozenset()
 
 
 def _ja_terms(text: str) -> tuple[set[str], set[str], set[str], bool]:
@@ -202,10 +206,13 @@ def read(text: str, lang: str = "en") -> Reading:
     terms: set[str] = set()
     numbers: set[str] = set()
     negated = False
+    soft: set[str] = set()
     for m in _WORD.finditer(t):
         word = m.group(0)
         if word.lower() in _NEGATION_EN or word.lower().endswith("n't"):
             negated = True
+        if word.lower() in _LIGHT_EN and word.lower() not in _AUXILIARY:
+            soft.add(_STEM(_IRREGULAR.get(word.lower(), word.lower())))
         term = en_term(word)
         if term is None:
             continue
@@ -223,7 +230,7 @@ def read(text: str, lang: str = "en") -> Reading:
     elif _CJK.search(t):
         terms |= _zh_terms(t)
         negated = negated or any(x in t for x in ("不", "没", "别"))
-    return Reading(frozenset(terms), frozenset(names), frozenset(numbers), negated)
+    return Reading(frozenset(terms), frozenset(names), frozenset(numbers), negated, frozenset(soft))
 
 
 def name_key(name: str) -> str:
