@@ -83,7 +83,9 @@ class ChroniclerConfig:
     max_refusals: int = 2  # the second refusal falls back at once (seed: retry once)
     compress_rounds: int = 2  # requests to shorten an over-long record
     over_target: float = 1.3  # a record above target * this is compressed
-    max_tokens_factor: float = 2.0  # first request: max_tokens = target * factor + overhead
+    # first request: max_tokens = target * factor + overhead (the facts asked for fit in the
+    # target; a small model that loops stops sooner, and a cut reply is asked again)
+    max_tokens_factor: float = 1.0
     max_tokens_overhead: int = 256  # the line and thread markup costs tokens the target does not
     temperature: float | None = DEFAULT_TEMPERATURE
     refusal_chars: int = DEFAULT_REFUSAL_CHARS

@@ -253,7 +253,7 @@ class Evidence:
 
     def _support(self, line: Reading, srcs: Sequence[Source]) -> tuple[float, str]:
         """Share of the line's content terms the sources hold, and what is missing."""
-        want = line.terms - self._people_terms
+        want = line.terms - self._people_terms - self._short_names(line)
         if not want:
             return 1.0, ""
         have: set[str] = set()
@@ -276,6 +276,11 @@ class Evidence:
         return frozenset().union(
             *(read(t, self.lang).soft for p in src.pieces for t in (p.text, p.raw))
         )
+
+    def _short_names(self, line: Reading) -> frozenset[str]:
+        """Terms of the names a line calls people of the conversation by ("Mel")."""
+        short = [n for n in line.names if any(same_person(name_key(n), k) for k in self.people)]
+        return read(" ".join(short), "en").terms if short else frozenset()
 
     @property
     def threshold(self) -> float:
@@ -361,7 +366,8 @@ class Evidence:
             if needle and any(needle in norm_text(p.text) for s in cited for p in s.pieces):
                 return Verdict(None, 1.0, kind="speech", seqs=st.seqs)
             return Verdict("unsupported", detail="the words are not in the cited message")
-        if (not (line.terms - self._people_terms) and not line.numbers) or carries_nothing(
+        content = line.terms - self._people_terms - self._short_names(line)
+        if (not content and not line.numbers) or carries_nothing(
             st.text, self.lang
         ):  # "Hey Mel! Good to see you!": true, and nothing a later reader could use
             return Verdict("empty", detail="it says nothing a later reader could use")

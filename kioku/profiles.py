@@ -247,9 +247,10 @@ LOCAL_8K = Profile(
     chapter_tokens=300,
     synopsis_tokens=600,
     major_gc=2000,
-    # a rendered prompt of 4,000 tokens: ~70 LoCoMo messages, and max_tokens stays far inside
-    # the window; a CPU server reads it in ~100 s when quiet (`kioku bench chronicle`)
-    summary_chunk=4000,
+    # a rendered prompt of 2,500 tokens (~35 LoCoMo messages, ~70 RealPersonaChat ones): a 1.5B
+    # model wrote facts from 900 tokens and looped on 2,100; a CPU server reads 2,500 in ~60 s
+    # when quiet (`kioku bench chronicle`)
+    summary_chunk=2500,
     notes_tokens=200,
     # a 1.5B model on 2 CPU cores took 452 s for a first chapter: 300 s gave up on it
     summary_timeout_s=900.0,

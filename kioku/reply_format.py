@@ -107,6 +107,7 @@ def _clean(s: str) -> str:
     return s.removeprefix("**").strip()
 
 
+_CITATION_ONLY = re.compile(rf"[(（\[]?\s*{_SEQS}\s*[)）\]]?[.。]?")
 _RUN_ON = re.compile(r"(?<=[.!?。！？])\s+(?=#\s*\d+\s)")
 
 
@@ -126,6 +127,11 @@ def parse_lines(text: str) -> LineReply:
         s = raw.strip()
         if not s or s.startswith("```") or set(s) <= set("-=*_ "):
             continue  # blank, a fence, a rule
+        if (alone := _CITATION_ONLY.fullmatch(s)) and lines and not lines[-1].seqs:
+            lines[-1] = replace(lines[-1], seqs=_seqs(alone.group(1), alone.group(2)))
+            continue  # the previous line's citation, on a line of its own
+        if alone:
+            continue
         if h := _HEADING.match(_clean(s)):
             name = _SIDE.sub("", h.group(1)).strip()
             about = name if len(name.split()) <= 3 and not name[0].islower() else ""

@@ -233,7 +233,7 @@ def test_truncated_reply_is_never_stored_and_retried_at_the_ceiling() -> None:
     model = ScriptedModel([Completion(full[:120], "length"), full])
     s = chronicler(model).summarize(task(ceiling_tokens=4096))
     assert s.events == ("truncated", "retry")
-    assert model.history[0].max_tokens == first_max_tokens(task()) == 300 * 2 + 256
+    assert model.history[0].max_tokens == first_max_tokens(task()) == 300 + 256
     assert model.history[1].max_tokens == 4096
 
 
@@ -316,7 +316,7 @@ def test_model_errors_propagate_they_are_not_bad_summaries() -> None:
 
 @pytest.mark.parametrize(
     ("lang", "wanted"),
-    [("en", "list the 18 most important facts"), ("ja", "最大 13 個"), ("zh", "最多 14 条")],
+    [("en", "list the 12 most important facts"), ("ja", "最大 10 個"), ("zh", "最多 11 条")],
 )
 def test_length_targets_per_language_reach_the_request_as_lines(lang: str, wanted: str) -> None:
     """A model cannot count tokens; it can count lines (en ~22 tokens a line, ja ~30)."""
@@ -324,12 +324,12 @@ def test_length_targets_per_language_reach_the_request_as_lines(lang: str, wante
     chronicler(model).summarize(task(lang=lang, target_tokens=400))
     request = model.history[0]
     assert wanted in request.messages[-1].content
-    assert request.max_tokens == 400 * 2 + 256
+    assert request.max_tokens == 400 + 256
 
 
 def test_max_tokens_never_exceeds_the_ceiling() -> None:
     model = ScriptedModel([reply(GOOD)])
-    chronicler(model).summarize(task(target_tokens=3000, ceiling_tokens=4096))
+    chronicler(model).summarize(task(target_tokens=4000, ceiling_tokens=4096))
     assert model.history[0].max_tokens == 4096
 
 
