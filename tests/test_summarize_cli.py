@@ -214,3 +214,20 @@ def test_memory_json_shows_each_items_grounded_share(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     shares = [c["grounded_share"] for c in json.loads(r.stdout)["chapters"]]
     assert shares == [0.8, 1.0]  # an extractive chapter quotes its messages: all grounded
+
+
+def test_one_name_per_option_across_commands_the_old_names_still_work(tmp_path: Path) -> None:
+    """--messages and --conversation mean the same everywhere; --limit, --max-messages and
+    --conversation-index still run scripts written for them, hidden from the help."""
+    data = chat_file(tmp_path, 200)
+    for cmd in (["eval", "audit"], ["bench", "prefix"], ["summarize"]):
+        shown = invoke([*cmd, "-h"]).stdout
+        assert "--messages" in shown and "--conversation " in shown, cmd
+        for old in ("--limit", "--max-messages", "--conversation-index"):
+            assert old not in shown, (cmd, old)
+    args = ["eval", "audit", "--data", str(data), "--format", "kioku", "--profile", "local-8k"]
+    args += ["--window", "2048", "--tokenizer", "estimate", "--json"]
+    new = invoke([*args, "--messages", "160"])
+    old = invoke([*args, "--conversation-index", "0", "--messages", "160"])
+    assert new.exit_code == 0 and old.exit_code == 0, (new.output, old.output)
+    assert json.loads(new.stdout)["messages"] == json.loads(old.stdout)["messages"] == 160
