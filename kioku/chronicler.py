@@ -467,7 +467,15 @@ def finish(result: Summary | GaveUp, task: SummaryTask, fallback: Summarizer) ->
         events=(*result.events, "fallback"),
         attempts=result.attempts,
         input_tokens=result.input_tokens or fb.input_tokens,
-        data={**fb.data, "grounding": grounding},
+        data={
+            **fb.data,
+            "grounding": grounding,
+            # what the model's rejected replies cost
+            "usage": {
+                "prompt_tokens": result.input_tokens,
+                "completion_tokens": result.output_tokens,
+            },
+        },
     )
 
 

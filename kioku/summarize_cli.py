@@ -78,15 +78,7 @@ def summarize(
     """
     from kioku.backlog import summarize_transcript
 
-    s = settings(
-        None,
-        profile,
-        window,
-        summarizer_url=model,
-        summarizer_model=model_id,
-        summary_timeout_s=summary_timeout,
-        summary_temperature=temperature,
-    )
+    s = chronicler_settings(profile, window, model, model_id, summary_timeout, temperature)
     t = _transcript(data, fmt, speaker, conversation, either(messages, limit))
     result = summarize_transcript(
         t, chronicler(s), token_counter(s), s.profile_obj, console=err_console()
@@ -115,6 +107,26 @@ def summarize(
     terminal.note(
         f"{plural(len(result.summaries), 'summary', 'summaries')} in {result.duration_s:.0f} s; "
         f"events: {result.events or 'none'}" + (f"; wrote {out}" if out else "")
+    )
+
+
+def chronicler_settings(
+    profile: str | None,
+    window: int | None,
+    model: str | None,
+    model_id: str | None,
+    summary_timeout: float | None,
+    temperature: float | None,
+) -> Settings:
+    """The settings (the environment, then these options) a command that summarizes runs on."""
+    return settings(
+        None,
+        profile,
+        window,
+        summarizer_url=model,
+        summarizer_model=model_id,
+        summary_timeout_s=summary_timeout,
+        summary_temperature=temperature,
     )
 
 

@@ -99,30 +99,32 @@ def _model_only(data: Mapping[str, Any]) -> Record:
 
 
 def chapter_rows(result: TranscriptMemory) -> list[dict[str, Any]]:
+    """Per chapter (and synopsis): what `kioku summarize --json` says of it, in figures."""
     rows = []
-    for n, (task, s) in enumerate(result.summaries):
-        g = dict(s.data.get("grounding") or {})
-        first, last = task.span
+    for row in result.to_json()["summaries"]:
+        g = row["grounding"] or {}
+        model = not g.get("extractive")
+        fallback = "fallback" in row["events"]
         rows.append(
             {
-                "kind": task.kind,
-                "first_seq": first,
-                "last_seq": last,
-                "source": s.source,
-                "fallback": "fallback" in s.events,
-                "requests": s.attempts,
-                "seconds": round(result.seconds[n], 1) if n < len(result.seconds) else None,
-                "tokens_in": s.input_tokens if s.source == "llm" or "fallback" in s.events else 0,
-                "tokens_out": (s.data.get("usage") or {}).get("completion_tokens", 0),
-                "memory_tokens": s.tokens,
-                "lines": g.get("lines", 0) if not g.get("extractive") else 0,
-                "grounded": g.get("grounded", 0) if not g.get("extractive") else 0,
-                "grounded_share": g.get("share") if not g.get("extractive") else None,
+                "kind": row["kind"],
+                "first_seq": row["first_seq"],
+                "last_seq": row["last_seq"],
+                "source": row["source"],
+                "fallback": fallback,
+                "requests": row["attempts"],
+                "seconds": None if row["seconds"] is None else round(row["seconds"], 1),
+                "tokens_in": row["input_tokens"] if row["source"] == "llm" or fallback else 0,
+                "tokens_out": row["output_tokens"],
+                "memory_tokens": row["tokens"],
+                "lines": g.get("lines", 0) if model else 0,
+                "grounded": g.get("grounded", 0) if model else 0,
+                "grounded_share": g.get("share") if model else None,
                 "dropped": g.get("dropped", {}),
                 "replaced": g.get("replaced", 0),
                 "filled": g.get("filled", 0),
                 "attempts": [a.get("share") for a in g.get("attempts", ())],
-                "events": dict(Counter(s.events)),
+                "events": dict(Counter(row["events"])),
             }
         )
     return rows

@@ -185,18 +185,9 @@ def bench_chronicle(
     import json
 
     from kioku.bench.chronicle import DEFAULT_SPANS, Span, run
-    from kioku.cli import settings
-    from kioku.summarize_cli import chronicler, err_console, token_counter
+    from kioku.summarize_cli import chronicler, chronicler_settings, err_console, token_counter
 
-    s = settings(
-        None,
-        profile,
-        window,
-        summarizer_url=model,
-        summarizer_model=model_id,
-        summary_timeout_s=summary_timeout,
-        summary_temperature=temperature,
-    )
+    s = chronicler_settings(profile, window, model, model_id, summary_timeout, temperature)
     spans = [Span.parse(x) for x in span] if span else list(DEFAULT_SPANS)
     result = run(
         chronicler(s),
