@@ -188,6 +188,15 @@ class Evidence:
         # a record of the message (a synopsis input) without its author: named in it
         return src.role == "memory" and not src.author and self._named_in(who, src.text)
 
+    def told_of(self, who: str, src: Source) -> bool:
+        """Whether narration or a thought in `src` (or a record a synopsis folds) speaks of
+        `who`. Words someone says to a person do not count: "Thanks, Melanie!" is Caroline's,
+        and a line that has Melanie thanking is the two turned around."""
+        pieces = (
+            src.pieces if src.role == "memory" else [p for p in src.pieces if p.kind in WITNESS]
+        )
+        return any(self._named_in(who, p.text) for p in pieces)
+
     def _named_in(self, who: str, text: str) -> bool:
         k = name_key(who)
         if not k:
@@ -358,7 +367,7 @@ class Evidence:
         if (
             subject
             and not st.span_wide
-            and not any(self.wrote(subject, s) or self._named_in(subject, s.text) for s in cited)
+            and not any(self.wrote(subject, s) or self.told_of(subject, s) for s in cited)
         ):
             return Verdict("author", detail=f"#{cited[0].seq} is not by or about {subject}")
         if st.verbatim:
@@ -381,9 +390,7 @@ class Evidence:
             # says it, not a neighbour ("Melanie shared a photo" borne out by Caroline's)
             src = self.sources[best]
             who = st.author or subject
-            if who and not (
-                self.wrote(who, src) or (not st.author and self._named_in(who, src.text))
-            ):
+            if who and not (self.wrote(who, src) or (not st.author and self.told_of(who, src))):
                 return Verdict("author", share, f"#{best} is not by or about {who}")
         return Verdict(None, share, kind=kind, seqs=st.seqs, seq=best)
 

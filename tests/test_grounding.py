@@ -41,6 +41,7 @@ def friends() -> tuple[LogEntry, ...]:
         ("Melanie", "I've been married to my husband for five years and we have three kids."),
         ("Caroline", "My grandma gave me this necklace; she is from Sweden."),
         ("Melanie", "We went camping in the mountains last week with the kids."),
+        ("Caroline", "Thanks, Melanie! Is this your own painting?"),
     ]
     out = []
     for i, (who, text) in enumerate(said):
@@ -87,6 +88,8 @@ def test_a_faithful_paraphrase_is_grounded() -> None:
         ("went camping", (13,), "Melanie", "seq"),
         # a line that says nothing a reader could use
         ("Melanie asked Caroline how she was", (21,), None, "empty"),
+        # who asked whom, turned around: Caroline thanks Melanie and asks about the painting
+        ("Melanie asked whether the painting was her own", (26,), None, "author"),
     ],
 )
 def test_what_a_weak_model_invents_fails_with_its_reason(
