@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kioku.grounding import REASONS, Evidence, Statement, Verdict
 from kioku.messages import LogEntry
@@ -32,6 +32,9 @@ from kioku.structure import Claim, Event, KeyLine, Record, ThreadNote, UserFact,
 from kioku.summarizer import Line, attributed_lines, select_lines
 from kioku.support import read
 from kioku.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from kioku.notes import Note, NoteDraft
 
 DROP_REASONS: tuple[str, ...] = ("format", *REASONS)
 MIN_SHARE = 0.5  # a record with fewer grounded lines than this share is rejected
@@ -258,6 +261,32 @@ def grounded_share(item: Any) -> float | None:
     if isinstance(g, Mapping) and isinstance(g.get("share"), int | float):
         return float(g["share"])
     return 1.0 if getattr(item, "source", "") == "extractive" else None
+
+
+def ground_notes(
+    drafts: Sequence[NoteDraft],
+    entries: Sequence[LogEntry],
+    current: Sequence[Note] = (),
+    lang: str = "en",
+    prompt: str = "",
+) -> tuple[list[NoteDraft], list[Dropped]]:
+    """Each note checked against the message it cites: whom it is about wrote or is named in
+    that message, every name it uses is in the messages or the notes, none of the prompt's own
+    words, and what it says is borne out by the message."""
+    from kioku.evidence import evidence_for
+
+    known = "\n".join(f"{n.subject}: {n.text}" for n in current)
+    ev = evidence_for(entries, lang=lang, memory_text=known, prompt=prompt)
+    kept: list[NoteDraft] = []
+    dropped: list[Dropped] = []
+    for d in drafts:
+        seqs = (d.source_seq,) if d.source_seq is not None else ()
+        v = ev.check(Statement("note", d.text, seqs, subject=d.subject))
+        if v.ok:
+            kept.append(d)
+        else:
+            dropped.append(Dropped(d.subject, d.text, v.reason or "", v.detail, seqs))
+    return kept, dropped
 
 
 # the extractive counterpart -------------------------------------------------------------------

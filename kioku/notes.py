@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Literal
 from kioku.dates import day_text, day_with_weekday
 from kioku.errors import BadNotes, InputError
 from kioku.facts import Fact, facts_in
-from kioku.grounded import Dropped
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, ChatModel, ChatRequest
 from kioku.relative_dates import resolve
 from kioku.tokens import TokenCounter
 
 if TYPE_CHECKING:
+    from kioku.grounded import Dropped
     from kioku.store import Store
 
 NOTE_KINDS: tuple[str, ...] = (
@@ -509,6 +509,8 @@ class NotesExtractor:
         prompt = "\n".join(m.content for m in request.messages)
         for e in entries:  # the prompt without the messages: the words of the instructions
             prompt = prompt.replace(dated_lines([e], self.lang), "")
+        from kioku.grounded import ground_notes
+
         return ground_notes(drafts, entries, current, self.lang, prompt)
 
 
@@ -531,33 +533,6 @@ def extract_notes_heuristic(entries: Iterable[LogEntry], lang: str = "en") -> li
     """Facts the model-free extractor can see (`kioku.facts`): names, relations, dates,
     promises, preferences, habits, where someone lives or works, dated events."""
     return [draft_of(f) for f in facts_in(entries, lang)]
-
-
-def ground_notes(
-    drafts: Sequence[NoteDraft],
-    entries: Sequence[LogEntry],
-    current: Sequence[Note] = (),
-    lang: str = "en",
-    prompt: str = "",
-) -> tuple[list[NoteDraft], list[Dropped]]:
-    """Each note checked against the message it cites: whom it is about wrote or is named in
-    that message, every name it uses is in the messages or the notes, none of the prompt's own
-    words, and what it says is borne out by the message."""
-    from kioku.evidence import evidence_for
-    from kioku.grounding import Statement
-
-    known = "\n".join(f"{n.subject}: {n.text}" for n in current)
-    ev = evidence_for(entries, lang=lang, memory_text=known, prompt=prompt)
-    kept: list[NoteDraft] = []
-    dropped: list[Dropped] = []
-    for d in drafts:
-        seqs = (d.source_seq,) if d.source_seq is not None else ()
-        v = ev.check(Statement("note", d.text, seqs, subject=d.subject))
-        if v.ok:
-            kept.append(d)
-        else:
-            dropped.append(Dropped(d.subject, d.text, v.reason or "", v.detail, seqs))
-    return kept, dropped
 
 
 def update_notes(
