@@ -10,11 +10,11 @@ to find in memory.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kioku.corrections import apply_edits, edits_of
-from kioku.generations import chunks
+from kioku.generations import chunks_within
 from kioku.memory import MemoryItem
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, ChatRequest
@@ -203,9 +203,11 @@ def entry_cost(entry: LogEntry, counter: TokenCounter, lang: str) -> int:
     return counter.count(render_entry(entry, labels_for(lang), entry.message.at)) + 2
 
 
-def chunk_budget(profile: Profile, counter: TokenCounter, lang: str) -> int:
+def chunk_budget(profile: Profile, counter: TokenCounter, lang: str) -> int | None:
     """Transcript tokens a chapter may hold so that its whole rendered prompt (instructions,
-    open threads, transcript) stays within `profile.summary_chunk`."""
+    open threads, transcript) stays within `profile.summary_prompt` (None: no such bound)."""
+    if profile.summary_prompt is None:
+        return None
     tpl = template("chapter", lang)
     values: dict[str, Any] = {
         "user_name": "user",
@@ -220,12 +222,18 @@ def chunk_budget(profile: Profile, counter: TokenCounter, lang: str) -> int:
     }
     frame = sum(counter.count(tpl.render(s, **values)) for s in ("system", "user"))
     threads_room = 120  # open threads carried from memory
-    return max(256, profile.summary_chunk - frame - threads_room)
+    return max(256, profile.summary_prompt - frame - threads_room)
 
 
 def chapter_ranges(
     entries: Sequence[LogEntry], profile: Profile, counter: TokenCounter, lang: str
 ) -> list[list[LogEntry]]:
-    """A backlog cut into chapters whose rendered prompts fit `profile.summary_chunk`."""
+    """A backlog cut into chapters of at most `profile.summary_chunk` message tokens whose
+    rendered prompts fit `profile.summary_prompt`."""
+    bounds: list[tuple[int, Callable[[LogEntry], int]]] = [
+        (profile.summary_chunk, lambda e: e.tokens)
+    ]
     budget = chunk_budget(profile, counter, lang)
-    return chunks(list(entries), budget, size=lambda e: entry_cost(e, counter, lang))
+    if budget is not None:
+        bounds.append((budget, lambda e: entry_cost(e, counter, lang)))
+    return chunks_within(entries, bounds)

@@ -50,9 +50,7 @@ class Profile:
     chapter_tokens: int  # target length of one chapter
     synopsis_tokens: int  # target length of the synopsis
     major_gc: int  # chapters' total past this folds the older half into the synopsis
-    # most tokens of the rendered chronicler prompt one summary job sends: the instructions and
-    # the transcript as the model reads it (each message's header and part labels included)
-    summary_chunk: int
+    summary_chunk: int  # most raw tokens one summary job reads
     notes_tokens: int = 600
     recall_share: float = 0.5  # of the room left in a turn, what recollections may take
     recall_limit: int = 6  # recollections per turn at most
@@ -84,6 +82,10 @@ class Profile:
     reply_timeout_s: float = 120.0
     summary_timeout_s: float = 300.0
     image_tokens: int = DEFAULT_IMAGE_TOKENS  # per image (or other media part) in a message
+    # most tokens of the rendered chronicler prompt one summary job sends: the instructions and
+    # the transcript as the model reads it (each message's header and part labels: 1.6× the
+    # messages' text in English, 2.4× in Japanese). None: only `summary_chunk` bounds a job.
+    summary_prompt: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.min_raw < self.trigger <= self.ceiling:
@@ -111,10 +113,13 @@ class Profile:
         return int(self.ceiling * self.question_room)
 
     @property
-    def chunk_budget(self) -> int:
+    def chunk_budget(self) -> int | None:
         """Message tokens one chapter job may read (each message costing its tokens plus
-        `TRANSCRIPT_MESSAGE_TOKENS`) so that its rendered prompt stays within `summary_chunk`."""
-        return max(256, self.summary_chunk - CHRONICLE_PROMPT_TOKENS)
+        `TRANSCRIPT_MESSAGE_TOKENS`) so that its rendered prompt stays within `summary_prompt`;
+        None when the profile sets no prompt bound."""
+        if self.summary_prompt is None:
+            return None
+        return self.summary_prompt - min(CHRONICLE_PROMPT_TOKENS, self.summary_prompt // 4)
 
     @property
     def prompt_budget(self) -> int:
@@ -149,6 +154,9 @@ class Profile:
             synopsis_tokens=s(self.synopsis_tokens, 600),
             major_gc=s(self.major_gc, 1200),
             summary_chunk=s(self.summary_chunk, 1024),
+            # the chronicler's instructions alone are ~700 tokens: a smaller prompt is mostly
+            # instructions, so the bound never scales below what local-8k sends
+            summary_prompt=s(self.summary_prompt, 2500) if self.summary_prompt else None,
             notes_tokens=s(self.notes_tokens, 128),
         )
         return out.fitted()
@@ -219,6 +227,7 @@ LOCAL_64K = Profile(
     synopsis_tokens=2400,
     major_gc=9600,
     summary_chunk=20000,
+    summary_prompt=24000,
 )
 
 CLOUD_1M = Profile(
@@ -233,6 +242,7 @@ CLOUD_1M = Profile(
     synopsis_tokens=4000,
     major_gc=9600,
     summary_chunk=20000,
+    summary_prompt=24000,
     notes_tokens=1500,
 )
 
@@ -247,10 +257,11 @@ LOCAL_8K = Profile(
     chapter_tokens=300,
     synopsis_tokens=600,
     major_gc=2000,
+    summary_chunk=2500,
     # a rendered prompt of 2,500 tokens (~35 LoCoMo messages, ~70 RealPersonaChat ones): a 1.5B
     # model wrote facts from 900 tokens and looped on 2,100; a CPU server reads 2,500 in ~60 s
     # when quiet (`kioku bench chronicle`)
-    summary_chunk=2500,
+    summary_prompt=2500,
     notes_tokens=200,
     # a 1.5B model on 2 CPU cores took 452 s for a first chapter: 300 s gave up on it
     summary_timeout_s=900.0,
