@@ -42,6 +42,7 @@ from kioku.chronicle_prompt import (
     build_compress_request,
     build_request,
     context_items,
+    max_lines,
 )
 from kioku.errors import BadSummary
 from kioku.evidence import known_threads, task_evidence
@@ -240,10 +241,14 @@ class _Run:
 
 def _next_try(e: BadSummary, task: SummaryTask, max_tokens: int) -> tuple[int, str | None]:
     """After a rejected reply: the next request's max_tokens and the reason it names. A cut
-    reply gets the task's whole ceiling (within the window); a refusal is a roll of the dice:
-    ask the same again."""
+    reply gets half as much room again (up to the ceiling, and within the window) and is told
+    to stop sooner: the facts asked for fit the first request's room, and a small model that
+    ran out of it was looping (the 1.5B model filled 1,935 tokens when given 4,096); a refusal
+    is a roll of the dice: ask the same again."""
     if e.reason == "truncated":
-        return task.ceiling_tokens, None
+        n = max_lines(task.target_tokens, task.lang)
+        cut = f"the answer was cut at {max_tokens} tokens: write at most {n} facts and stop"
+        return min(task.ceiling_tokens, max_tokens * 3 // 2), cut
     if e.reason == "refusal":
         return max_tokens, None
     return max_tokens, e.reason.split(": ", 1)[-1]

@@ -228,13 +228,16 @@ def test_refusal_detection_is_short_and_phrase_based() -> None:
 # --- truncation --------------------------------------------------------------------------------
 
 
-def test_truncated_reply_is_never_stored_and_retried_at_the_ceiling() -> None:
+def test_truncated_reply_is_never_stored_and_retried_with_more_room_and_a_note() -> None:
     full = reply(GOOD)
     model = ScriptedModel([Completion(full[:120], "length"), full])
     s = chronicler(model).summarize(task(ceiling_tokens=4096))
     assert s.events == ("truncated", "retry")
     assert model.history[0].max_tokens == first_max_tokens(task()) == 300 + 256
-    assert model.history[1].max_tokens == 4096
+    # half as much room again, not the whole ceiling: the facts fit the first request, and a
+    # small model that ran out of room was looping
+    assert model.history[1].max_tokens == (300 + 256) * 3 // 2
+    assert "cut at 556 tokens: write at most 9 facts and stop" in user_text(model.history[1])
 
 
 def test_length_finish_is_not_stored_even_when_the_text_parses() -> None:
