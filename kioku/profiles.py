@@ -156,7 +156,7 @@ class Profile:
             summary_chunk=s(self.summary_chunk, 1024),
             # the chronicler's instructions alone are ~700 tokens: a smaller prompt is mostly
             # instructions, so the bound never scales below what local-8k sends
-            summary_prompt=s(self.summary_prompt, 2500) if self.summary_prompt else None,
+            summary_prompt=s(self.summary_prompt, 1400) if self.summary_prompt else None,
             notes_tokens=s(self.notes_tokens, 128),
         )
         return out.fitted()
@@ -258,10 +258,10 @@ LOCAL_8K = Profile(
     synopsis_tokens=600,
     major_gc=2000,
     summary_chunk=2500,
-    # a rendered prompt of 2,500 tokens (~35 LoCoMo messages, ~70 RealPersonaChat ones): a 1.5B
-    # model wrote facts from 900 tokens and looped on 2,100; a CPU server reads 2,500 in ~60 s
-    # when quiet (`kioku bench chronicle`)
-    summary_prompt=2500,
+    # a rendered prompt of 1,400 tokens (~18 LoCoMo messages, ~35 RealPersonaChat ones): the
+    # 1.5B model wrote eight grounded facts from a 900-token prompt, and looped, copied or cut
+    # off on 2,100-2,300-token ones (docs/chronicler.md); a CPU reads 1,400 in ~35 s when quiet
+    summary_prompt=1400,
     notes_tokens=200,
     # a 1.5B model on 2 CPU cores took 452 s for a first chapter: 300 s gave up on it
     summary_timeout_s=900.0,
