@@ -44,7 +44,7 @@ from kioku.chronicle_prompt import (
     context_items,
     max_lines,
 )
-from kioku.errors import BadSummary
+from kioku.errors import BadSummary, Ungrounded
 from kioku.evidence import known_threads, task_evidence
 from kioku.grounded import (
     MIN_SHARE,
@@ -162,14 +162,8 @@ def judge(
             raise BadSummary("refusal", text) from None
         raise
     if grounding.share < config.min_grounded_share or record.is_empty():
-        raise _Ungrounded(grounding, text)
+        raise Ungrounded(grounding.rejection(), text, grounding)
     return record, grounding, tics
-
-
-class _Ungrounded(BadSummary):
-    def __init__(self, grounding: Grounding, text: str) -> None:
-        super().__init__(f"ungrounded: {grounding.rejection()}", text)
-        self.grounding = grounding
 
 
 def _event_of(error: BadSummary) -> str:
@@ -210,7 +204,7 @@ class _Run:
             )
         except BadSummary as e:
             self.events.append(_event_of(e))
-            if isinstance(e, _Ungrounded):
+            if isinstance(e, Ungrounded):
                 self.groundings.append(e.grounding)
             return e
         self.groundings.append(grounding)
