@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# A real SillyTavern 1.12.6 for tests/test_sillytavern.py: unpacks the unmodified snapshot in
-# ../shared/clients/, runs `npm install`, writes an offline config.yaml and installs the kioku
-# extension. The prepared tree is cached under ~/.cache/kioku/sillytavern/<tarball sha>/, so a
-# second run costs nothing (npm's own cache, ~/.npm, also makes a fresh install quick).
+# A real SillyTavern 1.12.6 for tests/test_sillytavern*.py: unpacks the unmodified snapshot in
+# ../shared/clients/, runs `npm install` and writes an offline config.yaml. The prepared tree is
+# cached under ~/.cache/kioku/sillytavern/<tarball sha>/, so a second run costs nothing (npm's
+# own cache, ~/.npm, also makes a fresh install quick).
 # Prints the folder on stdout (the test reads it from $KIOKU_SILLYTAVERN):
 #
 #     export KIOKU_SILLYTAVERN="$(bash .ci/sillytavern.sh)"
@@ -55,11 +55,9 @@ EOF
     mv "$home.partial" "$home"
 fi
 
-# the extension, as a user installs it (a copy in the user's third-party extensions folder);
-# the test copies it again into its own data folder
-ext="$root/data/default-user/extensions/kioku"
-mkdir -p "$ext"
-cp -r integrations/sillytavern/. "$ext/"
+# the tree stays as unpacked (a fresh SillyTavern): each test installs the extension into a data
+# folder of its own, as docs/sillytavern.md says
+rm -rf "$root/data/default-user/extensions/kioku"
 
 say "SillyTavern $(node -p "require('$root/package.json').version") ready (node $(node --version))"
 echo "$root"

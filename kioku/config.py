@@ -56,6 +56,9 @@ class Settings:
     summary_temperature: float | None = None
     # browser origins allowed to call the REST API (the SillyTavern extension's page)
     cors_origins: tuple[str, ...] = ()
+    # the ablation of issue 22: keep the card as the client sent it (the parts it marks as
+    # changing stay in it, pushed-out examples leave it), as kioku did before
+    card_as_sent: bool = False
 
     def with_(self, **changes: Any) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -106,6 +109,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         cors_origins=tuple(
             o.strip() for o in env.get("KIOKU_CORS_ORIGINS", "").split(",") if o.strip()
         ),
+        card_as_sent=env.get("KIOKU_CARD_AS_SENT", "0") not in ("0", "false", "no", ""),
     )
 
 
@@ -152,6 +156,7 @@ def to_env(settings: Settings) -> dict[str, str]:
         "KIOKU_SUMMARY_TIMEOUT": s.summary_timeout_s,
         "KIOKU_SUMMARY_TEMPERATURE": s.summary_temperature,
         "KIOKU_CORS_ORIGINS": ",".join(s.cors_origins) or None,
+        "KIOKU_CARD_AS_SENT": "1" if s.card_as_sent else None,
     }
     return {k: str(v) for k, v in pairs.items() if v is not None}
 

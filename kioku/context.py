@@ -44,6 +44,7 @@ from kioku.budget import (
     template_of,
     usable,
 )
+from kioku.client_parts import NO_PARTS, ClientParts, place
 from kioku.errors import ContextOverflow, MessageTooLarge
 from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
@@ -200,6 +201,8 @@ class Plan:
     kept: Extras | None = None  # this message's extras, when it was answered before
     new_line: str = ""  # the new message's date line
     asks: bool = False  # the new message asks something: recall may use the room left
+    chat_start: int = 0  # where the raw window starts in `head`
+    client: ClientParts = NO_PARTS  # what the client adds around the chat, placed at `finish`
 
     @property
     def recall_ratio(self) -> float:
@@ -266,8 +269,10 @@ def plan(
     memory_version: int = 0,
     memory_in_system: bool = False,
     margin: float | None = None,
+    client: ClientParts = NO_PARTS,
 ) -> Plan:
-    """Measure everything but this turn's additions. `margin`: the share of the budget kept
+    """Measure everything but this turn's additions (the client's own parts, `client`, are
+    measured with the fixed part: they are sent as they came). `margin`: the share of the budget kept
     back for counting error (`budget.Margin`; by default none for an exact counter, 4 % for an
     estimate). `raw` is the raw window before the new
     message, oldest first. Raises `ContextOverflow` when even that does not fit: the policy
@@ -299,6 +304,7 @@ def plan(
         user_text, ack = render_memory(memory, lang)
         head += [ChatMessage("user", user_text), ChatMessage("assistant", ack)]
         mem_t = counter.count(user_text) + counter.count(ack)
+    chat_start = len(head)
     raw_t = carried = 0
     visible: set[int] = set()
     told: set[str] = set()
@@ -324,6 +330,8 @@ def plan(
         "new": new_t,
         "template": tmpl.messages(len(head) + 1),
     }
+    if client:
+        parts["client"] = client.tokens(counter, tmpl.per_message)
     p = Plan(
         head=tuple(head),
         new=new,
@@ -341,13 +349,16 @@ def plan(
         kept=extras_of(new),
         new_line=new_line,
         asks=asks_something(new),
+        chat_start=chat_start,
+        client=client,
     )
     if p.room < 0:
         raise ContextOverflow(
             f"the prompt needs {p.fixed} tokens but {budget} fit beside the response reserve "
             f"({profile.response_reserve} of a {profile.window}-token window): system "
             f"{sys_t}, memory {mem_t}, raw {raw_t + carried} in {len(raw)} messages, new "
-            f"message {new_t}; the raw window must be folded first",
+            f"message {new_t}, the client's own parts {parts.get('client', 0)}; the raw window "
+            "must be folded first",
             excess=-p.room,
         )
     return p
@@ -417,7 +428,8 @@ def finish(
                 once_tokens=got_r if p.asks else 0,
                 once_recalled=ranges if p.asks else (),
             )
-    messages = (*p.head, entry_message(p.new, extras, p.new_line, answering=True))
+    chat = (*p.head[p.chat_start :], entry_message(p.new, extras, p.new_line, answering=True))
+    messages = (*p.head[: p.chat_start], *place(chat, p.client))
     parts = dict(p.parts)
     if extras is not None and p.kept is not None:
         # shown before: the same tokens again
@@ -490,6 +502,7 @@ def build(
     memory_version: int = 0,
     memory_in_system: bool = False,
     margin: float | None = None,
+    client: ClientParts = NO_PARTS,
 ) -> Prompt:
     """`plan` and `finish` in one call, for callers that already hold their recollections."""
     p = plan(
@@ -503,5 +516,6 @@ def build(
         memory_version=memory_version,
         memory_in_system=memory_in_system,
         margin=margin,
+        client=client,
     )
     return finish(p, counter, recollections, instructions)

@@ -20,6 +20,7 @@ from typing import Literal
 from kioku import context, dates, policy, rolling
 from kioku.alternation import alternate_chat
 from kioku.budget import Margin, is_exact, template_of
+from kioku.client_parts import NO_PARTS, ClientParts
 from kioku.compaction import SQUEEZE_SLACK, Compactor, TurnReport, View
 from kioku.context import EXTRAS_KEY, Prompt
 from kioku.errors import (
@@ -296,12 +297,15 @@ class Conversation:
         message = as_message(user_message, "user", "user", dates.received(self.kioku.clock()))
         return self.prepare_for(self.append(message, tokens=fitted(self, message)))
 
-    def prepare_for(self, entry: LogEntry) -> Prompt:
+    def prepare_for(self, entry: LogEntry, client: ClientParts = NO_PARTS) -> Prompt:
         """Apply what is ready and build the prompt answering a stored message (`prepare` after
-        its append; the service also calls it to retry or regenerate a turn)."""
+        its append; the service also calls it to retry or regenerate a turn). `client`: what
+        the client adds around the chat itself (`kioku.client_parts`), placed as it put it and
+        budgeted: memory folds to make room for it as for any part of the prompt."""
         # a question's recollections want room: a ready chapter folds for them now
         asks = context.asks_something(entry)
-        report, view = self._compact(self.view(), asks=asks)
+        room = client.tokens(self.kioku.counter, template_of(self.kioku.counter).per_message)
+        report, view = self._compact(self.view(), squeeze=room, asks=asks)
         if self.kioku.fold_immediately and report.scheduled:
             # the baseline that blocks the turn on the summary and folds in the trigger turn
             self.kioku.worker.run_until_idle(self.id)
@@ -314,13 +318,18 @@ class Conversation:
                 reasons=report.reasons + again.reasons,
             )
         try:
-            prompt = self.prompt_for(entry, info=view.info, window=view.window, memory=view.memory)
+            prompt = self.prompt_for(
+                entry, info=view.info, window=view.window, memory=view.memory, client=client
+            )
         except ContextOverflow as e:
             # The counts moved under the policy (a calibrating estimate, a longer card): cut as
             # at the ceiling, by what is missing, rather than fail a normal turn.
-            again, view = self._compact(view, squeeze=e.excess + SQUEEZE_SLACK, asks=asks)
+            squeeze = e.excess + SQUEEZE_SLACK + room
+            again, view = self._compact(view, squeeze=squeeze, asks=asks)
             report = replace(again, reasons=(*report.reasons, *again.reasons))
-            prompt = self.prompt_for(entry, info=view.info, window=view.window, memory=view.memory)
+            prompt = self.prompt_for(
+                entry, info=view.info, window=view.window, memory=view.memory, client=client
+            )
         self.last_turn = report
         self._keep_extras(entry, prompt)
         self._last_prompt = prompt
@@ -333,6 +342,7 @@ class Conversation:
         info: ConversationInfo,
         window: Sequence[LogEntry],
         memory: Memory,
+        client: ClientParts = NO_PARTS,
     ) -> Prompt:
         """The prompt answering `entry` from a given memory state: no message is stored, nothing
         is folded. `prepare` uses it after compacting; an evaluation asks its questions with it
@@ -351,6 +361,7 @@ class Conversation:
             memory_version=info.memory_version,
             memory_in_system=k.memory_in_system,
             margin=k.margin.share,
+            client=client,
         )
         # recollections and instructions go with the user's message only: never into a tool's
         # result (the model reads it as returned) nor a reply it is asked to continue

@@ -7,6 +7,7 @@
     │   ├── CardTooLarge       a system prompt that leaves no room for the minimum raw window
     │   ├── BadParameter       one named header or field is wrong (`param` names it)
     │   ├── SyncConflict       a client's transcript shares nothing with the log it names
+    │   ├── NameTaken          a rename to a conversation id another conversation has (409)
     │   ├── RequestTooLarge    a body or a message list over the service's limits (413)
     │   ├── NotJSON            a body sent without a JSON content type (415)
     │   └── KeyReused          an Idempotency-Key sent again with a different request (422)
@@ -87,6 +88,10 @@ class BadParameter(InputError):
 class SyncConflict(InputError):
     """A stateless client sent a transcript that matches nothing in the conversation's log
     (another chat under the same conversation id?); nothing was stored."""
+
+
+class NameTaken(InputError):
+    pass
 
 
 class Unauthorized(KiokuError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal, TypeVar
 
+from kioku.cast import character_phrase, user_of
 from kioku.memory import ItemStatus, MemoryItem
 from kioku.messages import LogEntry
 from kioku.profiles import Profile
@@ -73,6 +74,7 @@ def chapter_task(
     kind: Literal["chapter", "cut"] = "chapter",
 ) -> SummaryTask:
     tokens = sum(e.tokens for e in entries)
+    # the names the messages carry (`kioku.cast`): a group's characters, the user's persona
     return SummaryTask(
         kind=kind,
         target_tokens=chapter_target(profile, tokens),
@@ -80,7 +82,8 @@ def chapter_task(
         ceiling_tokens=profile.summary_ceiling,
         window_tokens=profile.window,
         lang=lang,
-        character=character,
+        character=character_phrase(entries, character, lang),
+        user_name=user_of(entries) or "user",
         avoid_phrases=tuple(avoid_phrases),
     )
 
@@ -93,6 +96,7 @@ def synopsis_task(
     lang: str = "en",
     character: str = "",
     avoid_phrases: Sequence[str] = (),
+    user_name: str = "",
 ) -> SummaryTask:
     return SummaryTask(
         kind="synopsis",
@@ -103,6 +107,7 @@ def synopsis_task(
         window_tokens=profile.window,
         lang=lang,
         character=character,
+        user_name=user_name or "user",
         avoid_phrases=tuple(avoid_phrases),
     )
 

@@ -4,7 +4,7 @@ The store is the only code that talks to the database: this module and its bases
 each — `db.Database` (engine, transactions), `queue.JobQueue` (summary jobs), `store_edits`
 (edited messages), `store_notes` (the notes ledger), `store_recall` (the archive index's
 segments), `store_keys` (API keys), `store_log` (the compaction log, counters), `store_protocol`
-(media blobs, a reply's other choices). Messages get a gap-free `seq` per conversation inside
+(media blobs, a reply's other choices), `store_chats` (a rename, a branch's start). Messages get a gap-free `seq` per conversation inside
 the transaction that stores them; nothing here ever deletes a message. A fold (apply memory, move
 the raw-window start) is one transaction, so a crash leaves either the old memory state or the
 new one, never half of each; `with store.atomic():` around several methods makes them one
@@ -37,6 +37,7 @@ from kioku.ids import check_id
 from kioku.memory import ItemStatus, MemoryItem, coverage_gaps
 from kioku.messages import LogEntry, Message, parts_from_json
 from kioku.queue import DEFAULT_LEASE_S, Job, JobQueue
+from kioku.store_chats import ClientChats
 from kioku.store_edits import MessageEdits
 from kioku.store_keys import ApiKeys
 from kioku.store_log import EventLog
@@ -162,7 +163,15 @@ def _message_values(
 
 
 class Store(
-    TurnLocks, JobQueue, EventLog, MessageEdits, NotesLedger, RecallSegments, ApiKeys, ProtocolParts
+    TurnLocks,
+    JobQueue,
+    EventLog,
+    MessageEdits,
+    NotesLedger,
+    RecallSegments,
+    ApiKeys,
+    ProtocolParts,
+    ClientChats,
 ):
     """The log and memory items (the rest: the bases; turn locks and idempotency keys:
     `TurnLocks`)."""

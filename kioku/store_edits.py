@@ -171,6 +171,32 @@ class MessageEdits(Database):
             )
         return tuple(stale), retired
 
+    def resummarize(self, conversation_id: str, seq: int, now: float) -> tuple[int, ...]:
+        """Mark the active item over `seq` stale and queue its re-summary, due now (an
+        operator asked for it); return the items marked."""
+        with self.atomic() as conn:
+            stale, _ = self._mark_stale(conn, conversation_id, {seq}, now, now)
+        return stale
+
+    def positions(self, conversation_id: str, seqs: Sequence[int]) -> dict[int, int]:
+        """Each seq's number among the messages a client shows (deleted ones not counted):
+        the client renumbers after a delete, kioku's seqs never move."""
+        if not seqs:
+            return {}
+        m = s.messages.c
+        with self.reading() as conn:
+            gone = [
+                int(r.seq)
+                for r in conn.execute(
+                    select(m.seq).where(
+                        m.conversation_id == conversation_id,
+                        m.superseded == 1,
+                        m.seq < max(seqs),
+                    )
+                )
+            ]
+        return {q: q - sum(1 for g in gone if g < q) for q in seqs}
+
     def changed_seqs(self, conversation_id: str, first: int, last: int) -> list[int]:
         """Seqs in [first, last] that have an older version (edited, deleted or regenerated)."""
         v = s.message_versions.c

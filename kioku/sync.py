@@ -180,7 +180,7 @@ def diff(log: Sequence[Logged], incoming: Sequence[Incoming], *, named: bool = F
                 pair(i1 + t, j1 + t)
             deletes.extend(x.seq for x in log[i1 + n : i2])
     matched = [log[i] for k in equal for i in range(ops[k][1], ops[k][2])]
-    guard(log, matched, edits, deletes, named=named)
+    guard(log, matched, edits, deletes, named=named, appends=len(appends))
     turn = None if appends else mapped.get(len(incoming) - 1)
     return SyncPlan(
         edits=tuple(edits),
@@ -220,6 +220,7 @@ def guard(
     deletes: Sequence[int],
     *,
     named: bool = False,
+    appends: int = 0,
 ) -> None:
     """Refuse a plan that looks like another chat: decided by how much of the transcript
     matches the log, not by a count of changes (see `diff`)."""
@@ -232,10 +233,22 @@ def guard(
                 f"message inserted mid-history: seqs never move). {NAME_EACH_CHAT}"
             )
     changed = len(edits) + len(deletes)
-    if named or not changed:
+    if not changed:
         return
     first = opening(log)
     shared = sum(1 for x in matched if x.seq not in first)
+    if named:
+        # a client that names each chat makes its own edits; but every stored message after
+        # the greeting rewritten, and the chat going on past them, is another chat under this
+        # id (a chat deleted and another given its name; a stale static header)
+        if shared == 0 and first and appends:
+            raise SyncConflict(
+                f"the transcript shares only the opening greeting with this conversation and "
+                f"would rewrite all {changed} stored message(s) after it, then go on: it is "
+                "another chat under the same conversation id. Nothing was stored: send this "
+                "chat under an id of its own (in SillyTavern, start a new chat or a branch)."
+            )
+        return
     if shared == 0 or changed > shared:
         beyond = " beyond the opening greeting" if first else ""
         raise SyncConflict(

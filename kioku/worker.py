@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from kioku.cast import user_of
 from kioku.errors import KiokuError, LeaseLost
 from kioku.generations import chapter_task, item_from_summary, synopsis_task
 from kioku.hooks import NO_LAYERS, MemoryLayers
@@ -126,6 +127,7 @@ class Worker:
                 lang=lang,
                 character=conv.character,
                 avoid_phrases=avoid,
+                user_name=user_of(self.store.tail(job.conversation_id, 8, role="user")),
             )
         if job.first_seq < conv.raw_start:
             return None
@@ -150,6 +152,7 @@ class Worker:
                 window_tokens=profile.window,
                 lang=detect_lang([e.text for e in entries[:20]]),
                 character=conv.character,
+                user_name=user_of(entries) or "user",
                 avoid_phrases=avoid,
             )
         entries = self.store.entries(job.conversation_id, job.first_seq, job.last_seq)

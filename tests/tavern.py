@@ -10,10 +10,14 @@ session gets its own `--dataRoot`, so the install stays as unpacked.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
+import struct
+import subprocess
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,55 @@ REPO = Path(__file__).resolve().parent.parent
 EXTENSION = REPO / "integrations" / "sillytavern"
 CACHE = Path.home() / ".cache" / "kioku" / "sillytavern"
 USER = "Alex"
+
+
+def install_extension(target: Path) -> None:
+    """The extension as a user installs it: a clone of the kioku repository (which holds a
+    manifest at its root). Here: the files of this checkout, as a git repository, so that
+    SillyTavern's Manage extensions can read its version."""
+    repository(target)
+    subprocess.run(["git", "-C", str(target), "remote", "add", "origin", str(target)],
+                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(["git", "-C", str(target), "fetch", "-q", "origin"], check=True,
+                   capture_output=True)  # fmt: skip
+
+
+def repository(target: Path) -> Path:
+    """A git repository of this checkout's files as they are now (committed or not): what a
+    user gets from cloning kioku."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True, capture_output=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for rel in filter(None, listed):
+        src = REPO / rel
+        if src.is_file():
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target / rel)
+    git = ["git", "-C", str(target), "-c", "user.name=kioku", "-c", "user.email=kioku@localhost"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True, capture_output=True)
+    subprocess.run([*git, "add", "-A"], check=True, capture_output=True)
+    subprocess.run([*git, "commit", "-q", "-m", "kioku"], check=True, capture_output=True)
+    return target
+
+
+def card_png(card: dict[str, Any]) -> bytes:
+    """A 1×1 PNG carrying a character card, as SillyTavern reads one (a `chara` tEXt chunk
+    holding the card's JSON, base64)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    text = b"chara\0" + base64.b64encode(json.dumps(card).encode())
+    pixels = zlib.compress(b"\0\xff\xff\xff")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+        + chunk(b"tEXt", text)
+        + chunk(b"IDAT", pixels)
+        + chunk(b"IEND", b"")
+    )
 
 
 def install_dir() -> Path | None:
@@ -58,9 +111,10 @@ class SillyTavern(ChildServer):
         self.log = data / "sillytavern.log"
         self.name = "SillyTavern"
 
-    def configure(self, extension: bool = True) -> None:
+    def configure(self, extension: bool = True, context: int = 60000) -> None:
         """What a new user clicks through once: the API connection, the user's name, and the
-        extension copied into the user's extensions folder with kioku's URL and key."""
+        extension copied into the user's extensions folder with kioku's URL and key.
+        `context`: SillyTavern's own context size (it resends what fits)."""
         user = self.data / "default-user"
         user.mkdir(parents=True, exist_ok=True)
         s = json.loads((self.root / "default" / "content" / "settings.json").read_text())
@@ -72,18 +126,48 @@ class SillyTavern(ChildServer):
         oai["custom_url"] = f"{self.kioku_url}/v1"
         oai["custom_model"] = "kioku-test"
         oai["stream_openai"] = True
-        # SillyTavern sends its whole chat (kioku fits the window), so an edit far back reaches it
-        oai["openai_max_context"] = 60000
-        oai["max_context_unlocked"] = True
-        s.setdefault("extension_settings", {})["kioku"] = {
-            "enabled": True,
-            "url": self.kioku_url,
-            "key": self.kioku_key,
-        }
+        oai["openai_max_context"] = context
+        oai["max_context_unlocked"] = context > 4095
+        if extension:
+            s.setdefault("extension_settings", {})["kioku"] = {
+                "enabled": True,
+                "url": self.kioku_url,
+                "key": self.kioku_key,
+            }
         (user / "settings.json").write_text(json.dumps(s, indent=2))
         (user / "secrets.json").write_text(json.dumps({"api_key_custom": self.kioku_key}))
         if extension:
-            shutil.copytree(EXTENSION, user / "extensions" / "kioku", dirs_exist_ok=True)
+            install_extension(user / "extensions" / "kioku")
+
+    def add_character(self, name: str, first_mes: str, description: str) -> str:
+        """A character card (a PNG with its `chara` text chunk, as SillyTavern writes one);
+        returns its avatar file name."""
+        card = {"name": name, "description": description, "personality": "", "scenario": "",
+                "first_mes": first_mes, "mes_example": ""}  # fmt: skip
+        v2 = {"spec": "chara_card_v2", "spec_version": "2.0",
+              "data": {**card, "creator_notes": "", "system_prompt": "",
+                       "post_history_instructions": "", "alternate_greetings": [], "tags": [],
+                       "creator": "", "character_version": "", "extensions": {}}}  # fmt: skip
+        folder = self.data / "default-user" / "characters"
+        folder.mkdir(parents=True, exist_ok=True)
+        (self.data / "default-user" / "chats" / name).mkdir(parents=True, exist_ok=True)
+        avatar = f"{name}.png"
+        (folder / avatar).write_bytes(card_png({**card, **v2}))
+        return avatar
+
+    def add_group(self, name: str, members: list[str], chat_id: str) -> str:
+        """A group whose members all reply, in order, to each message (SillyTavern's "List"
+        activation: deterministic)."""
+        gid = str(1_700_000_000_000 + len(name))
+        group = {"id": gid, "name": name, "members": members, "avatar_url": "",
+                 "allow_self_responses": False, "activation_strategy": 1, "generation_mode": 0,
+                 "disabled_members": [], "chat_metadata": {}, "fav": False, "chat_id": chat_id,
+                 "chats": [chat_id], "auto_mode_delay": 5, "past_metadata": {},
+                 "generation_mode_join_prefix": "", "generation_mode_join_suffix": ""}  # fmt: skip
+        folder = self.data / "default-user" / "groups"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{gid}.json").write_text(json.dumps(group, indent=4))
+        return gid
 
     def start(self) -> SillyTavern:
         args = ["node", "server.js", "--port", str(self.port), "--dataRoot", str(self.data)]
@@ -125,13 +209,14 @@ class Tavern:
         sit in menus that open on hover)."""
         self.js("$(arguments[0]).first().trigger('click')", css)
 
-    def open(self) -> None:
+    def open(self, panel: bool = True) -> None:
         self.d.get(self.url)
         wait_for(lambda: self.js("return !!(window.SillyTavern && SillyTavern.getContext)"),
                  60, "SillyTavern's page")  # fmt: skip
         wait_for(lambda: self.js("return $('#rm_print_characters_block .character_select').length > 0"),
                  60, "the character list")  # fmt: skip
-        wait_for(lambda: self.js("return $('#kioku_settings').length > 0"), 30, "the kioku panel")
+        if panel:
+            wait_for(lambda: self.js("return $('#kioku_settings').length > 0"), 30, "the panel")
 
     def connect(self) -> None:
         """API Connections → Connect: SillyTavern asks the endpoint for its models."""
@@ -147,6 +232,10 @@ class Tavern:
 
     def messages(self) -> list[dict[str, Any]]:
         return list(self.js("return SillyTavern.getContext().chat.map(m => ({name: m.name, is_user: m.is_user, mes: m.mes}))"))  # fmt: skip
+
+    def sent(self) -> list[dict[str, Any]]:
+        """The messages SillyTavern sends the model (not its system or narrator messages)."""
+        return list(self.js("return SillyTavern.getContext().chat.filter(m => !m.is_system && m.extra?.type !== 'narrator').map(m => ({name: m.name, is_user: m.is_user, mes: m.mes}))"))  # fmt: skip
 
     def busy(self) -> bool:
         return bool(self.js("return $('#mes_stop').is(':visible')"))
@@ -258,3 +347,83 @@ class Tavern:
         """API Connections → Test Message (SillyTavern's one-message "Hi")."""
         self.click("#test_api_button")
         wait_for(lambda: self.js("return $('#toast-container .toast').text()"), 30, "a toast")
+
+    # what issue 22 added: groups, branches, checkpoints, renames, the extension's install ------
+
+    def open_group(self, name: str) -> None:
+        self.js(
+            "$('#rm_print_characters_block .group_select').filter((i, e) => "
+            "$(e).find('.ch_name').text().trim() === arguments[0]).first().trigger('click')",
+            name,
+        )
+        wait_for(lambda: self.js("return !!SillyTavern.getContext().groupId") and self.messages(),
+                 30, f"the group {name}")  # fmt: skip
+
+    def send_to_group(self, text: str, replies: int) -> None:
+        """A message to a group whose members all reply (List activation)."""
+        n = len(self.messages())
+        self.js("$('#send_textarea').val(arguments[0]).trigger('input')", text)
+        self.click("#send_but")
+        wait_for(lambda: len(self.messages()) >= n + 1 + replies, 90, "the group's replies")
+        self.idle()
+
+    def create_branch(self, mesid: int) -> str:
+        old = self.chat_id()
+        self.click(f"#chat .mes[mesid='{mesid}'] .mes_create_branch")
+        wait_for(lambda: self.chat_id() != old and self.messages(), 30, "the branch")
+        time.sleep(0.5)
+        return self.chat_id()
+
+    def create_checkpoint(self, mesid: int, name: str) -> None:
+        self.click(f"#chat .mes[mesid='{mesid}'] .mes_create_bookmark")
+        wait_for(lambda: self.js("return $('dialog[open] .popup-input:visible').length > 0"),
+                 10, "the checkpoint's name")  # fmt: skip
+        self.js("$('dialog[open] .popup-input').val(arguments[0]).trigger('input')", name)
+        self.click("dialog[open] .popup-button-ok")
+        wait_for(lambda: self.js(f"return !!$(\"#chat .mes[mesid='{mesid}']\").attr('bookmark_link')"),
+                 30, "the checkpoint")  # fmt: skip
+        time.sleep(0.5)
+
+    def open_checkpoint(self, mesid: int) -> str:
+        link = str(self.js(f"return $(\"#chat .mes[mesid='{mesid}']\").attr('bookmark_link')"))
+        self.click(f"#chat .mes[mesid='{mesid}'] .mes_bookmark")
+        wait_for(lambda: self.chat_id() == link and self.messages(), 30, "the checkpoint")
+        time.sleep(0.5)
+        return link
+
+    def rename_chat(self, old: str, new: str) -> None:
+        """Manage chat files → the pencil beside the chat → the new name."""
+        self.option("option_select_chat")
+        block = ("$('.select_chat_block_wrapper').filter((i, e) => $(e).find("
+                 "'.select_chat_block_filename').text().replace(/\\.jsonl$/, '') === arguments[0])")  # fmt: skip
+        wait_for(lambda: self.js(f"return {block}.length > 0", old), 30, "the chat in the list")
+        self.js(f"{block}.find('.renameChatButton').first().trigger('click')", old)
+        wait_for(lambda: self.js("return $('#dialogue_popup_input:visible').length > 0"),
+                 10, "the rename popup")  # fmt: skip
+        self.js("$('#dialogue_popup_input').val(arguments[0]).trigger('input')", new)
+        self.click("#dialogue_popup_ok")
+        wait_for(lambda: self.chat_id() == new, 30, "the renamed chat")
+        self.js("$('#select_chat_cross').trigger('click')")
+        time.sleep(1.0)
+
+    def install_extension(self, url: str) -> None:
+        """Extensions → Install extension → the repository's URL (as a user installs one)."""
+        self.click("#third_party_extension_button")
+        wait_for(lambda: self.js("return $('dialog[open] .popup-input:visible').length > 0"),
+                 10, "the install popup")  # fmt: skip
+        time.sleep(0.5)
+        self.js("$('dialog[open]').last().find('.popup-input').val(arguments[0]).trigger('input')",
+                url)  # fmt: skip
+        self.js("$('dialog[open]').last().find('.popup-button-ok').trigger('click')")
+        wait_for(lambda: "installed successfully" in self.toasts() or "failed" in self.toasts(),
+                 60, "the installation")  # fmt: skip
+
+    def installed_extensions(self) -> str:
+        """Extensions → Manage extensions: the text of its "Installed Extensions" part."""
+        self.click("#extensions_details")
+        wait_for(lambda: self.js("return $('.extensions_info h3').length > 0 && "
+                                 "!$('.extensions_info .fa-spinner').length"),
+                 30, "Manage extensions")  # fmt: skip
+        text = str(self.js("return $('.extensions_info').text()"))
+        self.click("dialog[open] .popup-button-ok")
+        return text

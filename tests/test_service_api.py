@@ -48,6 +48,12 @@ def routes(service: Harness, cid: str) -> list[tuple[str, str, dict[str, Any]]]:
                 kw["json"] = {"text": "- [fact] Mika: hijacked"}
             if path.endswith("/lines") and method == "post":
                 kw["json"] = {"line": "a line", "text": None}
+            if path.endswith("/rename"):
+                kw["json"] = {"id": "taken over"}
+            if path.endswith("/sync"):
+                kw["json"] = {"messages": [{"role": "user", "content": "my secret is 1234"}]}
+            if path.endswith("/positions"):
+                url += "?seq=0"
             if path == "/v1/chat/completions":
                 kw["json"] = {"messages": [{"role": "user", "content": "let me in"}]}
                 kw["headers"] = {"X-Kioku-Conversation": cid}
@@ -347,8 +353,10 @@ def test_import_reads_a_sillytavern_chat(tmp_path: Path) -> None:
     assert store.conversation("mika").character == "Mika"
 
 
-@pytest.mark.parametrize("bad", ["", "x" * 201])
+@pytest.mark.parametrize("bad", ["", "x" * 1001])
 def test_conversation_ids_are_bounded(service: Harness, bad: str) -> None:
+    """A name is needed, and at most 1,000 characters of it (a longer one than 200 is kept
+    under an encoded id: `kioku.ids`)."""
     with service.http() as h:
         r = h.post(
             "/v1/chat/completions",

@@ -51,7 +51,7 @@ def test_legacy_completions_endpoint_is_a_clear_error(service: Harness) -> None:
     [
         ({"X-Kioku-Conversation": "h-1", "X-Kioku-Mode": "banana"}, "X-Kioku-Mode"),
         ({"X-Kioku-Conversation": "h-1", "X-Kioku-Conversaton": "typo"}, "X-Kioku-Conversaton"),
-        ({"X-Kioku-Conversation": "x" * 201}, "X-Kioku-Conversation"),
+        ({"X-Kioku-Conversation": "x" * 1001}, "X-Kioku-Conversation"),
         ({"X-Kioku-Conversation": "h-1", "X-Kioku-Character": ""}, "X-Kioku-Character"),
     ],
 )

@@ -162,9 +162,18 @@ def test_a_quiet_request_without_a_conversation_passes_through(service: Harness)
         assert client.get("/v1/conversations/gen-none/status").status_code == 404
 
 
-def test_unknown_generation_type_is_a_clear_400(service: Harness) -> None:
-    r = post(service, [{"role": "user", "content": "Hi"}], headers("gen-bad", "sideways"))
+def test_group_chat_and_unknown_generation_types_are_turns(service: Harness) -> None:
+    """SillyTavern names a group member's turn `group_chat`, and may add types: each is a turn
+    (the reply stored); only a value that is not one word is refused."""
+    chat = tavern("gen-group", service, 1, generation="group_chat")
+    assert [r for r, _ in stored(service, "gen-group")] == ["assistant", "user", "assistant"]
+    chat.append({"role": "user", "content": "an extension's own kind of turn"})
+    r = post(service, [{"role": "system", "content": CARD}, *chat], headers("gen-group", "ask_v2"))
+    assert r.status_code == 200 and "X-Kioku-Stored" not in r.headers
+    assert stored(service, "gen-group")[-1][1] == r.json()["choices"][0]["message"]["content"]
+    r = post(service, [{"role": "user", "content": "Hi"}], headers("gen-bad", "side ways!"))
     assert r.status_code == 400 and "X-Kioku-Generation" in r.json()["error"]["message"]
+    assert r.json()["error"]["param"] == "X-Kioku-Generation"
 
 
 def test_a_chat_reopened_without_switching_the_header_is_a_clear_409(service: Harness) -> None:

@@ -10,11 +10,13 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kioku.ids import is_valid_id, key_for
 from tests.helpers import store_unchecked_conversation
 from tests.test_service_support import Harness, running
 
@@ -204,12 +206,26 @@ def test_a_body_without_a_json_content_type_says_so(small: Harness) -> None:
 
 
 @pytest.mark.parametrize(
-    "cid", ["a/b", "..", ".hidden", "trailing ", "tab\there", "50%", "q?x", "h#x", "x" * 201]
+    "cid",
+    ["a/b", "..", "trailing ", "tab\there", "x" * 201, "50%", "q?x", "h#x", ".hidden"],
 )
-def test_a_new_conversation_id_must_follow_the_charset(small: Harness, cid: str) -> None:
+def test_any_chat_name_is_accepted_and_kept_under_an_id_a_url_carries(
+    small: Harness, cid: str
+) -> None:
+    """A client names chats as it likes (SillyTavern: "Branch #60 - …"); a name a URL cannot
+    carry is kept under an encoded id, which the response names and REST reaches."""
     with small.http() as h:  # in the `user` field: HTTP itself refuses some in a header
         r = h.post("/v1/chat/completions", json=chat_body(user=cid))
-    assert r.status_code == 400 and "conversation id" in r.json()["error"]["message"]
+        assert r.status_code == 200, r.text
+        kept = unquote(r.headers["X-Kioku-Conversation"])
+        assert kept == key_for(cid) and is_valid_id(kept)
+        assert (kept == cid) == is_valid_id(cid)
+        assert "/" not in kept and len(kept) <= 200
+        page = h.get(f"/v1/conversations/{quote(kept, safe='')}/messages")
+        assert page.status_code == 200 and page.json()["data"][0]["text"] == "hello"
+        again = h.post("/v1/chat/completions", json=chat_body(user=cid))  # the same id again
+        assert unquote(again.headers["X-Kioku-Conversation"]) == kept
+    assert key_for(cid + "!") != kept  # another name, another id
 
 
 def test_ids_in_any_script_with_spaces_inside_are_reachable_by_rest(small: Harness) -> None:

@@ -11,127 +11,28 @@ CI.
 
 from __future__ import annotations
 
-import itertools
-import shutil
+import re
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kioku.config import Settings
-from kioku.engine import Kioku
 from kioku.importer import import_transcript
-from kioku.layers import Layers
 from kioku.memory import coverage_gaps
-from kioku.normal_form import normal_form
 from kioku.revisions import versions
-from kioku.service.app import Service, create_app
-from kioku.service.keys import create_key
-from kioku.service.loopback import FakeUpstream, ServerThread, free_port
-from kioku.store import Store
-from tests.tavern import SillyTavern, Tavern, need_sillytavern, wait_for
+from tests.tavern import Tavern, wait_for
+from tests.tavern_stack import IMPERSONATED, Stack, alternates, running, same
 from tests.test_console import browser
-from tests.test_service_support import SERVICE_PROFILE, words
 
 pytestmark = pytest.mark.browser
 __all__ = ["browser"]
 
-# small enough that 30 turns fold twice beside Seraphina's ~1,800-token card (every size is
-# the rendered prompt's, card included)
-PROFILE = replace(
-    SERVICE_PROFILE,
-    name="tavern-test",
-    window=8192,
-    trigger=2200,
-    ceiling=2700,
-    min_raw=200,
-    headroom=300,
-    connect_timeout_s=5.0,
-    reply_timeout_s=30.0,
-)
-IMPERSONATED = "I lean on my staff and ask Seraphina about the old lantern."
-
-
-class Script:
-    """The upstream's replies, by what SillyTavern asked for: the character's replies carry the
-    "Seraphina: " label SillyTavern strips before it shows them."""
-
-    def __init__(self) -> None:
-        self.n = itertools.count()
-
-    def __call__(self, body: dict[str, Any]) -> str:
-        k = next(self.n)
-        last = str(body["messages"][-1]["content"])
-        if "from the point of view of" in last:
-            return IMPERSONATED
-        if "[Continue the following message" in last:
-            return f"She pauses, then adds a word about the river ({k})."
-        if last.endswith("Hi"):
-            return "Hello! The connection works."
-        return f"Seraphina: *She nods.* Reply {k}: {words(k, 25)}"
-
-
-@dataclass
-class Stack:
-    up: FakeUpstream
-    store: Store
-    svc: Service
-    tavern: SillyTavern
-
-    def idle(self) -> None:
-        """Replies stored and summaries written (the embedded worker polls every 0.1 s)."""
-
-        def settled() -> bool:
-            return not self.svc._tasks and not any(
-                self.store.jobs(c.id, "queued", "running") for c in self.store.conversations()
-            )
-
-        wait_for(settled, 30, "kioku to settle")
-
-    def rows(self, cid: str) -> list[tuple[int, str, str]]:
-        """(seq, role, text) of the messages the client can see (not deleted)."""
-        return [
-            (e.seq, e.role, e.text) for e in self.store.entries(cid) if not e.message.is_empty()
-        ]
-
-
-def make_kioku(tenant: str, store: Store) -> Kioku:
-    return Kioku(store, profile=PROFILE, tenant=tenant, layers=Layers(store))
-
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
-    root = need_sillytavern()
-    db = f"sqlite:///{tmp_path / 'kioku.db'}"
-    store = Store.open(db)
-    key = create_key(store, "tavern")[1]
-    st_port = free_port()
-    with FakeUpstream(reply=Script()) as up:
-        settings = Settings(db=db, llm_url=up.url, cors_origins=(f"http://127.0.0.1:{st_port}",))
-        app = create_app(settings, store=store, make_kioku=make_kioku, worker_poll_s=0.1,
-                         profile=PROFILE)  # fmt: skip
-        with ServerThread(app) as server:
-            tavern = SillyTavern(root, tmp_path / "tavern-data", server.url, key)
-            tavern.port, tavern.url = st_port, f"http://127.0.0.1:{st_port}"
-            tavern.configure()
-            tavern.start()
-            try:
-                yield Stack(up, store, app.state.service, tavern)
-            finally:
-                tavern.stop()
-                shutil.rmtree(tmp_path / "tavern-data", ignore_errors=True)
-
-
-def same(a: str, b: str) -> bool:
-    """The client shows the reply tidied: equal in kioku's normal form."""
-    return normal_form(a) == normal_form(b)
-
-
-def alternates(messages: list[dict[str, Any]]) -> bool:
-    body = messages[1:] if messages and messages[0]["role"] == "system" else messages
-    return all(m["role"] == ("user" if k % 2 == 0 else "assistant") for k, m in enumerate(body))
+    with running(tmp_path) as s:
+        yield s
 
 
 def test_sillytavern_with_the_kioku_extension(stack: Stack, browser: Any) -> None:
@@ -158,24 +59,37 @@ def test_sillytavern_with_the_kioku_extension(stack: Stack, browser: Any) -> Non
     counters = stack.store.counters(chat1)
     assert not counters.get("edits")  # SillyTavern strips "Seraphina: ": not an edit
     assert {e.message.author for e in stack.store.entries(chat1) if e.role == "user"} == {"Alex"}
-    # the panel shows what kioku remembers
+    # the panel shows what kioku remembers, numbered as SillyTavern numbers its messages, and
+    # marks the messages memory holds; its labels need no CJK font
     t.click("#kioku_refresh")
     wait_for(lambda: t.js("return $('#kioku_memory details[data-kind=chapter]').length") >= 2,
              20, "chapters in the kioku panel")  # fmt: skip
-    assert "messages stored" in t.js("return $('#kioku_status').text()")
+    status = t.js("return $('#kioku_status').text()")
+    assert f"messages #0–#{info.raw_start - 1} are in memory" in status
+    assert "profile tavern-test, window 8192 tokens" in status
+    marked = t.js("return $('#chat .mes.kioku-in-memory').map((i, e) => $(e).attr('mesid')).get()")
+    assert sorted({int(m) for m in marked}) == list(range(info.raw_start)), marked
+    assert t.js("return $('#kioku_console').attr('href')") == f"{stack.tavern.kioku_url}/console/"
+    labels = t.js("return $('#kioku_settings').find('b, label, .menu_button, summary').text()")
+    assert labels and not re.search(r"[\u3000-\u9fff]", labels)
 
     # 2. an edit of a message a chapter covers: versions kept, chapter stale, prompt corrected
     target = next(c for c in chapters if c.last_seq - c.first_seq >= 2)
     seq = next(
         r[0] for r in rows if r[1] == "assistant" and target.first_seq < r[0] <= target.last_seq
     )
+    old = stack.store.entries(chat1, seq, seq)[0].text
+    requests = len(stack.up.chats())
     t.edit(seq, "*Seraphina admits the lantern was BLUE all along.*")
+    # the extension sends the whole chat on the edit: kioku has it before the next request
+    edited = "*Seraphina admits the lantern was BLUE all along.*"
+    wait_for(lambda: stack.store.entries(chat1, seq, seq)[0].text == edited, 20, "the edit")
+    assert len(stack.up.chats()) == requests
+    assert [v["change"] for v in versions(stack.store, chat1, seq)] == ["edit"]
     t.send("So what colour was the lantern?")
     stack.idle()
-    [edited] = stack.store.entries(chat1, seq, seq)
-    assert edited.text == "*Seraphina admits the lantern was BLUE all along.*"
-    assert [v["change"] for v in versions(stack.store, chat1, seq)] == ["edit"]
-    assert "lantern was BLUE" in "\n".join(m["content"] for m in stack.up.chats()[-1]["messages"])
+    prompt = "\n".join(m["content"] for m in stack.up.chats()[-1]["messages"])
+    assert old not in prompt  # the stale chapter's stand-in or its re-summary: corrected
     assert stack.store.counters(chat1)["edits"] == 1
     assert any(i.replaces == (target.id,) or i.stale for i in stack.store.items(chat1))
 
@@ -219,15 +133,14 @@ def test_sillytavern_with_the_kioku_extension(stack: Stack, browser: Any) -> Non
     stack.idle()
     assert stack.rows(chat1)[-2][1:] == ("user", IMPERSONATED)
 
-    # 7. Test Message: a one-message chat answered (with memory) and not stored
+    # 7. Test Message: a one-message chat answered without memory, and not stored
     before = stack.rows(chat1)
     t.test_message()
     stack.idle()
     assert "successful" in t.toasts()
     assert stack.rows(chat1) == before
-    hi = stack.up.chats()[-1]["messages"]
-    assert hi[-1]["role"] == "user" and hi[-1]["content"].endswith("Hi")
-    assert len(hi) > 3 and hi[0]["content"] == stack.store.conversation(chat1).system_prompt
+    [hi] = stack.up.chats()[-1]["messages"]
+    assert hi["role"] == "user" and hi["content"].endswith("Hi")
 
     # 8. a new chat with the same character is its own conversation; back to the first one
     t.new_chat()
@@ -291,17 +204,18 @@ def test_sillytavern_with_the_kioku_extension(stack: Stack, browser: Any) -> Non
     assert stack.rows("static-chat") == static
     assert len(stack.up.chats()) == requests  # nothing reached the upstream
 
-    # every request the upstream got alternates roles after the system message, and the card
-    # changes kioku counted are the ones SillyTavern made between consecutive turns
+    # every request the upstream got alternates roles after the system message
     assert all(alternates(b["messages"]) for b in stack.up.chats())
-    # Seraphina's lorebook entry (keyword "forest", in her greeting) is in the card until the
-    # greeting leaves SillyTavern's scan depth: one client-caused cache break per chat, counted
-    # and explained, and shown in the panel
+    # Seraphina's lorebook entries (keyword "forest", "Eldoria"…) come and go with the last
+    # messages; the extension marks them, and kioku sends them after the chat, never in the
+    # card: no cache break of the card in either chat (the same chats counted one each before)
     for cid in (chat1, chat2):
-        [card] = [e for e in stack.store.log_entries(cid) if e["event"] == "card"]
-        assert stack.store.counters(cid)["card_changes"] == 1
-        assert "first difference at char" in card["detail"]
-    assert "The card changed 1×" in t.js("return $('#kioku_card').text()")
+        assert not stack.store.counters(cid).get("card_changes")
+        assert "What is Eldoria?" not in stack.store.conversation(cid).system_prompt
+    lore = [b["messages"] for b in stack.up.chats() if "What is Eldoria?" in str(b["messages"])]
+    assert lore and all("What is Eldoria?" not in str(m[0]["content"]) for m in lore)
+    assert all("What is Eldoria?" in str(m[-1]["content"]) for m in lore)
+    assert t.js("return $('#kioku_card').text()") == ""
     # the operator console shows the same count
     browser.get(f"{stack.tavern.kioku_url}/console/")
     wait_for(lambda: t.js("return !!document.getElementById('api-key')"), 20, "the console")
@@ -309,9 +223,7 @@ def test_sillytavern_with_the_kioku_extension(stack: Stack, browser: Any) -> Non
     t.find("#key-submit").click()
     wait_for(lambda: t.js("return document.querySelector(`[data-testid=conversation][data-id='${arguments[0]}']`)", chat1),
              20, "the conversation in the console").click()  # fmt: skip
-    wait_for(
-        lambda: t.js("return !document.getElementById('card-changes-box').hidden"), 20, "the count"
-    )
-    assert t.find("#card-changes").text == "1"
+    wait_for(lambda: t.js("return !!document.getElementById('card-changes-box')"), 20, "the view")
+    assert t.js("return document.getElementById('card-changes-box').hidden")
     severe = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not [m for m in severe if "kioku" in m and "404" not in m and "409" not in m], severe

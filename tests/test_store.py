@@ -255,6 +255,7 @@ def test_conversation_ids_are_per_tenant(store: Store) -> None:
 def test_a_new_conversation_id_is_checked_and_an_old_one_is_not(store: Store) -> None:
     with pytest.raises(InputError, match="conversation id"):
         store.ensure_conversation("a/b", tenant="acme")
+    assert store.ensure_conversation("Branch #60 - 2026-12-01@18h34m47s", tenant="acme").id
     store_unchecked_conversation(store, "legacy/1", "acme")  # stored before the rule
     assert store.ensure_conversation("legacy/1", tenant="acme").id == "legacy/1"
 

@@ -14,7 +14,8 @@ from pydantic import BaseModel, Field
 
 from kioku import notes as notes_layer
 from kioku.engine import Conversation, Kioku
-from kioku.errors import StoreError
+from kioku.errors import NotFound, StoreError
+from kioku.ids import is_valid_id, key_for
 from kioku.memory import MemoryItem
 from kioku.revisions import versions
 from kioku.service.auth import tenant_of
@@ -105,6 +106,11 @@ class MemoryOut(BaseModel):
     key_lines: list[dict[str, Any]]
     raw_start: int
     memory_version: int
+    ready: list[ItemOut] = Field(
+        default_factory=list,
+        description="Items written and waiting for their fold (a synopsis waits for the next "
+        "chapter's, so the two share one cache break).",
+    )
 
 
 class NotesIn(BaseModel):
@@ -166,7 +172,13 @@ def _kioku(request: Request, tenant: str) -> Kioku:
 def _conversation(request: Request, tenant: str, conversation_id: str) -> Conversation:
     kk = _kioku(request, tenant)
     # ids are per tenant: another tenant's conversation of the same id is another row
-    return Conversation(kk, kk.store.find_conversation(tenant, conversation_id).id)
+    try:
+        return Conversation(kk, kk.store.find_conversation(tenant, conversation_id).id)
+    except NotFound:
+        if is_valid_id(conversation_id):
+            raise
+    # a chat name kept under an encoded id (`kioku.ids.key_for`) is found by the name too
+    return Conversation(kk, kk.store.find_conversation(tenant, key_for(conversation_id)).id)
 
 
 def _item(i: MemoryItem) -> ItemOut:
@@ -275,7 +287,8 @@ def message_versions(
 def memory(request: Request, tenant: Tenant, conversation_id: ConversationId) -> MemoryOut:
     conv = _conversation(request, tenant, conversation_id)
     info = conv.info()
-    active = conv.store.items(conv.id, "active")
+    both = conv.store.items(conv.id, "active", "ready")
+    active = [i for i in both if i.status == "active"]
     synopsis = next((i for i in active if i.kind == "synopsis"), None)
     chapters = [i for i in active if i.kind == "chapter"]
     ordered = ([synopsis] if synopsis else []) + chapters
@@ -295,6 +308,7 @@ def memory(request: Request, tenant: Tenant, conversation_id: ConversationId) ->
         key_lines=key_lines,
         raw_start=info.raw_start,
         memory_version=info.memory_version,
+        ready=[_item(i) for i in both if i.status == "ready"],
     )
 
 

@@ -45,6 +45,7 @@ from kioku.errors import (
     MessageTooLarge,
     ModelError,
     ModelTimeout,
+    NameTaken,
     NotFound,
     NotJSON,
     RequestTooLarge,
@@ -60,6 +61,7 @@ from kioku.profiles import Profile
 from kioku.service import proxy
 from kioku.service.api import router as api_router
 from kioku.service.auth import tenant_of
+from kioku.service.client_api import router as client_router
 from kioku.service.console_api import router as console_router
 from kioku.service.conventions import COMPLETIONS_REFUSED
 from kioku.service.keys import KeyRing
@@ -205,6 +207,8 @@ def kioku_error(e: KiokuError) -> JSONResponse:
         status, kind, code = 404, "not_found_error", "not_found"
     elif isinstance(e, SyncConflict):
         status, kind, code = 409, "conflict_error", "transcript_conflict"
+    elif isinstance(e, NameTaken):
+        status, kind, code = 409, "conflict_error", "name_taken"
     elif isinstance(e, MessageTooLarge | ContextOverflow):
         status, kind, code = 400, "invalid_request_error", "context_length_exceeded"
     elif isinstance(e, BadParameter):
@@ -398,6 +402,7 @@ def create_app(
     app.include_router(api_router)
     app.include_router(console_router)
     app.include_router(status_router)
+    app.include_router(client_router)
     if settings.cors_origins:
         # a front end's page (SillyTavern with the kioku extension) reads memory and presses cut
         app.add_middleware(

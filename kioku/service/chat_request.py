@@ -1,6 +1,7 @@
 """A chat-completions request as the proxy reads it: the body's model (fields kioku does not use
-pass through to the upstream) and the messages split into the character card, the chat to sync
-with the log, and the system messages that go upstream beside it.
+pass through to the upstream) and the messages split into the character card
+(`kioku.service.card_parts`), the chat to sync with the log, and the system messages that go
+upstream beside it, each where the client put it (`kioku.client_parts`).
 
 Parsing lives apart from the turn (`kioku.service.proxy`) so that both stay small; the proxy
 re-exports `ChatBody`, `Split` and `split_messages` for the code that imports them from there.
@@ -15,10 +16,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kioku import protocol
+from kioku.client_parts import NO_PARTS, ClientParts
 from kioku.dates import parse_client_date
 from kioku.errors import BadParameter, InputError
 from kioku.messages import Role
 from kioku.models import ChatMessage
+from kioku.service.card_parts import Card, LeadingMessage, card_of
+from kioku.service.speakers import speaker_of
 from kioku.sync import Incoming
 
 __all__ = ["ROLES", "ChatBody", "ChatMessageIn", "Split", "content_text", "split_messages"]
@@ -76,17 +80,32 @@ def system_text(content: str | list[dict[str, Any]] | None, where: str) -> str:
 
 @dataclass(frozen=True)
 class Split:
-    system: str | None  # leading system messages: the character card
+    system: str | None  # the character card kioku keeps (`card_parts`)
     chat: tuple[Incoming, ...]
-    before_last: tuple[ChatMessage, ...] = ()  # system messages inside the history
-    after_last: tuple[ChatMessage, ...] = ()  # system messages after the last message
+    parts: ClientParts = NO_PARTS  # what the client adds around the chat (`client_parts`)
     blobs: Mapping[str, bytes] = field(default_factory=dict)  # media parts, by sha256
+    card: Card = field(default_factory=Card)
+
+    @property
+    def after_last(self) -> tuple[ChatMessage, ...]:
+        return self.parts.after
 
 
-def split_messages(messages: Sequence[ChatMessageIn]) -> Split:
-    system: list[str] = []
+def split_messages(
+    messages: Sequence[ChatMessageIn],
+    *,
+    volatile: frozenset[int] = frozenset(),
+    user: str = "",
+    character: str = "",
+    speakers: Sequence[str] = (),
+) -> Split:
+    """The card (leading system messages, `volatile` ones moved after the chat), the chat, and
+    the system messages inside and after it: each inside one at its depth, as many chat
+    messages from the end as the client put it. `speakers`: a group chat's characters (an
+    assistant message opening with `Name:` is theirs, `kioku.service.speakers`)."""
+    leading: list[LeadingMessage] = []
     chat: list[Incoming] = []
-    inside: list[ChatMessage] = []
+    inside: list[tuple[int, ChatMessage]] = []  # (chat messages before it, message)
     after: list[ChatMessage] = []
     blobs: dict[str, bytes] = {}
     for i, m in enumerate(messages):
@@ -96,7 +115,7 @@ def split_messages(messages: Sequence[ChatMessageIn]) -> Split:
         if role == "system":
             text = system_text(m.content, f"messages.{i}")
             if not chat:
-                system.append(text)
+                leading.append(LeadingMessage(text, m.name or ""))
             else:
                 after.append(ChatMessage("system", text))
             continue
@@ -106,11 +125,19 @@ def split_messages(messages: Sequence[ChatMessageIn]) -> Split:
         if parsed.is_empty:
             continue  # nothing kioku can store
         blobs.update(parsed.blobs)
-        inside.extend(after)
+        inside.extend((len(chat), a) for a in after)
         after = []
         at = parse_client_date((m.model_extra or {}).get("send_date"))
-        chat.append(Incoming(role, parsed.text, m.name or "", parsed.parts, at))
+        name = m.name or ""
+        if speakers and role == "assistant" and not name:
+            name = speaker_of(parsed.text, speakers) or ""
+        chat.append(Incoming(role, parsed.text, name, parsed.parts, at))
     if not chat:
         raise InputError("the request has no user or assistant message to answer")
-    system_prompt = "\n\n".join(system) if system else None
-    return Split(system_prompt, tuple(chat), tuple(inside), tuple(after), blobs)
+    card = card_of(leading, volatile, user=user, character=character)
+    parts = ClientParts(
+        injections=tuple((len(chat) - k, m) for k, m in inside),
+        volatile=card.volatile,
+        after=tuple(after),
+    )
+    return Split(card.text, tuple(chat), parts, blobs, card)

@@ -75,6 +75,14 @@ def serve(
             "http://127.0.0.1:8000 for the kioku extension (repeatable; env KIOKU_CORS_ORIGINS).",
         ),
     ] = None,
+    card_as_sent: Annotated[
+        bool,
+        typer.Option(
+            "--card-as-sent",
+            help="Keep the card exactly as the client sends it: the parts the SillyTavern "
+            "extension marks as changing stay in it (an ablation; env KIOKU_CARD_AS_SENT=1).",
+        ),
+    ] = False,
 ) -> None:
     """Serve the OpenAI-compatible memory proxy, the REST API and the console.
 
@@ -94,6 +102,7 @@ def serve(
         summary_delay_s=summary_delay,
         summary_timeout_s=summary_timeout,
         cors_origins=tuple(cors_origin) if cors_origin else None,
+        card_as_sent=card_as_sent or None,
     )
     if not s.llm_url:
         from kioku.errors import ConfigError

@@ -13,6 +13,7 @@ names the field or header at fault (`kioku.errors.error_body` writes it).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -63,7 +64,9 @@ class Header:
 REQUEST_HEADERS: tuple[Header, ...] = (
     Header(
         "X-Kioku-Conversation",
-        "names the conversation (percent-encoded or raw UTF-8; otherwise the `user` field does)",
+        "names the conversation (percent-encoded or raw UTF-8; otherwise the `user` field does); "
+        "any name: one a URL cannot carry is kept under the id the response header gives",
+        max_length=1000,
     ),
     Header("X-Kioku-Character", "names the character when the conversation is created"),
     Header(
@@ -75,16 +78,40 @@ REQUEST_HEADERS: tuple[Header, ...] = (
     ),
     Header(
         "X-Kioku-Generation",
-        "what the request asks for (the SillyTavern extension sends it): `normal`, `swipe`, "
-        "`regenerate` (the reply replaces the last one), `continue` (the reply extends it), "
-        "`impersonate` or `quiet` (answered with memory, nothing stored); it also says the "
-        "client names each chat itself",
-        values=("normal", "swipe", "regenerate", "continue", "impersonate", "quiet"),
+        "what the request asks for (the SillyTavern extension sends it): `normal` or "
+        "`group_chat`, `swipe`, `regenerate` (the reply replaces the last one), `continue` (the "
+        "reply extends it), `impersonate` or `quiet` (answered with memory, nothing stored); "
+        "another word is a turn like `normal`. It also says the client names each chat itself",
+        max_length=40,
     ),
     Header(
         "X-Kioku-User",
         "the name user messages are stored under (the user's persona); otherwise the name the "
         "conversation already uses, or `user`",
+    ),
+    Header(
+        "X-Kioku-Volatile",
+        "the request's leading system messages that change from turn to turn (their indices "
+        "in `messages`, comma-separated: world info a keyword triggered, say): kioku sends them "
+        "after the chat instead of in the card, where a change costs only themselves",
+        max_length=400,
+    ),
+    Header(
+        "X-Kioku-Examples",
+        "`gradual` when the client pushes its example dialogue out as the chat grows: kioku "
+        "keeps the examples the card had (`always`, `never`: as sent)",
+        values=("gradual", "always", "never"),
+    ),
+    Header(
+        "X-Kioku-Speakers",
+        "a group chat's characters, as a JSON list of names (percent-encoded): an assistant "
+        "message that starts with `Name: ` is stored as that character's",
+        max_length=2000,
+    ),
+    Header(
+        "X-Kioku-Parent",
+        "a new conversation branched from this one (a SillyTavern branch or checkpoint): it "
+        "starts with the parent's messages and memory up to where the two part",
     ),
     Header(
         "Idempotency-Key",
@@ -142,3 +169,41 @@ COMPLETIONS_REFUSED = (
     "look like it works while nothing is remembered). Use /v1/chat/completions: in LlamaIndex "
     "set OpenAILike(is_chat_model=True), in LangChain use ChatOpenAI, not OpenAI."
 )
+
+
+def volatile_of(headers: Mapping[str, str]) -> frozenset[int]:
+    """`X-Kioku-Volatile`: message indices, comma-separated."""
+    header = "X-Kioku-Volatile"
+    value = headers.get(header.lower())
+    text = (header_text(value) or "").strip()
+    if not text:
+        return frozenset()
+    try:
+        found = frozenset(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise BadParameter(
+            f"the header {header} is {value!r}; send message indices, comma-separated (1,3)",
+            header,
+        ) from None
+    if any(i < 0 for i in found):
+        raise BadParameter(f"the header {header} has a negative index", header)
+    return found
+
+
+def speakers_of(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """`X-Kioku-Speakers`: a JSON list of names."""
+    header = "X-Kioku-Speakers"
+    value = headers.get(header.lower())
+    text = (header_text(value) or "").strip()
+    if not text:
+        return ()
+    try:
+        names = json.loads(text)
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise BadParameter(
+            f"the header {header} is {value!r}; send a JSON list of names, percent-encoded",
+            header,
+        )
+    return tuple(n.strip() for n in names if n.strip())

@@ -10,10 +10,14 @@ every request in the `X-Kioku-Generation` header:
 
 | type | kioku |
 |---|---|
-| normal | syncs the transcript, stores the reply as a new message |
+| normal, group_chat | syncs the transcript, stores the reply as a new message |
 | swipe, regenerate | syncs; the reply replaces the last reply to the same message |
 | continue | syncs; the reply extends the last reply (no new turn) |
 | impersonate, quiet | answered with memory (card, memory, raw window, then the request's own new part); nothing is stored, not even a new conversation |
+| any other word | a turn, as normal (SillyTavern and its extensions add types) |
+
+A one-message request without a card (SillyTavern's Test Message) is answered as sent, without
+the conversation's memory: it only checks that the connection works.
 
 Without the header, a request with one message and no card, to a conversation whose client
 sends whole transcripts, is taken for a side request too (SillyTavern's Test Message): such a
@@ -23,14 +27,16 @@ client never sends a turn that way. `X-Kioku-Mode: stateful` stores it anyway.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from kioku import protocol
+from kioku.client_parts import place
 from kioku.context import Account, Prompt
 from kioku.engine import Conversation
-from kioku.errors import InputError, NotFound, SyncConflict
+from kioku.errors import BadParameter, NotFound, SyncConflict
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, Completion
 from kioku.revisions import Change
@@ -56,17 +62,29 @@ class Generation(StrEnum):
 
 
 SIDE = frozenset({Generation.QUIET, Generation.IMPERSONATE})
+# SillyTavern's name for a group member's turn, which is a normal turn of the group's chat
+ALIASES = {"group_chat": Generation.NORMAL}
+_WORD = re.compile(r"[a-z0-9][a-z0-9_.-]{0,39}")
 
 
 def generation_of(value: str | None) -> Generation | None:
-    """The header's value; None when absent (a client without the extension)."""
+    """The header's value; None when absent (a client without the extension). A type kioku
+    does not know (SillyTavern adds some, extensions name their own) is a turn like `normal`:
+    its reply is stored, and the next transcript corrects the log if the client did not keep
+    it. A value that is not one word is refused."""
     if value is None or not value.strip():
         return None
+    word = value.strip().lower()
+    if not _WORD.fullmatch(word):
+        raise BadParameter(
+            f"X-Kioku-Generation {value!r} is not a generation type: send one word, such as "
+            "normal, group_chat, swipe, regenerate, continue, impersonate or quiet",
+            "X-Kioku-Generation",
+        )
     try:
-        return Generation(value.strip().lower())
+        return Generation(word)
     except ValueError:
-        kinds = ", ".join(g.value for g in Generation)
-        raise InputError(f"unknown X-Kioku-Generation {value!r}; use one of {kinds}") from None
+        return ALIASES.get(word, Generation.NORMAL)
 
 
 def is_side(
@@ -122,6 +140,10 @@ def side_prompt(conv: Conversation, split: Split, character: str) -> tuple[Promp
     raw window up to what the request shows, then the request's own new messages. Reads only.
     A conversation that does not exist (or a transcript of another chat) gets the request's
     messages as they are."""
+    if len(split.chat) == 1 and split.system is None:
+        # SillyTavern's Test Message ("Hi", nothing else): a check that the connection answers,
+        # which the conversation's memory would only make slow on a local model
+        return as_sent(split), _entry(0, split.chat[-1], character)
     try:
         info = conv.info()
     except NotFound:
@@ -145,7 +167,9 @@ def side_prompt(conv: Conversation, split: Split, character: str) -> tuple[Promp
         entry = conv.store.entries(conv.id, turn, turn)[0]
     if split.system is not None:
         info = dataclasses.replace(info, system_prompt=split.system)
-    prompt = conv.prompt_for(entry, info=info, window=window, memory=conv.memory())
+    prompt = conv.prompt_for(
+        entry, info=info, window=window, memory=conv.memory(), client=split.parts
+    )
     return prompt, entry
 
 
@@ -157,7 +181,7 @@ def _entry(seq: int, m: Incoming, character: str) -> LogEntry:
 def as_sent(split: Split) -> Prompt:
     """The request's own messages, for a side request kioku has no memory for."""
     messages = [ChatMessage("system", split.system)] if split.system is not None else []
-    messages += [protocol.chat_message(to_message(m)) for m in split.chat]
+    messages += place([protocol.chat_message(to_message(m)) for m in split.chat], split.parts)
     account = Account(parts={}, reserve=0, window=0, raw_messages=len(split.chat) - 1)
     return Prompt(messages=tuple(messages), account=account)
 

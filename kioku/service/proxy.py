@@ -10,17 +10,19 @@ whole turn holds the conversation's turn lock (`kioku.service.turns`): one turn 
 across processes, and a duplicate or a retry gets the reply its first run got.
 
 The client's leading system messages are the character card (the conversation's system prompt,
-the prefix-cache base); system messages further down (author's notes, post-history
-instructions) are not stored: they go to the upstream at the end, next to the new message,
-where they do not break the cache of what precedes them.
+the prefix-cache base; the parts the client marks as changing each turn are moved out of it,
+`kioku.service.card_parts`); system messages further down (author's notes at their depth,
+post-history instructions) are not stored: they go upstream where the client put them
+(`kioku.client_parts`), counted in the prompt's budget.
 
 Tool calls, tool results and content parts (images) are stored with their messages and sent
 upstream as the client wrote them (`kioku.protocol`). With `n > 1`, choice 0 is the stored
 reply; the other choices are kept beside it (`Store.choices`).
 
 What a request is — a turn, a swipe, a continue, or a side request that stores nothing (quiet,
-impersonate, SillyTavern's Test Message) — is decided in `kioku.service.generation`; the
-message list sent upstream is made to alternate roles by `kioku.alternation`, last.
+impersonate, SillyTavern's Test Message) — is decided in `kioku.service.generation`; storing it
+and building its prompt in `kioku.service.chat_turn`; the message list sent upstream is made to
+alternate roles by `kioku.alternation`, last.
 """
 
 from __future__ import annotations
@@ -29,30 +31,25 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from kioku import protocol
 from kioku.alternation import alternate
-from kioku.context import Prompt
-from kioku.engine import Conversation
-from kioku.errors import BadParameter, InputError, ModelError, UpstreamError
-from kioku.ids import check_id, is_valid_id
+from kioku.errors import InputError, ModelError, UpstreamError
+from kioku.ids import is_valid_id, key_for
 from kioku.messages import LogEntry
 from kioku.models import Completion
 from kioku.service import generation as gen
-from kioku.service.cards import note_card, stored_card
-from kioku.service.chat_request import ChatBody, Split, split_messages
-from kioku.service.conventions import check_headers, header_text
+from kioku.service.chat_request import ChatBody, split_messages
+from kioku.service.chat_turn import Request, Turn, finish_turn, start_side, start_turn
+from kioku.service.conventions import check_headers, header_text, speakers_of, volatile_of
 from kioku.service.metrics import prefix_reuse
 from kioku.service.turns import (
     IDEMPOTENCY_HEADER,
-    REQUEST_META,
     Replay,
     Ticket,
     name_request,
@@ -60,171 +57,26 @@ from kioku.service.turns import (
 )
 from kioku.service.upstream import StreamState, completions_of
 from kioku.store_turns import HeldTurn
-from kioku.sync import Synced, SyncPlan, replace_reply, sync
 
 if TYPE_CHECKING:
-    from kioku.service.app import Service, Slot
+    from kioku.service.app import Service
 
 log = logging.getLogger("kioku.service")
 
 CONVERSATION_HEADER = "x-kioku-conversation"
 CHARACTER_HEADER = "x-kioku-character"
 MODE_HEADER = "x-kioku-mode"  # stateful | stateless (default: one message = stateful)
+EXAMPLES_HEADER = "x-kioku-examples"
+PARENT_HEADER = "x-kioku-parent"
 
 
-@dataclass
-class Turn:
-    tenant: str
-    conv: Conversation
-    synced: Synced
-    prompt: Prompt
-    started: float
-    character: str = ""
-    media: Mapping[str, Any] = field(default_factory=dict)  # blob hash -> content part
-    side: bool = False  # a side request (quiet, impersonate, Test Message): nothing is stored
-    extend: int | None = None  # a continue: the stored reply the new text extends
-    conversation_id: str = ""  # as the client named it (the store's key may differ)
-
-    @property
-    def entry(self) -> LogEntry:
-        return self.synced.entry
-
-    @property
-    def regenerate(self) -> int | None:
-        return self.synced.plan.regenerate
-
-
-def start_turn(
-    svc: Service,
-    slot: Slot,
-    tenant: str,
-    conversation_id: str,
-    split: Split,
-    stateful: bool | None,
-    character: str,
-    started: float,
-    *,
-    fresh: bool = False,
-    generation: gen.Generation | None = None,
-    user: str | None = None,
-) -> Turn:
-    """Store what is new and build the prompt (runs in a thread, holding the turn lock).
-    `fresh`: another process ran the last turn, so what this one cached may be stale."""
-    kk = svc.kioku(tenant)
-    if fresh:  # what this process read of the conversation may have changed since
-        slot.transcripts = slot.user = None
-    if fresh or slot.conv is None or (split.system is not None and split.system != slot.system):
-        known = slot.conv is not None and not fresh
-        old = slot.system if known else stored_card(kk.store, conversation_id, tenant)
-        slot.conv = kk.conversation(
-            conversation_id, system_prompt=split.system, character=character
-        )
-        note_card(kk.store, slot.conv.id, old, split.system)
-        slot.system = split.system
-        slot.character = slot.conv.info().character
-    conv = slot.conv
-    if gen.is_side(generation, split, stateful, gen.sends_transcripts(conv, slot)):
-        return side_turn(tenant, conv, split, slot.character, started, conversation_id)
-    synced = sync(
-        conv,
-        split.chat,
-        stateful=stateful,
-        character=slot.character,
-        blobs=split.blobs,
-        user=gen.user_name(conv, slot, user),
-        named=generation is not None,
-    )
-    if stateful is False or (stateful is None and len(split.chat) > 1):
-        gen.note_transcript(conv, slot)
-    extend = None
-    if generation == gen.Generation.CONTINUE and synced.entry.role == "assistant":
-        extend = synced.entry.seq
-    prompt = conv.prepare_for(synced.entry)
-    media = protocol.media_of(conv.store.blobs(protocol.refs_of(prompt.messages)))
-    return Turn(
-        tenant,
-        conv,
-        synced,
-        prompt,
-        started,
-        slot.character,
-        media,
-        extend=extend,
-        conversation_id=conversation_id,
-    )
-
-
-def start_side(
-    svc: Service, tenant: str, conversation_id: str, split: Split, character: str, started: float
-) -> Turn:
-    """A side request: the conversation's memory when it exists, nothing created or stored."""
-    key = svc.conversation_key(tenant, conversation_id) if conversation_id else None
-    conv = Conversation(svc.kioku(tenant), key or "")  # "": none, its memory is empty
-    return side_turn(tenant, conv, split, character, started, conversation_id)
-
-
-def side_turn(
-    tenant: str,
-    conv: Conversation,
-    split: Split,
-    character: str,
-    started: float,
-    conversation_id: str = "",
-) -> Turn:
-    """A side request's turn: its images come from the request itself (nothing of it is
-    stored) or, for the raw window's, from the store."""
-    prompt, entry = gen.side_prompt(conv, split, character)
-    refs = protocol.refs_of(prompt.messages)
-    blobs = {**conv.store.blobs(refs - split.blobs.keys()), **split.blobs}
-    media = protocol.media_of({r: blobs[r] for r in refs if r in blobs})
-    return Turn(
-        tenant,
-        conv,
-        Synced(entry, SyncPlan()),
-        prompt,
-        started,
-        character,
-        media,
-        side=True,
-        conversation_id=conversation_id,
-    )
-
-
-def finish_turn(
-    turn: Turn, completion: Completion, others: Sequence[Completion] = (), request: str = ""
-) -> LogEntry | None:
-    """Record the reply (a regeneration replaces the old one) with the name of the request it
-    answers and, with n > 1, the other choices beside it; a reply with neither text nor tool
-    calls is not stored."""
-    conv = turn.conv
-    if turn.side:
-        return None
-    if not completion.text.strip() and not completion.tool_calls:
-        conv.store.log(conv.id, "reply", "not_stored", detail="no text and no tool calls")
-        return None
-    meta = {REQUEST_META: request} if request else None
-    if turn.extend is not None:
-        entry = gen.continued(conv, turn.extend, completion)
-    elif turn.regenerate is not None:
-        entry = replace_reply(conv, turn.regenerate, completion, turn.character, meta)
-    else:
-        entry = conv.record(completion, author=turn.character, meta=meta)
-    if others or turn.regenerate is not None:
-        alternatives = [protocol.reply_message(c, turn.character) for c in others]
-        conv.store.set_choices(conv.id, entry.seq, alternatives)
-    conv.store.incr(conv.id, "turns")
-    return entry
-
-
-def upstream_body(body: ChatBody, turn: Turn, split: Split, reserve: int) -> dict[str, Any]:
+def upstream_body(body: ChatBody, turn: Turn, reserve: int) -> dict[str, Any]:
     data = body.model_dump(exclude_none=True, exclude={"messages", "user", "stream"})
     if "stream" in body.model_fields_set and not body.stream:
         data["stream"] = False  # as the client wrote it (LangChain, LlamaIndex do)
+    # the client's own parts (author's notes, world info, post-history instructions) are in
+    # the prompt already, where it put them (`kioku.client_parts`)
     messages = [m.to_json(turn.media) for m in turn.prompt.messages]
-    last = messages.pop()
-    messages += [m.to_json() for m in split.before_last]
-    messages.append(last)
-    messages += [m.to_json() for m in split.after_last]
     data["messages"] = alternate(messages)
     # the prompt was sized so that prompt + reserve fits the window: never ask for more
     for key in ("max_tokens", "max_completion_tokens"):
@@ -273,13 +125,12 @@ def _note_failure(turn: Turn, error: UpstreamError) -> None:
     conv.store.incr(conv.id, "upstream_errors")
 
 
-def _check_conversation(svc: Service, tenant: str, conversation_id: str, param: str) -> None:
-    """A new conversation's id must follow `kioku.ids`; one stored before the rule still works."""
-    if svc.gate.resolve(tenant, conversation_id) is None:
-        try:
-            check_id(conversation_id)
-        except InputError as e:
-            raise BadParameter(str(e), param) from None
+def conversation_key(svc: Service, tenant: str, name: str) -> str:
+    """The id a chat name is kept under (`kioku.ids.key_for`): a name a URL cannot carry gets
+    an encoded id, unless a conversation was stored under the name itself before the rule."""
+    if is_valid_id(name) or svc.gate.resolve(tenant, name) is not None:
+        return name
+    return key_for(name)
 
 
 async def chat(
@@ -290,29 +141,44 @@ async def chat(
     cid = header_text(headers.get(CONVERSATION_HEADER)) or body.user or ""
     generation = gen.generation_of(headers.get(gen.GENERATION_HEADER))
     side = generation in gen.SIDE  # nothing stored: no turn lock, no new id
-    if not cid and not side:
+    if not cid.strip() and not side:
         raise InputError(
             "name the conversation: send the header X-Kioku-Conversation (or the `user` field)"
         )
-    if not side and not is_valid_id(cid):
-        param = "X-Kioku-Conversation" if headers.get(CONVERSATION_HEADER) else "user"
-        await run_in_threadpool(_check_conversation, svc, tenant, cid, param)
-    split = split_messages(body.messages)
-    mode = headers.get(MODE_HEADER, "").lower()
-    stateful = {"stateful": True, "stateless": False}.get(mode)
-    character = header_text(headers.get(CHARACTER_HEADER)) or next(
-        (m.name for m in split.chat if m.role == "assistant" and m.name), ""
-    )
+    if cid and not is_valid_id(cid):
+        cid = await run_in_threadpool(conversation_key, svc, tenant, cid)
+    given_character = header_text(headers.get(CHARACTER_HEADER)) or ""
     user = header_text(headers.get(gen.USER_HEADER))
+    as_sent = svc.settings.card_as_sent  # the ablation: the card as the client sent it
+    split = split_messages(
+        body.messages,
+        volatile=frozenset() if as_sent else volatile_of(headers),
+        user=user or "",
+        character=given_character,
+        speakers=speakers_of(headers),
+    )
+    mode = headers.get(MODE_HEADER, "").lower()
+    parent = header_text(headers.get(PARENT_HEADER))
+    req = Request(
+        stateful={"stateful": True, "stateless": False}.get(mode),
+        character=given_character
+        or next((m.name for m in split.chat if m.role == "assistant" and m.name), ""),
+        generation=generation,
+        user=user,
+        examples="" if as_sent else (headers.get(EXAMPLES_HEADER) or "").strip().lower(),
+        speakers=speakers_of(headers),
+        parent=key_for(parent) if parent and parent != cid else None,
+    )
+    character = req.character
     if side:
         turn = await run_in_threadpool(start_side, svc, tenant, cid, split, character, started)
-        return await _run(svc, body, tenant, None, turn, split)
+        return await _run(svc, body, tenant, None, turn)
     request = name_request(
         header_text(headers.get(IDEMPOTENCY_HEADER)),
         raw,
         tenant=tenant,
         conversation=cid,
-        shape=f"{mode}\0{character}\0{generation}\0{user}",
+        shape=f"{mode}\0{character}\0{generation}\0{user}\0{req.examples}\0{req.speakers}",
     )
     replay = await svc.gate.replayed(tenant, cid, request)
     if replay is None:
@@ -322,15 +188,12 @@ async def chat(
             # another process ran the last turn: what this one cached may be stale
             last = held.previous.last_owner
             fresh = last is not None and last != svc.gate.owner.name
-            return start_turn(
-                svc, slot, tenant, cid, split, stateful, character, started,
-                fresh=fresh, generation=generation, user=user,
-            )  # fmt: skip
+            return start_turn(svc, slot, tenant, cid, split, req, started, fresh=fresh)
 
         held = await svc.gate.enter(slot, tenant, cid, request, arrived, then=begin)
         if not isinstance(held, Replay):
             try:
-                return await _run(svc, body, tenant, held, held.value, split)
+                return await _run(svc, body, tenant, held, held.value)
             except BaseException:
                 held.finish_soon()  # nothing if the turn already ended (or a stream took it)
                 raise
@@ -339,7 +202,7 @@ async def chat(
 
 
 async def _run(
-    svc: Service, body: ChatBody, tenant: str, ticket: Ticket | None, turn: Turn, split: Split
+    svc: Service, body: ChatBody, tenant: str, ticket: Ticket | None, turn: Turn
 ) -> Response:
     """The turn, holding its ticket (its message stored, its prompt built; a side request has
     none): upstream, commit the reply, respond."""
@@ -349,7 +212,7 @@ async def _run(
         slot.last_prompt = turn.prompt.messages
         svc.metrics.prefix_reuse.observe(tenant, reuse)
     svc.metrics.prompt_tokens.observe(tenant, turn.prompt.tokens)
-    data = upstream_body(body, turn, split, svc.profile.response_reserve)
+    data = upstream_body(body, turn, svc.profile.response_reserve)
     if body.stream:
         return await _stream(svc, turn, data, ticket)
     p = svc.profile

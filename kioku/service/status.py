@@ -2,7 +2,8 @@
 
 The SillyTavern extension (and the console) poll it while a chat is open: how much is stored,
 where the raw window starts, whether a summary is being written (folding in progress), and the
-cache breaks the client caused by changing the card. One small read, so polling is cheap.
+cache breaks the client caused by changing the card, the profile and window in use, and where the
+raw window starts as the client numbers its messages. A few small reads, so polling is cheap.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ class StatusOut(BaseModel):
     folding: Folding
     card_changes: int = Field(description="Times the client changed the card: cache breaks.")
     counters: dict[str, int]
+    profile: str = Field("", description="The model profile the conversation runs on.")
+    window: int = Field(0, description="The profile's context window, in tokens.")
+    shown: int = Field(0, description="Messages a client shows (deleted ones not counted).")
+    raw_start_position: int = Field(
+        0, description="Where the raw window starts, as the client numbers its messages."
+    )
 
 
 @router.get(
@@ -48,6 +55,7 @@ def status(request: Request, tenant: Tenant, conversation_id: ConversationId) ->
     info = conv.info()
     jobs = conv.store.jobs(conv.id, "queued", "running")
     counters = conv.store.counters(conv.id)
+    shown = conv.store.positions(conv.id, [info.raw_start, info.next_seq])
     return StatusOut(
         id=info.id,
         character=info.character,
@@ -61,4 +69,8 @@ def status(request: Request, tenant: Tenant, conversation_id: ConversationId) ->
         ),
         card_changes=counters.get(CARD_CHANGES, 0),
         counters=counters,
+        profile=conv.profile.name,
+        window=conv.profile.window,
+        shown=shown[info.next_seq],
+        raw_start_position=shown[info.raw_start],
     )

@@ -1,0 +1,214 @@
+"""One turn's storage side: the request's messages synced with the log (or, for a branch's
+first turn, the branch started from its parent), the prompt built, the reply recorded.
+
+`kioku.service.proxy` runs the turn around it (the turn lock, the upstream, the response). A side
+request (quiet, impersonate, a Test Message) gets a `Turn` too, one that stores nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kioku import protocol
+from kioku.branches import start_branch
+from kioku.context import Prompt
+from kioku.engine import Conversation, Kioku
+from kioku.errors import NotFound
+from kioku.messages import LogEntry
+from kioku.models import Completion
+from kioku.service import generation as gen
+from kioku.service.card_parts import pinned
+from kioku.service.cards import note_card, stored_card
+from kioku.service.chat_request import Split
+from kioku.service.speakers import labelled
+from kioku.service.turns import REQUEST_META
+from kioku.sync import Synced, SyncPlan, replace_reply, sync
+
+if TYPE_CHECKING:
+    from kioku.service.app import Service, Slot
+
+
+@dataclass
+class Turn:
+    tenant: str
+    conv: Conversation
+    synced: Synced
+    prompt: Prompt
+    started: float
+    character: str = ""
+    media: Mapping[str, Any] = field(default_factory=dict)  # blob hash -> content part
+    side: bool = False  # a side request (quiet, impersonate, Test Message): nothing is stored
+    extend: int | None = None  # a continue: the stored reply the new text extends
+    conversation_id: str = ""  # as the client named it (the store's key may differ)
+    group: bool = False  # a group chat: a reply is stored with its speaker's label
+
+    @property
+    def entry(self) -> LogEntry:
+        return self.synced.entry
+
+    @property
+    def regenerate(self) -> int | None:
+        return self.synced.plan.regenerate
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the request's headers say about the turn, besides the conversation."""
+
+    stateful: bool | None = None
+    character: str = ""
+    generation: gen.Generation | None = None
+    user: str | None = None
+    examples: str = ""  # X-Kioku-Examples
+    speakers: tuple[str, ...] = ()  # X-Kioku-Speakers: a group chat's characters
+    parent: str | None = None  # X-Kioku-Parent: the conversation this one branched from
+
+
+def start_turn(
+    svc: Service,
+    slot: Slot,
+    tenant: str,
+    conversation_id: str,
+    split: Split,
+    req: Request,
+    started: float,
+    *,
+    fresh: bool = False,
+) -> Turn:
+    """Store what is new and build the prompt (runs in a thread, holding the turn lock).
+    `fresh`: another process ran the last turn, so what this one cached may be stale."""
+    kk = svc.kioku(tenant)
+    generation = req.generation
+    if fresh:  # what this process read of the conversation may have changed since
+        slot.transcripts = slot.user = None
+    known = slot.conv is not None and not fresh
+    stored = slot.system if known else stored_card(kk.store, conversation_id, tenant)
+    card = split.system
+    if req.examples == "gradual":  # the client trims its examples: keep those the card had
+        card = pinned(stored, split.card)
+    if not known or (card is not None and card != slot.system):
+        if stored is None and req.parent:
+            branch_from(kk, tenant, req.parent, conversation_id, split, card, req.character)
+        slot.conv = kk.conversation(conversation_id, system_prompt=card, character=req.character)
+        note_card(kk.store, slot.conv.id, stored, card)
+        slot.system = card
+        slot.character = slot.conv.info().character
+    conv = slot.conv
+    assert conv is not None
+    if gen.is_side(generation, split, req.stateful, gen.sends_transcripts(conv, slot)):
+        return side_turn(tenant, conv, split, slot.character, started, conversation_id)
+    synced = sync(
+        conv,
+        split.chat,
+        stateful=req.stateful,
+        character=slot.character,
+        blobs=split.blobs,
+        user=gen.user_name(conv, slot, req.user),
+        named=generation is not None,
+    )
+    if req.stateful is False or (req.stateful is None and len(split.chat) > 1):
+        gen.note_transcript(conv, slot)
+    extend = None
+    continuing = generation == gen.Generation.CONTINUE and synced.entry.role == "assistant"
+    if continuing:
+        extend = synced.entry.seq
+    parts = dataclasses.replace(split.parts, continuing=continuing)
+    prompt = conv.prepare_for(synced.entry, parts)
+    media = protocol.media_of(conv.store.blobs(protocol.refs_of(prompt.messages)))
+    return Turn(
+        tenant,
+        conv,
+        synced,
+        prompt,
+        started,
+        req.character or slot.character,
+        media,
+        extend=extend,
+        conversation_id=conversation_id,
+        group=bool(req.speakers),
+    )
+
+
+def start_side(
+    svc: Service, tenant: str, conversation_id: str, split: Split, character: str, started: float
+) -> Turn:
+    """A side request: the conversation's memory when it exists, nothing created or stored."""
+    key = svc.conversation_key(tenant, conversation_id) if conversation_id else None
+    conv = Conversation(svc.kioku(tenant), key or "")  # "": none, its memory is empty
+    return side_turn(tenant, conv, split, character, started, conversation_id)
+
+
+def side_turn(
+    tenant: str,
+    conv: Conversation,
+    split: Split,
+    character: str,
+    started: float,
+    conversation_id: str = "",
+) -> Turn:
+    """A side request's turn: its images come from the request itself (nothing of it is
+    stored) or, for the raw window's, from the store."""
+    prompt, entry = gen.side_prompt(conv, split, character)
+    refs = protocol.refs_of(prompt.messages)
+    blobs = {**conv.store.blobs(refs - split.blobs.keys()), **split.blobs}
+    media = protocol.media_of({r: blobs[r] for r in refs if r in blobs})
+    return Turn(
+        tenant,
+        conv,
+        Synced(entry, SyncPlan()),
+        prompt,
+        started,
+        character,
+        media,
+        side=True,
+        conversation_id=conversation_id,
+    )
+
+
+def finish_turn(
+    turn: Turn, completion: Completion, others: Sequence[Completion] = (), request: str = ""
+) -> LogEntry | None:
+    """Record the reply (a regeneration replaces the old one) with the name of the request it
+    answers and, with n > 1, the other choices beside it; a reply with neither text nor tool
+    calls is not stored."""
+    conv = turn.conv
+    if turn.side:
+        return None
+    if not completion.text.strip() and not completion.tool_calls:
+        conv.store.log(conv.id, "reply", "not_stored", detail="no text and no tool calls")
+        return None
+    meta = {REQUEST_META: request} if request else None
+    if turn.group and turn.extend is None:
+        completion = dataclasses.replace(completion, text=labelled(completion.text, turn.character))
+    if turn.extend is not None:
+        entry = gen.continued(conv, turn.extend, completion)
+    elif turn.regenerate is not None:
+        entry = replace_reply(conv, turn.regenerate, completion, turn.character, meta)
+    else:
+        entry = conv.record(completion, author=turn.character, meta=meta)
+    if others or turn.regenerate is not None:
+        alternatives = [protocol.reply_message(c, turn.character) for c in others]
+        conv.store.set_choices(conv.id, entry.seq, alternatives)
+    conv.store.incr(conv.id, "turns")
+    return entry
+
+
+def branch_from(
+    kk: Kioku, tenant: str, parent: str, name: str, split: Split, card: str | None, character: str
+) -> None:
+    """A new conversation that the client says branched from `parent` (SillyTavern's branch or
+    checkpoint): created, and started with the parent's messages and memory up to where the
+    two part (`kioku.branches`). A parent kioku does not know, or one the branch shares
+    nothing with, leaves a conversation like any other."""
+    try:
+        parent_key = kk.store.find_conversation(tenant, parent).id
+    except NotFound:
+        return
+    child = kk.conversation(name, system_prompt=card, character=character)
+    if child.info().next_seq:
+        return
+    if start_branch(kk.store, parent_key, child.id, split.chat) is not None:
+        child.refresh_notes()
