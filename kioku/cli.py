@@ -216,7 +216,12 @@ def memory(
             emit(rows)
             return
         if not rows:
-            terminal.note("no conversations yet (`kioku import` or `kioku serve` adds them)")
+            hint = terminal.elsewhere(kk.store, s.tenant)
+            terminal.note(
+                f"no conversations{hint}"
+                if hint
+                else "no conversations yet (`kioku import` or `kioku serve` adds them)"
+            )
             return
         terminal.table(
             ("conversation", "character", "messages", "raw window from", "memory", "last active"),

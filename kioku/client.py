@@ -35,6 +35,7 @@ import httpx
 from kioku.errors import ConfigError, ModelError, ModelTimeout, ModelUnavailable
 from kioku.models import ChatRequest, Completion, Usage
 from kioku.profiles import Profile
+from kioku.tls import tls_context
 from kioku.wire import StreamState, read_completion, read_json
 
 DEFAULT_RETRIES = 2
@@ -449,7 +450,9 @@ class OpenAIChatModel(_BaseChatModel):
     ) -> None:
         super().__init__(base_url, model, api_key, profile, timeouts, retries, backoff_s)
         self.sleep = sleep
-        self.http: httpx.Client = httpx.Client(transport=transport, headers=self.api.headers)
+        self.http: httpx.Client = httpx.Client(
+            transport=transport, headers=self.api.headers, verify=tls_context()
+        )
 
     def _run(self, flow: Flow[T]) -> T:
         """Carry out a flow's steps with the sync client."""
@@ -513,7 +516,7 @@ class AsyncOpenAIChatModel(_BaseChatModel):
         super().__init__(base_url, model, api_key, profile, timeouts, retries, backoff_s)
         self.sleep = sleep
         self.http: httpx.AsyncClient = httpx.AsyncClient(
-            transport=transport, headers=self.api.headers
+            transport=transport, headers=self.api.headers, verify=tls_context()
         )
 
     async def _run(self, flow: Flow[T]) -> T:

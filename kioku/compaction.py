@@ -9,7 +9,7 @@ schedules, a stand-in chapter for a forced cut) is stored in one transaction.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from kioku import context, dates, policy
@@ -17,7 +17,7 @@ from kioku.budget import template_of, usable
 from kioku.chronicle_prompt import chapter_ranges
 from kioku.context import extras_of
 from kioku.errors import ModelError, StoreError
-from kioku.generations import chapter_task, item_from_summary
+from kioku.generations import STAND_IN, chapter_task, item_from_summary, synopsis_task
 from kioku.memory import Memory, MemoryItem
 from kioku.messages import LogEntry, Message
 from kioku.store import ConversationInfo
@@ -141,6 +141,8 @@ class Compactor:
             entries = [e for e in raw if lo <= e.seq <= hi]
             task = chapter_task(entries, prof, lang=conv.lang, character=info.character)
             add.append(item_from_summary(task, k.extractive.summarize(task), ready_at=now))
+        if decision.stand_in_synopsis:
+            add.append(self._stand_in_synopsis(decision.stand_in_synopsis, view, now))
         try:
             with conv.store.atomic():
                 if decision.forced_cut:
@@ -156,6 +158,21 @@ class Compactor:
         if decision.schedule:
             k.poke_worker()
         return report, conv.view() if decision.folds else view
+
+    def _stand_in_synopsis(self, ids: tuple[int, ...], view: View, now: float) -> MemoryItem:
+        """The extractive synopsis of the items a late major GC folds now (no model call)."""
+        conv = self.conv
+        k = conv.kioku
+        by_id = {i.id: i for i in (*view.memory.items, *view.ready)}
+        folded = [by_id[i] for i in ids]
+        previous = next((i for i in folded if i.kind == "synopsis"), None)
+        chapters = [i for i in folded if i.kind == "chapter"]
+        prof = k.card_profile(view.info.system_prompt)
+        task = synopsis_task(
+            previous, chapters, prof, lang=conv.lang, character=view.info.character
+        )
+        item = item_from_summary(task, k.extractive.summarize(task), ready_at=now)
+        return replace(item, data={**item.data, STAND_IN: True})
 
     def apply(
         self, decision: policy.Decision, info: ConversationInfo, add: list[MemoryItem]
@@ -184,6 +201,9 @@ class Compactor:
                 store.incr(conv.id, "forced_cuts")
                 first, last = decision.forced_cut
                 store.log(conv.id, "forced_cut", "extractive", first_seq=first, last_seq=last)
+            if decision.stand_in_synopsis:
+                store.incr(conv.id, "stand_in_synopses")
+                store.log(conv.id, "synopsis", "stand_in", detail=", ".join(decision.reasons))
         if decision.cancel_through is not None:
             store.cancel_jobs(conv.id, decision.cancel_through)
         for plan in decision.schedule:

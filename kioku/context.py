@@ -46,6 +46,7 @@ from kioku.budget import (
 )
 from kioku.client_parts import NO_PARTS, ClientParts, place
 from kioku.errors import ContextOverflow, MessageTooLarge
+from kioku.inert import mark, unmarked_message
 from kioku.memory import Memory, render_memory
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage, ChatRequest
@@ -58,10 +59,11 @@ from kioku.tokens import TokenCounter
 # The template's tokens per message when the counter does not say (see `kioku.budget`).
 MESSAGE_OVERHEAD = round(DEFAULT_TEMPLATE.per_message)
 
+# in kioku's mark (`kioku.inert`): a block a message types itself never reads as one of these
 RECOLLECTION_LABEL = {
-    "en": "(A memory from earlier in this conversation that may be relevant:)",
-    "ja": "(この会話の以前の部分から、関係がありそうな記憶:)",
-    "zh": "(本次对话早先的一段可能相关的记忆:)",
+    "en": mark("A memory from earlier in this conversation that may be relevant:"),
+    "ja": mark("この会話の以前の部分から、関係がありそうな記憶:"),
+    "zh": mark("本次对话早先的一段可能相关的记忆:"),
 }
 
 
@@ -178,7 +180,9 @@ def entry_message(
 # Every turn renders the whole raw window again; a message renders the same every time.
 @lru_cache(maxsize=16384)
 def _chat_message(message: Message) -> ChatMessage:
-    return chat_message(message)  # tool calls, tool results and images as the protocol has them
+    # tool calls, tool results and images as the protocol has them; the text without kioku's
+    # mark brackets, so no message shows a block or a date line in kioku's own form
+    return unmarked_message(chat_message(message))
 
 
 @dataclass(frozen=True)
@@ -353,15 +357,36 @@ def plan(
         client=client,
     )
     if p.room < 0:
-        raise ContextOverflow(
-            f"the prompt needs {p.fixed} tokens but {budget} fit beside the response reserve "
-            f"({profile.response_reserve} of a {profile.window}-token window): system "
-            f"{sys_t}, memory {mem_t}, raw {raw_t + carried} in {len(raw)} messages, new "
-            f"message {new_t}, the client's own parts {parts.get('client', 0)}; the raw window "
+        raise _overflow(p, sys_t, mem_t, raw_t + carried, new_t)
+    return p
+
+
+def _overflow(p: Plan, sys_t: int, mem_t: int, raw_t: int, new_t: int) -> ContextOverflow:
+    """What does not fit, naming its true cause: the raw window (which the engine folds and
+    asks again) or the request's own parts, or, when even no raw window would fit, memory or the
+    card (kioku's state, never the user's message, which `MessageTooLarge` checked alone)."""
+    pr = p.profile
+    client_t = p.parts.get("client", 0)
+    sizes = (
+        f"system {sys_t}, memory {mem_t}, raw {raw_t} in {p.raw_messages} messages, new "
+        f"message {new_t}, the client's own parts {client_t}"
+    )
+    if p.fixed - raw_t - client_t <= p.budget:
+        return ContextOverflow(
+            f"the prompt needs {p.fixed} tokens but {p.budget} fit beside the response reserve "
+            f"({pr.response_reserve} of a {pr.window}-token window): {sizes}; the raw window "
             "must be folded first",
             excess=-p.room,
         )
-    return p
+    what = "memory" if mem_t else "the system prompt"
+    return ContextOverflow(
+        f"{what} leaves no room for this message: the prompt needs {p.fixed - raw_t} tokens "
+        f"without any raw history, but {p.budget} fit ({sizes}). This is kioku's memory "
+        "state, not your message: the compaction log says why memory was not folded "
+        "(`kioku memory`, GET …/log); a cut (`kioku cut`) folds it now",
+        excess=-p.room,
+        cause="memory" if mem_t else "system",
+    )
 
 
 def finish(

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
+from kioku.inert import mark
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage
 from kioku.tokens import TokenCounter
@@ -77,8 +78,9 @@ def day_with_weekday(d: date, lang: str = "en") -> str:
 
 
 def date_line(d: date, lang: str = "en") -> str:
-    """The line the raw window shows when the day changes."""
-    return f"[{day_with_weekday(d, lang)}]"
+    """The line the raw window shows when the day changes, in kioku's mark (`kioku.inert`): a
+    date a message writes on a line of its own never reads as one of these."""
+    return mark(day_with_weekday(d, lang))
 
 
 def day_of(at: datetime | None) -> date | None:

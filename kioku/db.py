@@ -13,6 +13,7 @@ that is not a database, a server that refuses the connection or a URL kioku does
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -70,6 +71,8 @@ def make_engine(url: str, *, readonly: bool = False) -> Engine:
         # Let SQLAlchemy's "begin" event issue BEGIN IMMEDIATE: a deferred transaction that later
         # writes can deadlock against another writer instead of waiting for it.
         dbapi_conn.isolation_level = None
+        # lower() of SQLite folds ASCII only: searches fold every script with this one
+        dbapi_conn.create_function("kioku_casefold", 1, _casefold, deterministic=True)
         cur = dbapi_conn.cursor()
         if not readonly:  # a read-only connection reads whatever journal mode the file has
             cur.execute("PRAGMA journal_mode=WAL")
@@ -87,6 +90,10 @@ def make_engine(url: str, *, readonly: bool = False) -> Engine:
         # runs in its own consistent snapshot anyway, and a round trip per read is saved.
 
     return engine
+
+
+def _casefold(text: str | None) -> str | None:
+    return text.casefold() if isinstance(text, str) else text
 
 
 def _refuse_nul(
@@ -144,6 +151,16 @@ def _explain(e: SQLAlchemyError, engine: Engine) -> str:
             f"cannot use PostgreSQL at {where}: {detail}; is the server running and the URL right?"
         )
     return f"database error at {where}: {detail}"
+
+
+def lock_key(*parts: str) -> int:
+    """A PostgreSQL advisory lock key (signed 64 bits) for what `parts` name: the first 8 bytes
+    of a BLAKE2b of them. `hashtext` has 32 bits, so two of a few tens of thousands of names
+    share a lock (`acme`'s `mika-7171` and `evil`'s `e120283` did); here a collision is a 1 in
+    2^64 chance per pair. The first part names what the lock is for (`turn`, `claim`): one
+    kind of lock never collides with another."""
+    digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def new_id(result: Any) -> int:

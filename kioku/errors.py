@@ -13,6 +13,7 @@
     │   └── KeyReused          an Idempotency-Key sent again with a different request (422)
     ├── TurnInProgress         another turn of the conversation still runs (409); retry later
     ├── Unauthorized           no API key, or an unknown or revoked one (HTTP 401)
+    ├── Forbidden              a key without the scope a request needs (HTTP 403)
     ├── NotFound               no such conversation / item (or it belongs to another tenant)
     ├── StoreError             the database refused; the transaction was rolled back
     │   ├── FoldRefused        a fold would break the coverage invariant; nothing was changed
@@ -100,6 +101,10 @@ class Unauthorized(KiokuError):
         self.message = message
 
 
+class Forbidden(KiokuError):
+    """The key is good but may not do this (its scopes); nothing was done."""
+
+
 class NotFound(KiokuError):
     pass
 
@@ -118,11 +123,14 @@ class LeaseLost(StoreError):
 
 class ContextOverflow(KiokuError):
     """A prompt that cannot be made to fit: raised instead of sending it. `excess` says by how
-    many tokens (0 when unknown)."""
+    many tokens (0 when unknown); `cause` what is too large: the raw window (`"raw"`, which a
+    fold makes room in), or kioku's own `"memory"` or the `"system"` prompt, which no message of
+    the user's can be blamed for."""
 
-    def __init__(self, message: str, excess: int = 0) -> None:
+    def __init__(self, message: str, excess: int = 0, cause: str = "raw") -> None:
         super().__init__(message)
         self.excess = excess
+        self.cause = cause
 
 
 class ModelError(KiokuError):

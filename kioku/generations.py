@@ -1,6 +1,11 @@
 """Memory generations: chapters are appended and never rewritten; a major GC folds the older half
 of the chapters and the previous synopsis into a new synopsis.
 
+When chapters pass the major-GC threshold and no synopsis comes (the summarizer is slow,
+failing, or its job stuck), an extractive synopsis folds them at a turn so memory never outgrows
+its share of the window (`policy.stand_in_synopsis`); the major GC it stood in for is still
+written by the model later and takes its place like a revision: same kind, same range.
+
 This module turns a job into a summarizer task and a summary into a memory item, without I/O.
 Which job to run when is `policy`'s business; running it is the worker's.
 """
@@ -8,6 +13,7 @@ Which job to run when is `policy`'s business; running it is the worker's.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Literal, TypeVar
 
 from kioku.cast import character_phrase, user_of
@@ -17,6 +23,10 @@ from kioku.profiles import Profile
 from kioku.summarizer import Summary, SummaryTask
 
 T = TypeVar("T")
+
+# `data` key of an extractive synopsis that stands in for a late major GC, and the payload key of
+# the job that writes that major GC to replace it
+STAND_IN = "stand_in"
 
 
 def chunks(items: Iterable[T], budget: int, size: Callable[[T], int]) -> list[list[T]]:
@@ -154,3 +164,23 @@ def item_from_summary(
         ready_at=ready_at,
         replaces=replaces,
     )
+
+
+def stand_in_of(items: Iterable[MemoryItem], first: int, last: int) -> MemoryItem | None:
+    """The extractive synopsis standing in for the major GC of `first..last`, if it is among
+    `items`."""
+    return next(
+        (
+            i
+            for i in items
+            if i.kind == "synopsis" and i.span == (first, last) and i.data.get(STAND_IN)
+        ),
+        None,
+    )
+
+
+def replacing_stand_in(stand_in: MemoryItem, item: MemoryItem) -> MemoryItem:
+    """The model's synopsis, written to replace `stand_in`: it replaces that one item (same
+    kind, same range), so the next fold swaps it in as it does a revision."""
+    assert stand_in.id is not None
+    return replace(item, replaces=(stand_in.id,))

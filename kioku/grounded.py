@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from kioku.attribution import said_in
 from kioku.grounding import REASONS, Evidence, Statement, Verdict
 from kioku.messages import LogEntry
 from kioku.relative_dates import resolve
@@ -279,9 +280,19 @@ def ground_notes(
     ev = evidence_for(entries, lang=lang, memory_text=known, prompt=prompt)
     kept: list[NoteDraft] = []
     dropped: list[Dropped] = []
+    by_seq = {e.seq: e.message for e in entries}
     for d in drafts:
         seqs = (d.source_seq,) if d.source_seq is not None else ()
         v = ev.check(Statement("note", d.text, seqs, subject=d.subject))
+        m = by_seq.get(d.source_seq) if d.source_seq is not None else None
+        if (
+            v.ok
+            and m is not None
+            and not said_in(d.text, resolve(m.text, m.at, lang), lang, d.subject)
+        ):
+            # the words of the fact are not the cited message's: never its author's, even
+            # where the grounding's looser reading (stems, neighbours) let it pass
+            v = Verdict("unsupported", detail=f"#{d.source_seq} does not say it")
         if v.ok:
             kept.append(d)
         else:

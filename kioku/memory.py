@@ -13,6 +13,7 @@ from datetime import date
 from typing import Any, Literal
 
 from kioku.dates import day_text
+from kioku.inert import inert, mark
 from kioku.rendering import render_labels, render_story, render_threads, render_user
 from kioku.structure import UserFact, is_structured, merge_threads, record_from_data
 
@@ -141,38 +142,45 @@ def render_memory(memory: Memory, lang: str = "en") -> tuple[str, str]:
     each item's story (events, attributed claims, key lines) under its own heading, then the
     facts about the user from every item, then the threads merged by id across all items, so a
     thread opened in one chapter and resolved in a later one shows once, resolved. Items without
-    structure (the extractive chronicler's) show their text as written."""
+    structure (the extractive chronicler's) show their text as written.
+
+    The header and every heading are in kioku's mark and what memory says is inert
+    (`kioku.inert`): a header or a "## Notes" a user typed into a message never reads as
+    memory's own, and a chat-template token copied into memory is plain text."""
     h = HEADERS.get(lang, HEADERS["en"])
     lab = render_labels(lang)
-    blocks = [h["intro"], h["caveat"]]
+    blocks = [mark(h["intro"]), h["caveat"]]
     facts: list[UserFact] = []
 
     def body(item: MemoryItem) -> str:
         if not is_structured(item.data):
-            return item.text.strip()
+            return inert(item.text.strip())
         record = record_from_data(item.data)
         facts.extend(record.user_facts)
         if item.data.get("operator_edits"):
             from kioku.corrections import rendered_story
 
-            return rendered_story(item, lang)  # an operator corrected it: the edits win
-        return render_story(record, lang).strip()
+            return inert(rendered_story(item, lang))  # an operator corrected it: the edits win
+        return inert(render_story(record, lang).strip())
+
+    def heading(text: str) -> str:
+        return f"## {mark(text)}"
 
     if memory.synopsis:
         s = memory.synopsis
         head = f"{h['synopsis']} (#{s.first_seq}–{s.last_seq}{when(s, lang)})"
-        blocks.append(f"## {head}\n{body(s)}")
+        blocks.append(f"{heading(head)}\n{body(s)}")
     for n, c in enumerate(memory.chapters, 1):
         head = f"{h['chapter']} {n} (#{c.first_seq}–{c.last_seq}{when(c, lang)})"
-        blocks.append(f"## {head}\n{body(c)}")
+        blocks.append(f"{heading(head)}\n{body(c)}")
     if facts:
-        blocks.append(f"## {lab.user}\n{render_user(facts)}")
+        blocks.append(f"{heading(lab.user)}\n{inert(render_user(facts))}")
     threads = merge_threads(memory.items)
     if threads:
         ordered = [t for t in threads if t.status == "open"] + [
             t for t in threads if t.status != "open"
         ]
-        blocks.append(f"## {lab.threads}\n{render_threads(ordered, lang)}")
+        blocks.append(f"{heading(lab.threads)}\n{inert(render_threads(ordered, lang))}")
     if memory.notes.strip():
-        blocks.append(f"## {h['notes']}\n{memory.notes.strip()}")
+        blocks.append(f"{heading(h['notes'])}\n{inert(memory.notes.strip())}")
     return "\n\n".join(blocks), h["ack"]

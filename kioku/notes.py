@@ -22,12 +22,14 @@ from dataclasses import dataclass, replace
 from datetime import date
 from typing import TYPE_CHECKING, Literal
 
-from kioku.dates import day_text, day_with_weekday
+from kioku.dates import date_line, day_text
 from kioku.errors import BadNotes, InputError
 from kioku.facts import Fact, facts_in
+from kioku.inert import indented, inert, mark, one_line
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, ChatModel, ChatRequest
 from kioku.relative_dates import resolve
+from kioku.sensitive import looks_secret, withheld
 from kioku.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -174,7 +176,15 @@ def add_notes(
     A draft identical to a note in force (same subject, kind and text) adds nothing but a
     mention of it (facts that come up again rank higher). A draft with a slot that a note in
     force about the same subject and kind already fills, with other text, supersedes that note:
-    the newest statement is the one in force, the older stays in the ledger, marked."""
+    the newest statement is the one in force, the older stays in the ledger, marked.
+
+    Text is made inert (`kioku.inert`); an extracted fact that looks like a secret (a password,
+    a key, a card number: `kioku.sensitive`) is not kept: it stays in the log only."""
+    drafts = [
+        replace(d, subject=one_line(d.subject), text=inert(d.text))
+        for d in drafts
+        if author != "extractor" or not looks_secret(f"{d.subject} {d.text}")
+    ]
     for d in drafts:
         _check(d)
     with store.atomic():
@@ -400,17 +410,20 @@ _PROMPTS = {
 
 
 def dated_lines(entries: Sequence[LogEntry], lang: str = "en") -> str:
-    """Messages as `[seq] author: text`, a date line where the day changes, and each relative
-    date followed by the date it means, so the extractor can write dates that last."""
+    """Messages as `⟦seq⟧ author: text`, a date line where the day changes, and each relative
+    date followed by the date it means, so the extractor can write dates that last. kioku's
+    lines are in its mark and a message's further lines indented under its own, so no message
+    can add a line by anyone (`kioku.inert`); a line that looks like a secret is withheld
+    (`kioku.sensitive`)."""
     out: list[str] = []
     day: date | None = None
     for e in entries:
         at = e.message.at
         if at is not None and at.date() != day:
             day = at.date()
-            out.append(f"— {day_with_weekday(day, lang)} —")
-        text = resolve(e.message.text, at, lang)
-        out.append(f"[{e.seq}] {e.message.author or e.message.role}: {text}")
+            out.append(date_line(day, lang))
+        text = indented(withheld(resolve(e.message.text, at, lang)), "    ")
+        out.append(f"{mark(str(e.seq))} {one_line(e.message.author or e.message.role)}: {text}")
     return "\n".join(out)
 
 
@@ -543,18 +556,27 @@ def update_notes(
     lang: str = "en",
 ) -> list[int]:
     """Extract facts from `entries` and append them; return the new ledger ids. With no model,
-    the heuristic extractor runs. A bad model reply raises `BadNotes` before anything is stored."""
+    the heuristic extractor runs; so it does when the model's reply is not notes (prose, broken
+    JSON: `BadNotes`), logged and counted, so the notes miss nothing the extractor can see."""
+    drafts: list[NoteDraft] = []
+    origin = HEURISTIC_VERSION
+    if extractor is not None:
+        try:
+            drafts, dropped = extractor.extract_grounded(entries, notes(store, conversation_id))
+            origin = extractor.version
+        except BadNotes as e:
+            store.log(conversation_id, "notes", "fallback", detail=str(e)[:300])
+            store.incr(conversation_id, "notes_fallbacks")
+            extractor = None
+        else:
+            for d in dropped:  # a guard event each, never silent
+                store.log(
+                    conversation_id,
+                    f"note_dropped_{d.reason}",
+                    "dropped",
+                    first_seq=d.seqs[0] if d.seqs else None,
+                    detail=d.note(),
+                )
     if extractor is None:
-        drafts, origin = extract_notes_heuristic(entries, lang), HEURISTIC_VERSION
-    else:
-        drafts, dropped = extractor.extract_grounded(entries, notes(store, conversation_id))
-        origin = extractor.version
-        for d in dropped:  # a guard event each, never silent
-            store.log(
-                conversation_id,
-                f"note_dropped_{d.reason}",
-                "dropped",
-                first_seq=d.seqs[0] if d.seqs else None,
-                detail=d.note(),
-            )
+        drafts = extract_notes_heuristic(entries, lang)
     return add_notes(store, conversation_id, drafts, origin=origin)

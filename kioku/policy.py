@@ -14,7 +14,11 @@ The rules come from a production system that rebuilt its memory five times (seed
   first;
 - when chapters pass the major-GC threshold, the older half plus the old synopsis are folded
   into a new synopsis (the only lossy rewrite); a ready synopsis waits for the next chapter
-  fold, so the two share one cache break.
+  fold, so the two share one cache break;
+- when that synopsis does not come (the summarizer slower than the chat, failing, its job
+  stuck) and a fold would take the chapters a chapter past the threshold, an extractive synopsis
+  folds them in that same fold, and the model's is written later to replace it: memory never
+  outgrows its share of the window, whatever the summarizer does.
 
 Every size is the rendered prompt's (`kioku.budget`): `State.fixed` is what the prompt holds
 besides the raw window (system prompt, memory exchange, the template's tokens for them), and
@@ -31,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kioku.generations import chunks_within
+from kioku.generations import STAND_IN, chunks_within
 from kioku.memory import ItemKind, Memory, MemoryItem
 from kioku.profiles import TRANSCRIPT_MESSAGE_TOKENS, Profile
 from kioku.queue import JobKind
@@ -122,6 +126,9 @@ class Decision:
     cancel_through: int | None = None  # cancel queued jobs starting at or before this seq
     reasons: tuple[str, ...] = ()
     revised: tuple[int, ...] = ()  # stale items (edited under memory) their revisions replace
+    # items an extractive synopsis folds now (a major GC that did not come in time); they are
+    # in `retire` too
+    stand_in_synopsis: tuple[int, ...] = ()
 
     @property
     def folds(self) -> bool:
@@ -144,6 +151,7 @@ class Plan:
     revised: tuple[int, ...] = ()
     forced: tuple[int, int] | None = None
     stand_in_tokens: int = 0  # the forced cut's extractive chapter, not written yet
+    stand_in_synopsis: tuple[int, ...] = ()  # items an extractive synopsis folds now
     schedule: tuple[JobPlan, ...] = ()
     reasons: tuple[str, ...] = ()
 
@@ -179,14 +187,17 @@ class Plan:
             cancel_through=self.forced[1] if self.forced else None,
             reasons=self.reasons,
             revised=self.revised,
+            stand_in_synopsis=self.stand_in_synopsis,
         )
 
 
 def decide(state: State) -> Decision:
-    """kioku's policy: fold what is ready, cut at the ceiling, schedule chapters past the
-    trigger, and a major GC when the chapters grow past their threshold."""
+    """kioku's policy: fold what is ready, cut at the ceiling, fold late major GCs
+    extractively, schedule chapters past the trigger, and a major GC when the chapters grow past
+    their threshold."""
     plan = fold_ready(state)
     plan = cut_at_ceiling(state, plan)
+    plan = stand_in_synopsis(state, plan)
     plan = schedule_chapters(state, plan)
     plan = schedule_major_gc(state, plan)
     return plan.decision(state)
@@ -244,6 +255,64 @@ def cut_at_ceiling(state: State, plan: Plan) -> Plan:
         reasons=(
             *plan.reasons,
             f"ceiling: prompt {prompt} > {state.ceiling}, forced cut {plan.start}..{cut - 1}",
+        ),
+    )
+
+
+def stand_in_synopsis(state: State, plan: Plan) -> Plan:
+    """The major GC is late: fold the older chapters (and the synopsis) into an extractive
+    synopsis now, and schedule the model's to replace it (`kioku.generations.STAND_IN`).
+
+    Memory grows only at folds (a ready chapter, a forced cut's stand-in), so it is asked when
+    this turn folds: chapters a chapter past the major-GC threshold mean the synopsis scheduled
+    when they passed it did not come. And at any turn whose prompt does not fit even with the
+    raw window cut to the new message (memory itself past the ceiling, as a summarizer slower
+    than the chat once let happen): then every item folds, a stale one too."""
+    p = state.profile
+    chapters = sorted(plan.chapters, key=lambda c: c.first_seq)
+    chapter_tokens = sum(c.tokens for c in chapters) + plan.stand_in_tokens
+    late = bool(plan.activate or plan.forced) and chapter_tokens > p.major_gc + p.chapter_tokens
+    jammed = plan.prompt(state) > state.ceiling
+    if not (late or jammed) or not (chapters or jammed and plan.synopsis):
+        return plan
+    folded: list[MemoryItem] = []
+    left = chapter_tokens
+    for c in chapters:
+        # the older half, or more until the rest is within the threshold, as a major GC folds
+        # them; the newest chapter stays
+        enough = len(folded) >= len(chapters) // 2 and left <= p.major_gc
+        if not jammed and (c.stale or enough or c is chapters[-1]):
+            break
+        folded.append(c)
+        left -= c.tokens
+    synopsis = plan.synopsis
+    if synopsis is not None and (synopsis.stale and not jammed or synopsis.id is None):
+        return plan
+    items = ([synopsis] if synopsis else []) + folded
+    if not items or len(items) < 2 and not jammed:
+        return plan
+    ids = tuple(i.id for i in items if i.id is not None)
+    first, last = items[0].first_seq, items[-1].last_seq
+    stand_in = MemoryItem(
+        "synopsis", first, last, "", min(p.synopsis_tokens, sum(i.tokens for i in items))
+    )
+    payload = {
+        STAND_IN: True,
+        "chapter_ids": [c.id for c in folded],
+        "synopsis_id": synopsis.id if synopsis else None,
+    }
+    job = JobPlan("synopsis", first, last, state.now + p.summary_delay_s, payload)
+    why = "memory past the ceiling" if jammed else f"chapters {chapter_tokens} > {p.major_gc}"
+    return replace(
+        plan,
+        chapters=tuple(c for c in chapters if c not in folded),
+        synopsis=stand_in,
+        retire=(*plan.retire, *ids),
+        stand_in_synopsis=ids,
+        schedule=(*plan.schedule, job),
+        reasons=(
+            *plan.reasons,
+            f"late major GC ({why}): extractive synopsis of {first}..{last}, the model's later",
         ),
     )
 
@@ -317,6 +386,7 @@ def schedule_major_gc(state: State, plan: Plan) -> Plan:
     if (
         chapter_tokens <= p.major_gc
         or len(chapters) < 2
+        or plan.stand_in_synopsis
         or any(j.kind == "synopsis" for j in pending)
         or waiting(state, plan, "synopsis")
         or any(i.stale for i in (*chapters, *([synopsis] if synopsis else [])))

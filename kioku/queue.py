@@ -1,21 +1,27 @@
 """Durable summary jobs: queued, leased, retried, never run twice for one conversation at once.
 
-A job is claimed with a lease; a worker that dies leaves the job `running` until the lease
-expires, then another worker claims it again. On PostgreSQL claims use FOR UPDATE SKIP LOCKED
-plus a per-conversation advisory lock, so any number of workers on any number of machines never
-compact one conversation twice at once.
+A job is claimed with a short lease that its worker renews while the summary runs (a heartbeat,
+`kioku.worker`): a worker that dies stops renewing, and another worker claims the job again once
+the lease ran out, or at once when the holder is a process of this host that is gone
+(`expire_dead_leases`, `kioku.owners`). A conversation's jobs run in two lanes: its raw range
+(chapters, rolling rewrites, revisions) and its memory (the synopsis of a major GC). One job at a
+time per lane, so a chapter that is slow or stuck never holds up the synopsis that keeps memory
+within its share of the window. On PostgreSQL claims use FOR UPDATE SKIP LOCKED plus a
+per-conversation advisory lock, so any number of workers on any number of machines never run two
+jobs of one lane of a conversation at once.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import Connection, and_, bindparam, insert, or_, select, text, update
+from sqlalchemy import Connection, and_, bindparam, case, exists, insert, or_, select, text, update
 
 from kioku import schema as s
-from kioku.db import Database, new_id
+from kioku.db import Database, lock_key, new_id
 from kioku.errors import LeaseLost
 from kioku.memory import MemoryItem
 
@@ -24,9 +30,9 @@ from kioku.memory import MemoryItem
 JobKind = Literal["chapter", "synopsis", "rolling", "revision"]
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 
-DEFAULT_LEASE_S = 600.0
-# namespace of the per-conversation advisory locks taken while claiming a job (PostgreSQL)
-CLAIM_LOCK_NS = 0x6B696F
+# A lease is renewed every third of it while the job runs: a worker that died is replaced
+# within this long (at once on its own host), however long a summary takes.
+DEFAULT_LEASE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -61,12 +67,21 @@ def _job_row(row: Any) -> Job:
     )
 
 
+def lane(kind: Any) -> Any:
+    """The lane of a job kind, as SQL: a major GC folds memory, the other kinds raw messages."""
+    return case((kind == "synopsis", "memory"), else_="raw")
+
+
 def _held(job_id: int, worker: str | None) -> list[Any]:
     """WHERE clauses naming a job, and with `worker`, only while that worker leases it."""
     j = s.jobs.c
     if worker is None:
         return [j.id == job_id]
     return [j.id == job_id, j.status == "running", j.leased_by == worker]
+
+
+def _lane_of(kind: str) -> str:
+    return "memory" if kind == "synopsis" else "raw"
 
 
 class JobQueue(Database):
@@ -114,7 +129,8 @@ class JobQueue(Database):
         conversation_id: str | None = None,
         delay_s: float | None = None,
     ) -> Job | None:
-        """Lease the oldest due job whose conversation no other worker is compacting.
+        """Lease the oldest due job of a lane (raw or memory) of a conversation that no other
+        worker is running a job in.
 
         A job left `running` by a crashed worker is claimable again once its lease expires.
         `delay_s` is the claiming worker's own summary delay: a job never tried is due that long
@@ -129,40 +145,47 @@ class JobQueue(Database):
             and_(j.status == "queued", queued_due),
             and_(j.status == "running", j.lease_until < now),
         )
-        skip: set[str] = set()
+        skip: set[tuple[str, str]] = set()
         while True:
             with self.atomic() as conn:
-                busy = (
-                    select(s.jobs.c.conversation_id)
-                    .where(j.status == "running", j.lease_until >= now)
-                    .scalar_subquery()
+                other = s.jobs.alias("other")
+                o = other.c
+                # another job of the same lane of the conversation runs under a live lease
+                busy = exists().where(
+                    o.conversation_id == j.conversation_id,
+                    o.id != j.id,
+                    o.status == "running",
+                    o.lease_until >= now,
+                    lane(o.kind) == lane(j.kind),
                 )
-                q = select(s.jobs).where(due, j.conversation_id.not_in(busy))
+                q = select(s.jobs).where(due, ~busy)
                 if conversation_id is not None:
                     q = q.where(j.conversation_id == conversation_id)
-                if skip:
-                    q = q.where(j.conversation_id.not_in(skip))
+                for cid, kind_lane in skip:
+                    q = q.where(or_(j.conversation_id != cid, lane(j.kind) != kind_lane))
                 q = q.order_by(j.run_after, j.id).limit(1)
                 if self.is_postgres:
-                    q = q.with_for_update(skip_locked=True)
+                    q = q.with_for_update(skip_locked=True, of=s.jobs)
                 row = conn.execute(q).first()
                 if row is None:
                     return None
                 if self.is_postgres and self._conversation_busy(conn, row, now):
-                    skip.add(row.conversation_id)
+                    skip.add((row.conversation_id, _lane_of(row.kind)))
                     continue
                 return self._lease(conn, row, worker, now, lease_s)
 
     def _conversation_busy(self, conn: Connection, row: Any, now: float) -> bool:
-        """PostgreSQL: did another worker claim a job of this conversation meanwhile?
+        """PostgreSQL: did another worker claim a job of this lane of the conversation
+        meanwhile?
 
-        Under READ COMMITTED two workers can both see a conversation idle and lock two
-        different jobs of it (SKIP LOCKED steers the second past the first). A per-conversation
-        advisory lock, held to the end of the claiming transaction, makes them take turns; the
-        check after it runs on a fresh snapshot and sees the other claim once it committed."""
+        Under READ COMMITTED two workers can both see a lane idle and lock two different jobs of
+        it (SKIP LOCKED steers the second past the first). A per-lane advisory lock, held to the
+        end of the claiming transaction, makes them take turns; the check after it runs on a
+        fresh snapshot and sees the other claim once it committed."""
+        kind_lane = _lane_of(row.kind)
         conn.execute(
-            text("SELECT pg_advisory_xact_lock(:ns, hashtext(:cid))"),
-            {"ns": CLAIM_LOCK_NS, "cid": row.conversation_id},
+            text("SELECT pg_advisory_xact_lock(:k)"),
+            {"k": lock_key("claim", row.conversation_id, kind_lane)},
         )
         j = s.jobs.c
         other = conn.execute(
@@ -172,6 +195,7 @@ class JobQueue(Database):
                 j.id != row.id,
                 j.status == "running",
                 j.lease_until >= now,
+                lane(j.kind) == kind_lane,
             )
             .limit(1)
         ).first()
@@ -191,6 +215,31 @@ class JobQueue(Database):
         )
         job = _job_row(row)
         return Job(**{**job.__dict__, "status": "running", "attempts": row.attempts + 1})
+
+    def renew_job(self, job_id: int, worker: str, until: float) -> bool:
+        """Extend `worker`'s lease of a running job (its heartbeat); False once the job is no
+        longer that worker's (taken over after its lease ran out, or closed)."""
+        with self.atomic() as conn:
+            r = conn.execute(update(s.jobs).where(*_held(job_id, worker)).values(lease_until=until))
+            return bool(r.rowcount)
+
+    def expire_dead_leases(self, now: float, alive: Callable[[str], bool]) -> int:
+        """End the leases whose holder `alive` says is gone (a process of this host that was
+        killed): their jobs are claimable now, not when the lease runs out. How many."""
+        j = s.jobs.c
+        live = and_(j.status == "running", j.lease_until >= now)
+        with self.reading() as conn:
+            holders = [r[0] for r in conn.execute(select(j.leased_by).where(live).distinct())]
+        dead = [h for h in holders if h and not alive(h)]
+        if not dead:
+            return 0
+        with self.atomic() as conn:
+            r = conn.execute(
+                update(s.jobs)
+                .where(live, j.leased_by.in_(dead))
+                .values(lease_until=now - 1.0, error="its worker died")
+            )
+            return int(r.rowcount or 0)
 
     def finish_job(
         self,

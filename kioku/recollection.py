@@ -12,6 +12,7 @@ from datetime import date, datetime
 from functools import cached_property
 
 from kioku import dates
+from kioku.inert import indented, mark, one_line
 from kioku.relative_dates import resolve
 
 
@@ -45,11 +46,14 @@ class Recollection:
         (`kioku.dates`): a date line where the day changes. A recalled line is memory, read
         long after the day it was said, so its relative dates are resolved ("yesterday" said on
         8 May reads "yesterday (7 May 2023)"), as they are in chapters and notes."""
-        out = [f"(#{self.first_seq}–{self.last_seq})"]
+        # kioku's lines in its mark; what was said inert, its further lines indented under its
+        # speaker (`kioku.inert`), so a recalled message cannot add lines of its own
+        out = [mark(f"#{self.first_seq}–{self.last_seq}")]
         day: date | None = None
         for ln in self.lines:
             if ln.at is not None and ln.at.date() != day:
                 day = ln.at.date()
                 out.append(dates.date_line(day, self.lang))
-            out.append(f"{ln.speaker}: {resolve(ln.text, ln.at, self.lang)}")
+            said = indented(resolve(ln.text, ln.at, self.lang), "  ")
+            out.append(f"{one_line(ln.speaker)}: {said}")
         return "\n".join(out)

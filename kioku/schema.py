@@ -449,3 +449,17 @@ def _conversation_ids_per_tenant(conn: Connection) -> None:
 
 
 MIGRATIONS.append(("0010_i11_conversation_ids_per_tenant", _conversation_ids_per_tenant))
+
+# key scopes (issue 21) -----------------------------------------------------------------------
+
+# What a key may do (`kioku.service.keys`), as a comma-separated list of scopes. A key without
+# a row here was made before scopes existed, or without `--scope`: it may do everything, as it
+# always could.
+api_key_scopes = Table(
+    "api_key_scopes",
+    metadata,
+    Column("key_id", String(40), primary_key=True),
+    Column("scopes", String(200), nullable=False),
+)
+
+MIGRATIONS.append(("0011_i21_api_key_scopes", _create(api_key_scopes)))

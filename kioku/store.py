@@ -4,7 +4,8 @@ The store is the only code that talks to the database: this module and its bases
 each — `db.Database` (engine, transactions), `queue.JobQueue` (summary jobs), `store_edits`
 (edited messages), `store_notes` (the notes ledger), `store_recall` (the archive index's
 segments), `store_keys` (API keys), `store_log` (the compaction log, counters), `store_protocol`
-(media blobs, a reply's other choices), `store_chats` (a rename, a branch's start). Messages get a gap-free `seq` per conversation inside
+(media blobs, a reply's other choices), `store_listing` (conversations a page at a time),
+`store_chats` (a rename, a branch's start). Messages get a gap-free `seq` per conversation inside
 the transaction that stores them; nothing here ever deletes a message. A fold (apply memory, move
 the raw-window start) is one transaction, so a crash leaves either the old memory state or the
 new one, never half of each; `with store.atomic():` around several methods makes them one
@@ -40,6 +41,7 @@ from kioku.queue import DEFAULT_LEASE_S, Job, JobQueue
 from kioku.store_chats import ClientChats
 from kioku.store_edits import MessageEdits
 from kioku.store_keys import ApiKeys
+from kioku.store_listing import ConversationListing
 from kioku.store_log import EventLog
 from kioku.store_notes import NotesLedger
 from kioku.store_protocol import ProtocolParts
@@ -171,6 +173,7 @@ class Store(
     RecallSegments,
     ApiKeys,
     ProtocolParts,
+    ConversationListing,
     ClientChats,
 ):
     """The log and memory items (the rest: the bases; turn locks and idempotency keys:

@@ -5,7 +5,9 @@ across processes and hosts, so that a double submit or a client's retry can neit
 reply twice nor interleave with another turn:
 
 - PostgreSQL: a session advisory lock, held on a connection of its own for the whole turn. A
-  process that dies drops its connection and, with it, the lock.
+  process that dies drops its connection and, with it, the lock. Its key is 64 bits of a hash of
+  tenant and conversation (`kioku.db.lock_key`), so two conversations of any tenants never share
+  a lock (a 32-bit `hashtext` made one tenant's turns wait for another's).
 - SQLite (one host): the `turn_locks` row is the lock. Its owner (host, pid, a token per
   process) holds it until a lease that the turn renews; a lock whose owner is dead (no such
   process on this host) or whose lease ran out is taken over at once.
@@ -36,10 +38,8 @@ from sqlalchemy import (
 )
 
 from kioku import schema as s
-from kioku.db import Database
+from kioku.db import Database, lock_key
 
-# namespace of the per-conversation turn locks (PostgreSQL); the job claims use 0x6B696F
-TURN_LOCK_NS = 0x6B6970
 DEFAULT_TURN_LEASE_S = 30.0
 IDEMPOTENCY_TTL_S = 24 * 3600.0
 # connections that hold turn locks: one per turn in flight in a process, beside the store's pool
@@ -93,8 +93,9 @@ _END_TURN_DONE = _END_TURN.values(
 )
 
 
-def _lock_key(tenant: str, conversation: str) -> str:
-    return f"{tenant}\x1f{conversation}"
+def turn_lock_key(tenant: str, conversation: str) -> int:
+    """The PostgreSQL advisory lock key of a conversation's turns."""
+    return lock_key("turn", tenant, conversation)
 
 
 class TurnLocks(Database):
@@ -138,8 +139,8 @@ class TurnLocks(Database):
             session = self._locks().connect()
             try:
                 got = session.execute(
-                    text("SELECT pg_try_advisory_lock(:ns, hashtext(:k))"),
-                    {"ns": TURN_LOCK_NS, "k": _lock_key(tenant, conversation)},
+                    text("SELECT pg_try_advisory_lock(:k)"),
+                    {"k": turn_lock_key(tenant, conversation)},
                 ).scalar()
             except Exception:
                 session.invalidate()
@@ -278,8 +279,8 @@ class TurnLocks(Database):
             return  # the session is gone, and its lock with it
         try:
             session.execute(
-                text("SELECT pg_advisory_unlock(:ns, hashtext(:k))"),
-                {"ns": TURN_LOCK_NS, "k": _lock_key(tenant, conversation)},
+                text("SELECT pg_advisory_unlock(:k)"),
+                {"k": turn_lock_key(tenant, conversation)},
             )
         except Exception:
             # a session that may still hold the lock must not go back to the pool

@@ -21,11 +21,13 @@ from datetime import date
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from kioku.facts import Speech, facts_in_speech
+from kioku.inert import inert, one_line
 from kioku.memory import ItemSource, MemoryItem
 from kioku.messages import MEDIA_KINDS, LogEntry, canonical_json, render_parts
 from kioku.relative_dates import resolve
 from kioku.salience import carries_nothing, content_words, is_fragment, is_question
 from kioku.scenes import MARK, Scene, marker, scene_of, scenes
+from kioku.sensitive import looks_secret
 from kioku.tokens import TokenCounter
 
 TaskKind = Literal["chapter", "synopsis", "cut"]
@@ -146,16 +148,19 @@ def parse_lines(text: str) -> list[Line]:
 def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line]:
     """Every sentence of every message, with who said it, the day and the scene. Narration is
     attributed to the narrator, speech to its speaker, thought marked as unspoken; a relative
-    date is followed by the date it means ("yesterday (7 May 2023)")."""
+    date is followed by the date it means ("yesterday (7 May 2023)"). Memory is made of these
+    lines, so their text is inert and their names one line (`kioku.inert`)."""
     entries = list(entries)
     starts = [sc.first_seq for sc in scenes(entries)]
     out: list[Line] = []
     for e in entries:
-        author = e.message.author or e.message.role
+        author = one_line(e.message.author) or e.message.role
         at = e.message.at
         on = at.date() if at else None
         scene = scene_of(e.seq, starts)
-        caption = " ".join(p.text for p in e.message.parts if p.kind == "text" and p.text.strip())
+        caption = inert(
+            " ".join(p.text for p in e.message.parts if p.kind == "text" and p.text.strip())
+        )
         for part in e.message.parts:
             if part.kind in MEDIA_KINDS:
                 what = "an image" if part.kind == "image" else f"a file ({part.name})"
@@ -164,23 +169,25 @@ def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line
                 out.append(Line(e.seq, f"{author} ({tag})", shown, on, scene, must=True))
                 continue
             if part.kind == "tool_call":
-                call = f"{part.name} {canonical_json(part.text)}"
+                call = inert(f"{one_line(part.name or '')} {canonical_json(part.text)}")
                 out.append(Line(e.seq, f"{author} (tool use)", call, on, scene))
                 continue
             if part.kind == "tool_result":
-                who = f"{part.name or author} (tool result)"
-                out.extend(Line(e.seq, who, sent, on, scene) for sent in _sentences(part.text))
+                who = f"{one_line(part.name or '') or author} (tool result)"
+                sents = _sentences(inert(part.text))
+                out.extend(Line(e.seq, who, sent, on, scene) for sent in sents)
                 continue
+            speaker = one_line(part.speaker or "") or author
             if part.kind == "speech":
-                who = part.speaker or author
+                who = speaker
             elif part.kind == "narration":
                 who = "narration"
             elif part.kind == "thought":
-                who = f"{part.speaker or author} (thought)"
+                who = f"{speaker} (thought)"
             else:
                 who = author
             text = part.text if part.kind != "text" else render_parts((part,), author)
-            for sent in _sentences(text):
+            for sent in _sentences(inert(text)):
                 out.append(Line(e.seq, who, resolve(sent, at, lang), on, scene))
     return out
 
@@ -215,6 +222,7 @@ def select_lines(
         for i, ln in enumerate(lines)
         if not any(p and p in ln.text for p in avoid)
         and (ln.must or not carries_nothing(ln.text, lang))
+        and not looks_secret(ln.text)  # stays in the log, never in memory
     ]
     cost = {i: counter.count(lines[i].render()) + 1 for i in cands}
     words = {i: content_words(lines[i].text, lang) for i in cands}
@@ -375,7 +383,7 @@ class ExtractiveSummarizer:
             picked = select_balanced(
                 groups, task.target_tokens, self.counter, task.avoid_phrases, lang, cost
             )
-        pool = [ln for _, lines in groups for ln in lines]
+        pool = [ln for _, lines in groups for ln in lines if not looks_secret(ln.text)]
         if not picked and pool:
             # a range with nothing worth keeping, or whose every line is longer than the
             # target, still leaves a trace

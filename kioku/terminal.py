@@ -151,21 +151,42 @@ def open_kioku(settings: Settings, *, write: bool, background: bool = False) -> 
 
 def find_conversation(store: Store, conversation_id: str, tenant: str) -> ConversationInfo:
     """The tenant's conversation by its id (ids are per tenant; use the returned `.id`, the
-    store's key), or NotFound naming the ones that exist (a read never creates one)."""
+    store's key), or NotFound naming the ones that exist, and the tenants that hold this id
+    (a read never creates one)."""
     try:
         return store.find_conversation(tenant, conversation_id)
     except NotFound:
         ids = [c.public_id or c.id for c in store.conversations(tenant)]
+        hint = elsewhere(store, tenant, conversation_id)
         if not ids:
             raise NotFound(
-                f"no conversation {conversation_id!r}: this database has none yet "
-                "(`kioku import` or `kioku serve` adds them)"
+                f"no conversation {conversation_id!r}"
+                + (
+                    hint
+                    or ": this database has none yet (`kioku import` or `kioku serve` adds them)"
+                )
             ) from None
         shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
         raise NotFound(
-            f"no conversation {conversation_id!r}; there {_is(len(ids))} "
+            f"no conversation {conversation_id!r}{hint or ''}; tenant {tenant!r} has "
             f"{plural(len(ids), 'conversation')}: {shown}"
         ) from None
+
+
+def elsewhere(store: Store, tenant: str, conversation_id: str | None = None) -> str:
+    """Where the conversations a command did not find under `tenant` are: ", but tenant 'acme'
+    holds 3 (run it with KIOKU_TENANT=acme)", or "" when no other tenant holds any."""
+    others = {t: n for t, n in store.tenant_counts(conversation_id).items() if t != tenant}
+    if not others:
+        return ""
+    ranked = sorted(others.items(), key=lambda tn: (-tn[1], tn[0]))
+    held = ", ".join(f"{t!r} ({n})" for t, n in ranked[:5])
+    what = "it" if conversation_id is not None else plural(sum(others.values()), "conversation")
+    return (
+        f" under tenant {tenant!r}, but tenant{'s' if len(others) > 1 else ''} {held} "
+        f"hold{'' if len(others) > 1 else 's'} {what} (run the command with "
+        f"KIOKU_TENANT={ranked[0][0]})"
+    )
 
 
 def _close(*, failed: bool) -> None:

@@ -25,6 +25,8 @@ from typing import Literal
 
 from bm25s.stopwords import STOPWORDS_EN_PLUS
 
+from kioku.inert import one_line
+
 DEFAULT_WINDOW = 20  # the seed counted over the last 20 replies
 DEFAULT_THRESHOLD = 8  # the seed's tic was in 11 of 20; 8 leaves room to act before that
 MAX_ENDING_ATOMS = 10
@@ -317,7 +319,8 @@ def anti_repetition_line(alerts: Sequence[TicAlert], lang: str = "en") -> str:
     if not alerts:
         return ""
     sep = "、" if lang in ("ja", "zh") else ", "
-    phrases = sep.join(_quote(a.phrase, lang) for a in alerts)
+    # the phrases are the replies' words: inert, so a reply cannot write kioku's instruction
+    phrases = sep.join(_quote(one_line(a.phrase), lang) for a in alerts)
     return _LINES.get(lang, _LINES["en"]).format(phrases=phrases)
 
 

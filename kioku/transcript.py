@@ -11,6 +11,13 @@ The protocol's parts are shown as what they are, never as something a person sai
 an action of its author ("[tool use] Mika: get_weather {…}"), a tool result what the tool returned
 ("[tool result] get_weather: sunny"), an image something its author shared (its caption is the
 message's text around it).
+
+What a message says can never pose as this structure (`kioku.inert`): its text is inert, its
+further lines are indented under its part (kioku's headers start a line, its part labels two
+spaces in, a message's own lines four), a part whose text opens like a label or a header shows
+that first bracket full-width, names are one line, and a line that looks like a secret
+(a password, a key, a card number) is withheld (`kioku.sensitive`): it stays in the log, never
+goes into memory.
 """
 
 from __future__ import annotations
@@ -20,9 +27,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from kioku.dates import WEEKDAYS
+from kioku.inert import indented, inert, inert_start, one_line
 from kioku.messages import LogEntry, Part, canonical_json
 from kioku.prompts import resolve_lang
 from kioku.relative_dates import resolve
+from kioku.sensitive import withheld
 
 
 @dataclass(frozen=True)
@@ -114,29 +123,32 @@ def _stamp(at: datetime | None, previous: datetime | None, lang: str = "en") -> 
 
 
 def _indent(text: str) -> str:
-    return text.strip().replace("\n", "\n" + INDENT + INDENT)
+    return indented(withheld(text.strip()), INDENT + INDENT)
 
 
 def render_part(part: Part, author: str, labels: Labels) -> str:
     text = _indent(part.text)
+    author = one_line(author)
     if part.kind == "narration":
         return f"{INDENT}{labels.narration} {text}"
     if part.kind == "speech":
-        who = part.speaker or author
+        who = one_line(part.speaker or "") or author
         quoted = f"{labels.open_quote}{text}{labels.close_quote}"
         return f"{INDENT}{labels.speech} {who}{labels.colon}{quoted}"
     if part.kind == "thought":
-        who = part.speaker or author
+        who = one_line(part.speaker or "") or author
         return f"{INDENT}{labels.thought} {who}{labels.colon}{text}"
     if part.kind == "tool_call":
-        return f"{INDENT}{labels.tool_call} {author}{labels.colon}{part.name} {canonical_json(part.text)}"
+        call = f"{one_line(part.name or '')} {inert(canonical_json(part.text))}"
+        return f"{INDENT}{labels.tool_call} {author}{labels.colon}{call}"
     if part.kind == "tool_result":
-        return f"{INDENT}{labels.tool_result} {part.name or labels.tool}{labels.colon}{text}"
+        tool = one_line(part.name or "") or labels.tool
+        return f"{INDENT}{labels.tool_result} {tool}{labels.colon}{text}"
     if part.kind == "image":
         return f"{INDENT}{labels.image} {author}"
     if part.kind == "attachment":
-        return f"{INDENT}{labels.attachment} {author} ({part.name})"
-    return f"{INDENT}{text}"
+        return f"{INDENT}{labels.attachment} {author} ({one_line(part.name or '')})"
+    return f"{INDENT}{inert_start(text)}"
 
 
 def render_entry(entry: LogEntry, labels: Labels, previous: datetime | None = None) -> str:
@@ -148,12 +160,12 @@ def render_entry(entry: LogEntry, labels: Labels, previous: datetime | None = No
         "system": labels.system,
         "tool": labels.tool,
     }[m.role]
-    author = m.author or side
+    author = one_line(m.author) or side
     head = [f"#{entry.seq}"]
     stamp = _stamp(m.at, previous, labels.lang)
     if stamp:
         head.append(stamp)
-    head.append(f"{author} ({side})" if m.author else side)
+    head.append(f"{author} ({side})" if one_line(m.author) else side)
     lines = [" · ".join(head)]
     for p in m.parts:
         if p.text.strip() or p.ref:

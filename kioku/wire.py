@@ -11,7 +11,10 @@ answer means the same thing everywhere, and breaks the same way:
 - a stream's `{"error": …}` event is recorded as `StreamState.error` (the proxy relays it as
   the upstream wrote it; the client raises it);
 - tool calls are read from `message.tool_calls`, or assembled from a stream's deltas (id and
-  name once, the arguments in fragments, by the call's `index`).
+  name once, the arguments in fragments, by the call's `index`);
+- a number kioku reads (`usage`, an `index`) that is not a whole number a server could mean
+  (`1e999`, `Infinity`, `"12"`, `-3`) is ignored: `usage` counts as unreported and the reply
+  is kept (a `usage` of `1e999` once threw a valid reply away as a 500).
 
 Every choice is read (`n > 1`); choice 0 is the one kioku records as the reply.
 """
@@ -19,20 +22,36 @@ Every choice is read (`n > 1`); choice 0 is the one kioku records as the reply.
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from kioku.errors import ModelError
 from kioku.models import Completion, ToolCall, Usage
 
+# a count past this is no count of tokens (and would not fit a database integer)
+_COUNT_LIMIT = 2**53
+
+
+def count(value: Any, default: int = 0) -> int:
+    """A whole number a server sent, or `default` when it is none: a bool, a string, a
+    fraction, a negative, an infinity or a number past 2^53."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return default
+    return int(value) if 0 <= value < _COUNT_LIMIT else default
+
 
 def _usage(raw: Any) -> Usage:
     if not isinstance(raw, dict):
         return Usage()
-    try:
-        return Usage(int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0))
-    except (TypeError, ValueError):
-        return Usage()
+    fields = (raw.get("prompt_tokens"), raw.get("completion_tokens"))
+    counts = [0 if v is None else count(v, -1) for v in fields]
+    if min(counts) < 0:
+        return Usage()  # a field that is no count: none of it is believed (it calibrates)
+    return Usage(*counts)
 
 
 def _arguments(raw: Any) -> str:
@@ -73,7 +92,7 @@ def read_choices(payload: Any, where: str, model: str = "") -> list[Completion]:
     """Every choice of a completion, in index order (choice 0 first). `where` names the server
     in the error; `model` stands in when the payload names none."""
     try:
-        choices = sorted(payload["choices"], key=lambda c: int(c.get("index") or 0))
+        choices = sorted(payload["choices"], key=lambda c: count(c.get("index")))
         usage = _usage(payload.get("usage"))
         name = str(payload.get("model") or model or "")
         out = [_choice(c, usage, name) for c in choices]
@@ -90,11 +109,27 @@ def read_completion(payload: Any, where: str, model: str = "") -> Completion:
 
 
 def read_json(text: str, where: str) -> Any:
-    """A completion's body; anything but JSON is the server's fault, said as such."""
+    """A completion's body; anything but JSON is the server's fault, said as such. A number
+    that is no JSON number (`Infinity`, `1e999`, which Python reads as an infinity) is read as
+    null, so the body can be written out again as JSON for the client."""
     try:
-        return json.loads(text)
-    except ValueError as e:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as e:
         raise ModelError(f"{where} answered with something other than JSON: {text[:200]!r}") from e
+    return _finite(value) if _NON_FINITE.search(text) else value
+
+
+_NON_FINITE = re.compile(r"Infinity|NaN|[eE]\+?\d{3}")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 @dataclass
@@ -111,7 +146,7 @@ class _Choice:
         for call in delta.get("tool_calls") or ():
             if not isinstance(call, dict):
                 continue
-            at = self.calls.setdefault(int(call.get("index") or 0), ["", ""])
+            at = self.calls.setdefault(count(call.get("index")), ["", ""])
             fn = call.get("function")
             fn = fn if isinstance(fn, dict) else {}
             at[0] = at[0] or str(call.get("id") or "")
@@ -154,7 +189,7 @@ class StreamState:
             return ""
         try:
             chunk = json.loads(data)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise ModelError(
                 f"the stream from {self.where} sent a line that is not JSON: {data[:200]!r}"
             ) from e
@@ -171,7 +206,7 @@ class StreamState:
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
-            index = int(choice.get("index") or 0)
+            index = count(choice.get("index"))
             state = self._at(index)
             delta = choice.get("delta")
             text = state.take(delta) if isinstance(delta, dict) else ""

@@ -1,17 +1,20 @@
 """Running summary jobs: durable in the store, leased, retried with backoff, safe to kill.
 
-A job is claimed with a lease. The summary and the job's completion are written in one
-transaction, so a worker killed at any point leaves either nothing (the lease expires and another
-worker claims the job again) or the finished item, never half. Memory changes only when the engine
-folds a ready item in at the start of a turn. The embedded mode runs a `BackgroundWorker` thread;
-the service runs `kioku worker` processes, any number of them.
+A job is claimed with a short lease that a heartbeat renews while the summary runs, so a worker
+that dies is replaced within a lease (30 s), and at once by a worker of the same host, which
+sees that the holder's process is gone (`kioku.owners`); a summary may take as long as it takes.
+The summary and the job's completion are written in one transaction, so a worker killed at any
+point leaves either nothing (another worker claims the job again) or the finished item, never
+half. Whatever else fails inside a job (the model, the disk) retries it with backoff and, in the
+end, fails it for good: a conversation never waits on a job nobody runs (the ceiling's extractive
+stand-ins cover what a failed job would have). Memory changes only when the engine folds a ready
+item in at the start of a turn. The embedded mode runs a `BackgroundWorker` thread; the service
+runs `kioku worker` processes, any number of them.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -20,19 +23,30 @@ from typing import Literal
 
 from kioku.cast import user_of
 from kioku.errors import KiokuError, LeaseLost
-from kioku.generations import chapter_task, item_from_summary, synopsis_task
+from kioku.generations import (
+    STAND_IN,
+    chapter_task,
+    item_from_summary,
+    replacing_stand_in,
+    stand_in_of,
+    synopsis_task,
+)
 from kioku.hooks import NO_LAYERS, MemoryLayers
 from kioku.lang import detect_lang
+from kioku.owners import may_be_alive, new_owner
 from kioku.profiles import Profile
 from kioku.revisions import revised_item, revision_task
 from kioku.store import DEFAULT_LEASE_S, Job, Store
-from kioku.summarizer import Summarizer, SummaryTask
+from kioku.summarizer import Summarizer, Summary, SummaryTask
 
 log = logging.getLogger("kioku.worker")
 
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_BACKOFF_S = 15.0
 DEFAULT_POLL_S = 1.0
+# A job whose summary has run this long is let go (its lease is no longer renewed), so a worker
+# that hangs inside a call that never returns cannot hold a conversation's lane for ever.
+DEFAULT_MAX_RUN_S = 1800.0
 
 
 # done; retry (later, with backoff); failed (for good); overtaken (its range is covered
@@ -64,6 +78,7 @@ class Worker:
         lease_s: float = DEFAULT_LEASE_S,
         layers: MemoryLayers = NO_LAYERS,
         delay_s: float | None = None,
+        max_run_s: float = DEFAULT_MAX_RUN_S,
     ) -> None:
         """`layers` keep verbal tics out of summaries and learn of each chapter written (notes
         are extracted from it). `delay_s` overrides the summary delay the jobs were queued with
@@ -71,7 +86,7 @@ class Worker:
         self.store = store
         self.summarizer = summarizer
         self._profile = profile
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+        self.name = name or new_owner(threading.get_ident())
         self.clock = clock
         # In simulations the summary "takes" this long: its item becomes ready only then.
         self.simulated_duration_s = simulated_duration_s
@@ -80,6 +95,7 @@ class Worker:
         self.lease_s = lease_s
         self.layers = layers
         self.delay_s = delay_s
+        self.max_run_s = max_run_s
 
     def profile_for(self, conversation_id: str) -> Profile:
         return self._profile(conversation_id) if callable(self._profile) else self._profile
@@ -90,6 +106,8 @@ class Worker:
         """Run one due job. `ahead_s` also takes jobs due that much later (an import replays
         the past: its summaries need not wait)."""
         now = self.clock() + ahead_s
+        # a job whose worker died on this host is taken over now, not when its lease runs out
+        self.store.expire_dead_leases(now, may_be_alive)
         job = self.store.claim_job(self.name, now, self.lease_s, conversation_id, self.delay_s)
         if job is None:
             return None
@@ -111,6 +129,8 @@ class Worker:
         avoid = tuple(self.layers.avoid_phrases(job.conversation_id))
         if job.kind == "revision":  # re-summarize an item a client's edit made stale
             return revision_task(self.store, job, profile, conv.character, avoid)
+        if job.kind == "synopsis" and job.payload.get(STAND_IN):
+            return self._replacement_task(job, conv.character, profile, avoid)
         if job.kind == "synopsis":
             active = {i.id: i for i in self.store.items(job.conversation_id, "active")}
             ids = list(job.payload.get("chapter_ids") or [])
@@ -173,8 +193,39 @@ class Worker:
         threads_from = tuple(i for i in so_far if i.kind == "chapter")
         return replace(task, previous=synopsis, chapters=threads_from)
 
+    def _replacement_task(
+        self, job: Job, character: str, profile: Profile, avoid: tuple[str, ...]
+    ) -> SummaryTask | None:
+        """The major GC an extractive synopsis stood in for (`policy.stand_in_synopsis`), from
+        the items it folded; None once that synopsis is no longer in memory."""
+        items = self.store.items(job.conversation_id)
+        if stand_in_of(items, job.first_seq, job.last_seq) is None:
+            return None
+        by_id = {i.id: i for i in items}
+        ids = list(job.payload.get("chapter_ids") or [])
+        syn_id = job.payload.get("synopsis_id")
+        if any(i not in by_id for i in ids) or (syn_id is not None and syn_id not in by_id):
+            return None
+        chapters = [by_id[i] for i in ids]
+        lang = detect_lang([c.text for c in chapters[:2]])
+        previous = by_id[syn_id] if syn_id is not None else None
+        return synopsis_task(
+            previous, chapters, profile, lang=lang, character=character, avoid_phrases=avoid
+        )
+
     def execute(self, job: Job) -> JobOutcome:
+        """Run a claimed job under its heartbeat. A failure of any kind (the model, the store,
+        a bug) retries the job with backoff, or fails it for good after `max_attempts`."""
         started = time.monotonic()
+        with _Heartbeat(self, job):
+            try:
+                return self._execute(job, started)
+            except Exception as e:
+                if not isinstance(e, KiokuError):
+                    log.exception("job %s (%s) broke", job.id, job.kind)
+                return self._failed(job, e, time.monotonic() - started)
+
+    def _execute(self, job: Job, started: float) -> JobOutcome:
         cid = job.conversation_id
         task = self.task_for(job)
         if task is None:
@@ -185,20 +236,32 @@ class Worker:
                 cid, job.kind, "overtaken", first_seq=job.first_seq, last_seq=job.last_seq
             )
             return JobOutcome(job, "overtaken")
-        try:
-            summary = self.summarizer.summarize(task)
-        except KiokuError as e:
-            return self._failed(job, e, time.monotonic() - started)
+        summary = self.summarizer.summarize(task)
         duration = time.monotonic() - started
         item = item_from_summary(task, summary, ready_at=self.clock() + self.simulated_duration_s)
         if job.kind == "revision":
             item = revised_item(self.store, job, item)
+        if job.payload.get(STAND_IN):
+            stand_in = stand_in_of(self.store.items(cid, "active"), job.first_seq, job.last_seq)
+            if stand_in is None:
+                self.store.finish_job(job.id, "cancelled", "overtaken: folded", worker=self.name)
+                return JobOutcome(job, "overtaken")
+            item = replacing_stand_in(stand_in, item)
         try:
             item_id = self.store.complete_job(job.id, cid, item, worker=self.name)
         except LeaseLost as e:
             # slower than the lease: another worker took the job over and its result counts
             self.store.log(cid, job.kind, "lease_lost", duration_s=duration, detail=str(e))
             return JobOutcome(job, "lost", duration_s=duration, error=str(e))
+        try:
+            self._written(job, task, summary, duration)
+        except KiokuError as e:  # the item stands; only its log lines or notes are missing
+            log.warning("job %s done, but not all of it was recorded: %s", job.id, e)
+        return JobOutcome(job, "done", item_id, duration)
+
+    def _written(self, job: Job, task: SummaryTask, summary: Summary, duration: float) -> None:
+        """Log and count a stored summary, and let the layers read its messages (notes)."""
+        cid = job.conversation_id
         for ev in summary.events:
             self.store.log(cid, ev, "ok", first_seq=job.first_seq, last_seq=job.last_seq)
             self.store.incr(cid, ev)
@@ -222,22 +285,60 @@ class Worker:
                 # them. Logged and counted, never silent.
                 self.store.log(cid, "notes", "failed", detail=f"{type(e).__name__}: {e}")
                 self.store.incr(cid, "notes_failures")
-        return JobOutcome(job, "done", item_id, duration)
 
     def _failed(self, job: Job, error: Exception, duration: float) -> JobOutcome:
         cid = job.conversation_id
         msg = f"{type(error).__name__}: {error}"
-        if job.attempts >= self.max_attempts:
-            # Give up: the ceiling's extractive stand-in will cover this range if it must.
-            self.store.finish_job(job.id, "failed", msg, worker=self.name)
-            self.store.log(cid, job.kind, "failed", duration_s=duration, detail=msg)
-            self.store.incr(cid, "failed_jobs")
-            log.warning("job %s failed for good after %s attempts: %s", job.id, job.attempts, msg)
-            return JobOutcome(job, "failed", duration_s=duration, error=msg)
-        delay = self.backoff_s * (2 ** (job.attempts - 1))
-        self.store.retry_job(job.id, self.clock() + delay, msg, worker=self.name)
-        self.store.log(cid, "retry", "scheduled", duration_s=duration, detail=msg)
+        try:
+            if job.attempts >= self.max_attempts:
+                # Give up: the ceiling's extractive stand-in will cover this range if it must.
+                self.store.finish_job(job.id, "failed", msg, worker=self.name)
+                self.store.log(cid, job.kind, "failed", duration_s=duration, detail=msg)
+                self.store.incr(cid, "failed_jobs")
+                log.warning(
+                    "job %s failed for good after %s attempts: %s", job.id, job.attempts, msg
+                )
+                return JobOutcome(job, "failed", duration_s=duration, error=msg)
+            delay = self.backoff_s * (2 ** (job.attempts - 1))
+            self.store.retry_job(job.id, self.clock() + delay, msg, worker=self.name)
+            self.store.log(cid, "retry", "scheduled", duration_s=duration, detail=msg)
+        except KiokuError as e:
+            # the store refuses even this (a full disk): the heartbeat has stopped, so the
+            # lease runs out and another try claims the job then
+            log.warning("job %s failed (%s) and could not be rescheduled: %s", job.id, msg, e)
         return JobOutcome(job, "retry", duration_s=duration, error=msg)
+
+
+class _Heartbeat:
+    """Renews a running job's lease every third of it until the job ends (or runs past the
+    worker's `max_run_s`, or another worker has it), in a thread beside the summary."""
+
+    def __init__(self, worker: Worker, job: Job) -> None:
+        self.worker = worker
+        self.job = job
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="kioku-lease", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        w = self.worker
+        began = time.monotonic()
+        while not self._stop.wait(w.lease_s / 3):
+            if time.monotonic() - began > w.max_run_s:
+                log.warning("job %s ran past %.0f s: its lease is let go", self.job.id, w.max_run_s)
+                return
+            try:
+                if not w.store.renew_job(self.job.id, w.name, w.clock() + w.lease_s):
+                    return  # another worker took it over, or it ended
+            except KiokuError as e:
+                log.warning("could not renew the lease of job %s: %s", self.job.id, e)
 
 
 class BackgroundWorker:

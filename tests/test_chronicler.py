@@ -649,8 +649,8 @@ def test_summarize_transcript_folds_chapters_into_a_synopsis() -> None:
     # every seq covered exactly once
     covered = [s for i in mem.items for s in range(i.first_seq, i.last_seq + 1)]
     assert covered == list(range(12))
-    assert result.text.startswith("The story so far")
-    assert "## Synopsis (#0–" in result.text
+    assert result.text.startswith("⟦The story so far")
+    assert "## ⟦Synopsis (#0–" in result.text
     log = out_buf.getvalue()
     assert "chapter #0–" in log and "synopsis #0–" in log
     # each chapter after the first saw the memory so far as context

@@ -230,7 +230,10 @@ def test_reads_never_write(folded: Path) -> None:
         r = invoke([*args, "--db", db])
         if "nosuch" in args:
             assert r.exit_code != 0
-            assert "no conversation 'nosuch'; there are 2 conversations: mika, st" in r.stderr
+            assert (
+                "no conversation 'nosuch'; tenant 'default' has 2 conversations: mika, st"
+                in r.stderr
+            )
         else:
             assert r.exit_code == 0, (args, r.output)
     assert fingerprint(folded) == before
@@ -240,7 +243,7 @@ def test_reads_never_write(folded: Path) -> None:
     rows = content(folded)
     r = invoke(["cut", "nosuch", "--db", db])
     assert r.exit_code != 0
-    assert "no conversation 'nosuch'; there are 2 conversations: mika, st" in r.stderr
+    assert "no conversation 'nosuch'; tenant 'default' has 2 conversations: mika, st" in r.stderr
     assert content(folded) == rows
 
 
@@ -483,7 +486,7 @@ def test_reads_on_postgresql_run_in_read_only_transactions() -> None:
         assert r.exit_code == 0, r.output
         assert [h["seq"] for h in json.loads(r.stdout)] == [0]
         line = one_error_line(invoke(["memory", "nosuch", "--db", url]))
-        assert "there is 1 conversation: mika" in line
+        assert "tenant 'default' has 1 conversation: mika" in line
         assert [c.id for c in store.conversations()] == ["mika"]
         ro.close()
         store.close()
@@ -497,5 +500,5 @@ def test_keys_list_reads_like_a_person_would(tmp_path: Path) -> None:
     r = invoke(["keys", "list", "--db", db])
     assert r.exit_code == 0
     header, row = r.stdout.splitlines()
-    assert header.split() == ["key", "id", "tenant", "created", "revoked"]
-    assert re.search(r"acme\s+\d{4}-\d\d-\d\d \d\d:\d\d", row), row  # a date, not 1796053517
+    assert header.split() == ["key", "id", "tenant", "scopes", "created", "revoked"]
+    assert re.search(r"acme\s+chat,read,operator\s+\d{4}-\d\d-\d\d \d\d:\d\d", row), row

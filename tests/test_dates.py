@@ -28,13 +28,13 @@ def test_a_date_line_marks_each_new_day_and_a_window_that_continues() -> None:
     ]
     texts = dated_texts(ms, "en")
     assert texts[0] == "Good night!"  # the conversation's start: nothing came before
-    assert dated_texts(ms, "en", continued=True)[0] == "[Sunday, 7 May 2023]\nGood night!"
+    assert dated_texts(ms, "en", continued=True)[0] == "⟦Sunday, 7 May 2023⟧\nGood night!"
     assert texts[1] == "Sleep well."
-    assert texts[2] == "[Monday, 8 May 2023]\nMorning!"
+    assert texts[2] == "⟦Monday, 8 May 2023⟧\nMorning!"
     assert texts[3] == "Hi."
-    assert texts[4].startswith("[Monday, 8 May 2023]\n")
-    assert date_line(date(2023, 5, 8), "ja") == "[2023年5月8日(月)]"
-    assert date_line(date(2023, 5, 8), "zh") == "[2023年5月8日 星期一]"
+    assert texts[4].startswith("⟦Monday, 8 May 2023⟧\n")
+    assert date_line(date(2023, 5, 8), "ja") == "⟦2023年5月8日(月)⟧"
+    assert date_line(date(2023, 5, 8), "zh") == "⟦2023年5月8日 星期一⟧"
 
 
 def test_the_prompt_counts_date_lines_with_their_message_and_stays_stable() -> None:
@@ -61,8 +61,8 @@ def test_the_prompt_counts_date_lines_with_their_message_and_stays_stable() -> N
         counter=counter,
     )
     contents = [m.content for m in p.messages]
-    assert contents[1].startswith("[Sunday, 7 May 2023]\n")
-    assert contents[3].startswith("[Monday, 8 May 2023]\n")
+    assert contents[1].startswith("⟦Sunday, 7 May 2023⟧\n")
+    assert contents[3].startswith("⟦Monday, 8 May 2023⟧\n")
     assert contents[-1] == "What did we do yesterday?"  # same day as the message before it
     assert p.account.raw == sum(counter.count(c) for c in contents[1:-1])  # exact, lines included
     # the next turn renders the same messages the same way: the prompt cache holds
@@ -73,7 +73,7 @@ def test_the_prompt_counts_date_lines_with_their_message_and_stays_stable() -> N
     q = build(
         system_prompt="", memory=Memory(), raw=raw, new=late, profile=LOCAL_8K, counter=counter
     )
-    assert q.messages[-1].content == "[Tuesday, 9 May 2023]\nHello again."
+    assert q.messages[-1].content == "⟦Tuesday, 9 May 2023⟧\nHello again."
     assert q.account.new == counter.count(q.messages[-1].content)
     # a conversation that still fits from its first message passes through as sent
     fresh = [LogEntry(i, e.message, e.tokens) for i, e in enumerate(raw[:2])]

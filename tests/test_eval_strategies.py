@@ -67,7 +67,7 @@ def test_every_arm_answers_with_a_prompt_that_fits(arms) -> None:
         assert ctx.strategy == name
         # the question last, or followed by its recollections (shown once, after it)
         last = ctx.messages[-1].content
-        assert last.endswith(ctx.question) or f"{ctx.question}\n\n(A memory" in last, name
+        assert last.endswith(ctx.question) or f"{ctx.question}\n\n⟦A memory" in last, name
         assert ctx.question not in ctx.text
         # every arm's prompt was assembled by the product's allocator, which accounts for it
         assert ctx.account is not None and ctx.account.total == ctx.tokens, name

@@ -48,7 +48,7 @@ def test_a_fast_client_loses_nothing_the_ledger_would_keep() -> None:
     assert ("user", "relation", "sister is Hanako") in kept
     assert ("Hanako", "anniversary", "birthday is March 3rd") in kept
     assert any(k == "promise" and "bake Hanako a strawberry cake" in t for _, k, t in kept)
-    assert "## Notes" in shown and "sister is Hanako" in shown.split("## Notes")[1]
+    assert "## ⟦Notes⟧" in shown and "sister is Hanako" in shown.split("## ⟦Notes⟧")[1]
     kk.close()
 
 

@@ -214,7 +214,7 @@ def test_model_extraction_stores_parsed_notes_and_shows_the_prompt(store):
     (req,) = model.history
     assert req.purpose == "notes" and req.messages[0].role == "system"
     prompt = model.prompts("notes")[0]
-    assert "[10] Aki: My birthday is 3 May." in prompt
+    assert "⟦10⟧ Aki: My birthday is 3 May." in prompt
     assert f"#{old} [preference] Aki: likes green tea" in prompt
     assert "NONE" in prompt and "catchphrases" in prompt
     assert notes(store, "c1")[-1].origin == f"{NOTES_PROMPT_VERSION}-en"
@@ -239,19 +239,26 @@ def test_model_says_none(store):
         "",
     ],
 )
-def test_bad_model_output_raises_and_stores_nothing(store, bad):
+def test_bad_model_output_is_never_parsed_and_the_model_free_extractor_stands_in(store, bad):
     model = ScriptedModel([bad])
     with pytest.raises(BadNotes) as info:
-        update_notes(store, "c1", entries("My name is Aki.", "ok"), NotesExtractor(model))
-    assert isinstance(info.value, BadSummary)  # the worker's retry for bad summaries applies
-    assert ledger(store, "c1") == []
+        NotesExtractor(model).extract(entries("My name is Aki.", "ok"))
+    assert isinstance(info.value, BadSummary)
+    # the notes miss nothing the extractor can see: it reads the same messages (issue 21)
+    update_notes(
+        store, "c1", entries("My name is Aki.", "ok"), NotesExtractor(ScriptedModel([bad]))
+    )
+    (note,) = notes(store, "c1")
+    assert note.kind == "name" and note.origin.startswith("notes-heuristic")
+    assert store.counters("c1")["notes_fallbacks"] == 1
+    assert [e["outcome"] for e in store.log_entries("c1") if e["event"] == "notes"] == ["fallback"]
 
 
 def test_a_cut_reply_is_not_parsed(store):
     good = reply({"subject": "Aki", "kind": "name", "text": "is called Aki", "seq": 0})
     model = ScriptedModel([Completion(good, finish_reason="length")])
     with pytest.raises(BadNotes, match="max_tokens"):
-        update_notes(store, "c1", entries("My name is Aki.", "ok"), NotesExtractor(model))
+        NotesExtractor(model).extract(entries("My name is Aki.", "ok"))
     assert ledger(store, "c1") == []
 
 

@@ -323,3 +323,45 @@ def test_chapters_are_written_early_enough_for_a_questions_room() -> None:
     assert state().trigger == P.trigger  # 1,400 - 350 leaves it where it was
     roomy = replace(P, question_room=0.4)
     assert state(profile=roomy).trigger == 1400 - 560
+
+
+def test_a_late_major_gc_is_folded_by_an_extractive_synopsis_with_the_fold_that_needs_it() -> None:
+    """Chapters passed the major-GC threshold (250) and its synopsis is queued but has not come:
+    the fold that adds a fourth chapter would take them a chapter past it (400 > 250 + 100), so
+    that fold also folds the oldest chapters into an extractive synopsis now, and the model's
+    major GC of the same range is scheduled to replace it."""
+    given = state(
+        raw_start=30,
+        raw=raw(30, 110),  # 1,400 with memory: the ready chapter folds now
+        fixed=300,
+        memory=chapters((0, 9), (10, 19), (20, 29)),
+        ready=[item(7, 30, 39)],
+        jobs=[PendingJob("synopsis", 0, 19)],
+    )
+    d = decide(given)
+    assert d.activate == (7,) and d.raw_start == 40
+    assert d.stand_in_synopsis == (1, 2) and set(d.retire) == {1, 2}
+    (job,) = [j for j in d.schedule if j.kind == "synopsis"]
+    assert (job.first_seq, job.last_seq) == (0, 19)
+    assert job.payload == {"stand_in": True, "chapter_ids": [1, 2], "synopsis_id": None}
+    assert any("late major GC" in r for r in d.reasons)
+    # a turn that does not fold waits for the model's synopsis (memory only grows at folds)
+    quiet = replace(given, raw=raw(30, 60), ready=[])
+    assert not decide(quiet).stand_in_synopsis
+    # one chapter past the threshold is what a major GC on its way may leave
+    within = replace(given, memory=chapters((10, 19), (20, 29)), raw_start=30)
+    assert not decide(within).stand_in_synopsis
+
+
+def test_memory_past_the_ceiling_folds_whole_into_an_extractive_synopsis() -> None:
+    """A prompt that cannot fit even with the raw window cut to the new message (memory of
+    1,500 tokens under a 1,400 ceiling, as a stuck summary once left it): every item folds now,
+    and the turn fits."""
+    memory = Memory(
+        synopsis=item(1, 0, 99, 600, kind="synopsis"),
+        chapters=tuple(item(2 + k, 100 + 10 * k, 109 + 10 * k, 100) for k in range(9)),
+    )
+    given = state(raw_start=190, raw=raw(190, 4), fixed=1500, memory=memory)
+    d = decide(given)
+    assert d.stand_in_synopsis == tuple(range(1, 11))
+    assert any("memory past the ceiling" in r for r in d.reasons)

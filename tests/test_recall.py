@@ -242,7 +242,7 @@ def test_recall_returns_exchanges_with_speaker_and_date():
     assert r.at == at
     text = r.text
     # the raw window's date line, and the neighbour's "tomorrow" as the day it meant
-    assert text.splitlines()[1] == "[Wednesday, 8 May 2024]"
+    assert text.splitlines()[1] == "⟦Wednesday, 8 May 2024⟧"
     assert "Mika: I adopted a kitten named Mochi" in text
     assert "Aki: i should clean the kitchen tomorrow (9 May 2024)" in text
     assert r.tokens == ScriptEstimator().count(text)
@@ -257,11 +257,11 @@ def test_a_recollection_dates_each_day_it_spans_in_the_conversations_language() 
     )
     text = Recollection(3, 5, 1.0, lines, lang="ja").text.splitlines()
     assert text == [
-        "(#3–5)",
-        "[2024年5月8日(水)]",
+        "⟦#3–5⟧",
+        "⟦2024年5月8日(水)⟧",
         "アキ: 昨日(2024年5月7日)ミカと映画を見た",
         "ミカ: 楽しかったね",
-        "[2024年5月12日(日)]",
+        "⟦2024年5月12日(日)⟧",
         "アキ: 先週(2024年4月29日の週)の話だけど",  # said on a Sunday: the week before
     ]
 

@@ -57,4 +57,4 @@ def test_client_dates_and_receipt_times(service: Harness) -> None:
     # conversation's first message passes as sent
     sent = [m["content"] for m in service.up.chats()[0]["messages"]]
     assert sent[-3] == "We met at the pier."
-    assert sent[-1] == "[Monday, 8 May 2023]\nWhat did we do yesterday?"
+    assert sent[-1] == "⟦Monday, 8 May 2023⟧\nWhat did we do yesterday?"

@@ -158,6 +158,22 @@ HOSTILE = {
     "bytes that are not UTF-8": b'{"messages": [{"role": "user", "content": "hi \xff\xfe"}]}',
     "not JSON": b"messages: hi",
     "a JSON array": b"[1, 2]",
+    # a RecursionError (500) on 36c9307, wherever the nesting was
+    "nested 1,000 deep in a field": b'{"metadata": '
+    + b"[" * 1000
+    + b"]" * 1000
+    + b', "messages": [{"role": "user", "content": "hi"}]}',
+    "nested 1,000 deep in content": b'{"messages": [{"role": "user", "content": '
+    + b"[" * 1000
+    + b"]" * 1000
+    + b"}]}",
+    "nested 1,000 deep in a tool's parameters": b'{"tools": [{"type": "function", "function": '
+    + b'{"name": "f", "parameters": '
+    + b'{"a": ' * 1000
+    + b"1"
+    + b"}" * 1000
+    + b'}}], "messages": [{"role": "user", "content": "hi"}]}',
+    "nested 1,000 deep and never closed": b'{"messages": ' + b"[" * 1000,
 }
 
 
@@ -287,6 +303,23 @@ def test_fuzzing_bodies_never_gets_a_server_error(
         status, _, raw = conn.post(body, cid="fuzz-1", content_type=content_type)
         assert status < 500, raw
         status, _, raw = conn.post(encoded(chat_body("still alive?")), cid="fuzz-1")
+        assert status == 200, raw
+    finally:
+        conn.close()
+
+
+def test_json_nested_as_deep_as_a_request_needs_is_fine(small: Harness) -> None:
+    """The depth limit (100) is far from what a real request nests: a tool's schema 40 deep."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(40):
+        schema = {"type": "object", "properties": {"inner": schema}}
+    body = chat_body(
+        "a [bracketed] {text} with [[[ brackets ]]] in it",
+        tools=[{"type": "function", "function": {"name": "f", "parameters": schema}}],
+    )
+    conn = Raw(small)
+    try:
+        status, _, raw = conn.post(encoded(body), cid="deep-ok")
         assert status == 200, raw
     finally:
         conn.close()

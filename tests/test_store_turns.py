@@ -86,3 +86,25 @@ def test_an_idempotency_key_is_kept_for_a_day_per_tenant(store: Store) -> None:
     assert record.conversation == "c1"
     assert store.idempotency_key("zeta", "k:abc", now=1002.0) is None
     assert store.idempotency_key("acme", "k:abc", now=1001.0 + IDEMPOTENCY_TTL_S + 1) is None
+
+
+def test_conversations_whose_names_share_a_32_bit_hash_never_wait_for_each_other(
+    store: Store,
+) -> None:
+    """`acme`'s `mika-7171` and `evil`'s `e120283` have the same PostgreSQL `hashtext` (the
+    turn lock's key on 36c9307, where evil's 120 s turn made acme's wait 118.7 s): each holds a
+    lock of its own."""
+    if store.is_postgres:
+        with store.engine.connect() as conn:
+            same = conn.exec_driver_sql(
+                "SELECT hashtext(E'acme\\x1fmika-7171') = hashtext(E'evil\\x1fe120283')"
+            ).scalar()
+        assert same  # the pair still collides under the old key
+    evil = store.take_turn("evil", "e120283", "h:1:e", "req-e", now=100.0)
+    assert evil is not None
+    started = time.monotonic()
+    acme = store.take_turn("acme", "mika-7171", "h:2:a", "req-a", now=100.1)
+    assert acme is not None and time.monotonic() - started < 1.0
+    assert store.take_turn("evil", "e120283", "h:3:x", "req-x", now=100.2) is None  # still held
+    store.end_turn(acme, now=101.0)
+    store.end_turn(evil, now=101.0)

@@ -126,4 +126,4 @@ def test_a_synopsis_keeps_a_share_for_the_oldest_part_and_its_dates() -> None:
     )
     assert item.data["period"] == ["2022-08-02", "2022-08-23"]
     shown, _ = render_memory(Memory(synopsis=item), "en")
-    assert "## Synopsis (#0–399, 2 August 2022 – 23 August 2022)" in shown
+    assert "## ⟦Synopsis (#0–399, 2 August 2022 – 23 August 2022)⟧" in shown

@@ -204,6 +204,36 @@ def bench_chronicle(
     _result(result, as_json)
 
 
+@bench_app.command("stuck")
+def bench_stuck(
+    data: DataOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help=FORMATS + ".")] = "locomo",
+    speaker: SpeakerOpt = None,
+    conversation: LocomoOpt = 0,
+    profile: ReplayProfileOpt = "local-8k",
+    window: WindowOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A conversation replayed while no summary ever comes (a chapter job held by a worker that
+    never finishes, no worker running): failed turns and memory at its largest.
+
+    Example: kioku bench stuck --format locomo --conversation 7 --window 3072 --json
+    """
+    from kioku.bench.stuck import run
+
+    _result(
+        run(
+            data,
+            fmt,
+            speaker=speaker,
+            conversation=conversation,
+            profile=profile,
+            window=window,
+        ),
+        as_json,
+    )
+
+
 def _result(data: Any, as_json: bool) -> None:
     """A benchmark's result: JSON for scripts, an indented outline for people."""
     if as_json:

@@ -128,8 +128,18 @@
   // --- conversations --------------------------------------------------------------------------
 
   async function loadConversations() {
-    const data = await api("GET", "conversations");
-    state.conversations = data.data || []; // latest activity first
+    // a page at a time, latest activity first, until the last page
+    const all = [];
+    let cursor = null;
+    do {
+      const page = await api(
+        "GET",
+        `conversations?limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+      );
+      all.push(...(page.data || []));
+      cursor = page.next_cursor || null;
+    } while (cursor && all.length < 100000);
+    state.conversations = all;
     renderConversations();
   }
 

@@ -7,6 +7,8 @@ exactly like one that does not exist. Reads never create anything.
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -14,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from kioku import notes as notes_layer
 from kioku.engine import Conversation, Kioku
-from kioku.errors import NotFound, StoreError
+from kioku.errors import BadParameter, NotFound, StoreError
 from kioku.ids import is_valid_id, key_for
 from kioku.memory import MemoryItem
 from kioku.revisions import versions
@@ -42,6 +44,9 @@ class ConversationOut(BaseModel):
 
 class ConversationList(BaseModel):
     data: list[ConversationOut]
+    next_cursor: str | None = Field(
+        None, description="Pass as `cursor` for the next page; null on the last page."
+    )
 
 
 class PartOut(BaseModel):
@@ -206,28 +211,42 @@ def list_conversations(
     q: Annotated[
         str | None, Query(max_length=200, description="Only ids or characters containing this.")
     ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Conversations per page.")] = 100,
+    cursor: Annotated[
+        str | None, Query(max_length=400, description="`next_cursor` of the page before.")
+    ] = None,
 ) -> ConversationList:
     kk = _kioku(request, tenant)
-    active = kk.store.last_activity(tenant)
-    found = [
-        c
-        for c in kk.store.conversations(tenant)
-        if not q or q.casefold() in f"{c.id}\n{c.character}".casefold()
-    ]
-    found.sort(key=lambda c: -active.get(c.id, 0.0))
+    page, after = kk.store.conversation_page(
+        tenant, limit=limit, query=q, before=_cursor(cursor) if cursor else None
+    )
     return ConversationList(
         data=[
             ConversationOut(
-                id=c.public_id or c.id,
+                id=c.id,
                 character=c.character,
-                messages=c.next_seq,
+                messages=c.messages,
                 raw_start=c.raw_start,
                 memory_version=c.memory_version,
-                last_activity=active.get(c.id),
+                last_activity=c.last_activity,
             )
-            for c in found
-        ]
+            for c in page
+        ],
+        next_cursor=_encode_cursor(after) if after else None,
     )
+
+
+def _encode_cursor(after: tuple[float, str]) -> str:
+    raw = json.dumps([after[0], after[1]], ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _cursor(text: str) -> tuple[float, str]:
+    try:
+        at, key = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        return float(at), str(key)
+    except (ValueError, TypeError) as e:
+        raise BadParameter("cursor is not a `next_cursor` kioku gave", "cursor") from e
 
 
 @router.get("/{conversation_id}/messages", response_model=MessagePage, summary="The log, paged")

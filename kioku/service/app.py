@@ -39,6 +39,7 @@ from kioku.errors import (
     BadParameter,
     ConfigError,
     ContextOverflow,
+    Forbidden,
     InputError,
     KeyReused,
     KiokuError,
@@ -205,10 +206,15 @@ def kioku_error(e: KiokuError) -> JSONResponse:
     headers: dict[str, str] | None = None
     if isinstance(e, NotFound):
         status, kind, code = 404, "not_found_error", "not_found"
+    elif isinstance(e, Forbidden):
+        status, kind, code = 403, "permission_error", "insufficient_scope"
     elif isinstance(e, SyncConflict):
         status, kind, code = 409, "conflict_error", "transcript_conflict"
     elif isinstance(e, NameTaken):
         status, kind, code = 409, "conflict_error", "name_taken"
+    elif isinstance(e, ContextOverflow) and e.cause != "raw":
+        # kioku's memory (or the card) is what does not fit: not the request's fault
+        status, kind, code = 503, "server_error", "memory_over_budget"
     elif isinstance(e, MessageTooLarge | ContextOverflow):
         status, kind, code = 400, "invalid_request_error", "context_length_exceeded"
     elif isinstance(e, BadParameter):

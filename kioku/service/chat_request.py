@@ -25,7 +25,15 @@ from kioku.service.card_parts import Card, LeadingMessage, card_of
 from kioku.service.speakers import speaker_of
 from kioku.sync import Incoming
 
-__all__ = ["ROLES", "ChatBody", "ChatMessageIn", "Split", "content_text", "split_messages"]
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "ROLES",
+    "ChatBody",
+    "ChatMessageIn",
+    "Split",
+    "content_text",
+    "split_messages",
+]
 
 ROLES: dict[str, Role] = {
     "system": "system",
@@ -37,11 +45,17 @@ ROLES: dict[str, Role] = {
 }
 
 
+# A name (a message's `name`, X-Kioku-Character, X-Kioku-User) is a person's or a character's:
+# the longest any chat needs is far below this. A 20,000-character name once made every
+# chronicler prompt 170,070 characters (issue 21).
+MAX_NAME_LENGTH = 200
+
+
 class ChatMessageIn(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: str
     content: str | list[dict[str, Any]] | None = None
-    name: str | None = None
+    name: str | None = Field(None, max_length=MAX_NAME_LENGTH)
 
 
 class ChatBody(BaseModel):

@@ -122,15 +122,28 @@ def serve(
 def keys_create(
     tenant: Annotated[str, typer.Argument(help="The tenant the key reaches.")],
     db: DbOpt = None,
+    scope: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scope",
+            help="What the key may do: chat (the proxy), read (the REST API's reads), operator "
+            "(edit notes and memory, cut; reads too). Repeatable or comma-separated; "
+            "default: all three.",
+        ),
+    ] = None,
 ) -> None:
     """Create an API key; the key is printed once, as the last line.
 
-    Example: kioku keys create --db kioku.db acme
+    Example: kioku keys create --db kioku.db acme --scope chat
     """
-    from kioku.service.keys import create_key
+    from kioku.service.keys import create_key, parse_scopes
 
-    key, text = create_key(terminal.open_store(settings(db).db, write=True), tenant)
-    typer.echo(f"key id {key.id} for tenant {key.tenant} (store it now: it is not kept)")
+    scopes = parse_scopes(scope)
+    key, text = create_key(terminal.open_store(settings(db).db, write=True), tenant, scopes)
+    typer.echo(
+        f"key id {key.id} for tenant {key.tenant}, scopes {','.join(key.scopes)} "
+        "(store it now: it is not kept)"
+    )
     typer.echo(text)
 
 
@@ -150,8 +163,17 @@ def keys_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
         terminal.note("no API keys yet (`kioku keys create TENANT` makes one)")
         return
     terminal.table(
-        ("key id", "tenant", "created", "revoked"),
-        [(k.id, k.tenant, terminal.when(k.created_at), terminal.when(k.revoked_at)) for k in keys],
+        ("key id", "tenant", "scopes", "created", "revoked"),
+        [
+            (
+                k.id,
+                k.tenant,
+                ",".join(k.scopes),
+                terminal.when(k.created_at),
+                terminal.when(k.revoked_at),
+            )
+            for k in keys
+        ],
     )
 
 

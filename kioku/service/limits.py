@@ -9,9 +9,10 @@ after the user message was stored. So:
 - `BodyLimit` (ASGI middleware) answers 413 from `Content-Length` without reading the body, and
   stops reading a body without one as soon as it passes the limit;
 - `StrictJSONRoute` parses the body once, strictly, before FastAPI validates it: it must say it is
-  JSON (415 otherwise), be UTF-8, hold no `NaN`/`Infinity`, no number beyond 64 bits, no lone
-  UTF-16 surrogate (none of which the database, the upstream or the JSON encoder can take);
-  `messages` beyond the cap answer 413.
+  JSON (415 otherwise), be UTF-8, nest at most `MAX_JSON_DEPTH` deep (measured before parsing:
+  a body nested 1,000 deep was a `RecursionError`, a 500), hold no `NaN`/`Infinity`, no number
+  beyond 64 bits, no lone UTF-16 surrogate (none of which the database, the upstream or the
+  JSON encoder can take); `messages` beyond the cap answer 413.
 
 Every refusal is a 4xx in the OpenAI error shape, before anything is stored.
 """
@@ -25,6 +26,7 @@ import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import numpy as np
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -33,6 +35,10 @@ from kioku.errors import InputError, NotJSON, RequestTooLarge, error_body
 
 INT_LIMIT = 2**64  # what upstreams (C++ servers) can hold in a seed or a logit-bias key
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# Far deeper than any chat request (a tool's JSON schema nests a few levels), far below the
+# interpreter's recursion limit, which parsing, validating and encoding a body each recurse into.
+MAX_JSON_DEPTH = 100
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
 def _mib(n: int) -> str:
@@ -118,6 +124,18 @@ def _float(text: str) -> float:
     return value
 
 
+def json_depth(text: str) -> int:
+    """How deep JSON text nests its arrays and objects, without parsing it (brackets inside
+    strings do not count): in C and numpy, so an 8 MiB body of brackets costs milliseconds."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return 0  # cannot be too deep: not worth measuring
+    bare = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "replace"), dtype=np.uint8)
+    steps = np.zeros(bare.shape, dtype=np.int32)
+    steps[(bare == ord("[")) | (bare == ord("{"))] = 1
+    steps[(bare == ord("]")) | (bare == ord("}"))] = -1
+    return int(np.cumsum(steps).max(initial=0))
+
+
 def parse_json(raw: bytes) -> Any:
     """A request body as JSON, refusing what kioku could not store or forward (`InputError`)."""
     try:
@@ -126,12 +144,20 @@ def parse_json(raw: bytes) -> Any:
         raise InputError(
             f"the body is not UTF-8 (bad byte at offset {e.start}); send JSON encoded as UTF-8"
         ) from None
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise InputError(
+            f"the body nests {depth} levels deep; kioku takes JSON nested at most "
+            f"{MAX_JSON_DEPTH} deep (no chat request needs more)"
+        )
     try:
         value = json.loads(text, parse_constant=_no_constant, parse_int=_int, parse_float=_float)
     except json.JSONDecodeError as e:
         raise InputError(
             f"the body is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})"
         ) from None
+    except RecursionError:  # the depth check above keeps valid JSON from getting here
+        raise InputError(f"the body nests deeper than {MAX_JSON_DEPTH} levels") from None
     if _SURROGATE_ESCAPE.search(text):
         # a pair of escapes is one valid character; only a lone half cannot be encoded
         try:

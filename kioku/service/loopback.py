@@ -46,12 +46,15 @@ def wait_until_answers(
     process is gone, or once `timeout_s` has passed: the caller says which, with its log."""
     import httpx
 
+    from kioku.tls import tls_context
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not alive():
             return False
         try:
-            if httpx.get(url, timeout=request_timeout_s).status_code == 200:
+            # one TLS context for every poll: httpx would load the CA bundle (0.2 s) each time
+            if httpx.get(url, timeout=request_timeout_s, verify=tls_context()).status_code == 200:
                 return True
         except httpx.HTTPError:
             pass
@@ -62,7 +65,7 @@ def wait_until_answers(
 def default_reply(body: dict[str, Any]) -> str:
     last = body["messages"][-1]["content"] if body.get("messages") else ""
     # what the user wrote, without the date line kioku puts in front of a new day's message
-    said = re.sub(r"^\[[^\]\n]*\]\n", "", str(last))
+    said = re.sub(r"^⟦[^⟧\n]*⟧\n", "", str(last))
     return f"(reply to: {said[-60:]})"
 
 

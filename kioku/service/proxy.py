@@ -39,12 +39,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kioku.alternation import alternate
-from kioku.errors import InputError, ModelError, UpstreamError
+from kioku.errors import BadParameter, InputError, ModelError, UpstreamError
 from kioku.ids import is_valid_id, key_for
 from kioku.messages import LogEntry
 from kioku.models import Completion
 from kioku.service import generation as gen
-from kioku.service.chat_request import ChatBody, split_messages
+from kioku.service.chat_request import MAX_NAME_LENGTH, ChatBody, split_messages
 from kioku.service.chat_turn import Request, Turn, finish_turn, start_side, start_turn
 from kioku.service.conventions import check_headers, header_text, speakers_of, volatile_of
 from kioku.service.metrics import prefix_reuse
@@ -149,6 +149,10 @@ async def chat(
         cid = await run_in_threadpool(conversation_key, svc, tenant, cid)
     given_character = header_text(headers.get(CHARACTER_HEADER)) or ""
     user = header_text(headers.get(gen.USER_HEADER))
+    for header, name in ((CHARACTER_HEADER, given_character), (gen.USER_HEADER, user)):
+        if name and len(name) > MAX_NAME_LENGTH:
+            shown = header.title()  # X-Kioku-Character
+            raise BadParameter(f"{shown} is over {MAX_NAME_LENGTH} characters", shown)
     as_sent = svc.settings.card_as_sent  # the ablation: the card as the client sent it
     split = split_messages(
         body.messages,
@@ -406,6 +410,25 @@ async def _stream(
                 )
                 await _failed(svc, turn, error)
                 yield _sse_error(error)
+        except Exception as e:
+            # past the first byte a status can no longer say it: an error event does, never a
+            # stream that just stops (kioku's own fault, so it is logged with its traceback)
+            log.exception("the stream of conversation %r broke", turn.conversation_id)
+            stored = (
+                commit is not None
+                and commit.done()
+                and not commit.cancelled()
+                and commit.exception() is None
+            )
+            yield _sse_error(
+                UpstreamError(
+                    500,
+                    f"kioku failed while relaying the stream ({type(e).__name__}); the reply "
+                    + ("was stored" if stored else "was not stored: send the request again"),
+                    kind="server_error",
+                    code="stream_failed",
+                )
+            )
         finally:
             if not task.done():
                 task.cancel()

@@ -27,10 +27,7 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,6 +38,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kioku.errors import InputError, KeyReused, NotFound, TurnInProgress
 from kioku.messages import LogEntry
+from kioku.owners import may_be_alive, new_owner
 from kioku.protocol import chat_message
 from kioku.store import Store
 from kioku.store_turns import DEFAULT_TURN_LEASE_S, HeldTurn, TurnState
@@ -99,43 +97,17 @@ class Replay:
     entry: LogEntry
 
 
-_LIVE_TOKENS: set[str] = set()  # the owners made in this process (several services in tests)
-
-
 class Owner:
     """A service in this process, as the turn lock names it: host, pid and a token (a new
-    process can get an old pid)."""
+    process can get an old pid; `kioku.owners`)."""
 
     def __init__(self) -> None:
-        self.host = socket.gethostname()
-        self.pid = os.getpid()
-        self.token = uuid.uuid4().hex[:8]
-        self.name = f"{self.host}:{self.pid}:{self.token}"
-        _LIVE_TOKENS.add(self.token)
+        self.name = new_owner()
 
     def alive(self, other: str) -> bool:
         """Whether the process that wrote `other` may still run (unknown hosts: yes; the lease
         decides for them)."""
-        try:
-            host, pid_text, token = other.rsplit(":", 2)
-            pid = int(pid_text)
-        except ValueError:
-            return True
-        if host != self.host:
-            return True
-        if pid == self.pid:
-            return token in _LIVE_TOKENS  # else a process before this one had our pid
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        try:  # a killed process its parent has not reaped yet holds nothing any more
-            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-                return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-        except (OSError, IndexError):
-            return True
+        return may_be_alive(other)
 
 
 @dataclass(eq=False)

@@ -35,6 +35,7 @@ from kioku.client import api_root, server_message
 from kioku.errors import ModelError, UpstreamError
 from kioku.models import Completion
 from kioku.profiles import Profile
+from kioku.tls import tls_context
 from kioku.wire import StreamState, read_choices, read_json
 
 __all__ = ["Answer", "StreamState", "Upstream", "completion_of", "completions_of"]
@@ -106,6 +107,7 @@ class Upstream:
             transport=transport,
             headers=headers,
             timeout=self.timeout,
+            verify=tls_context(),
             limits=httpx.Limits(
                 max_connections=max_connections, max_keepalive_connections=max_connections
             ),

@@ -4,7 +4,8 @@ Each worker claims one due job at a time (`Store.claim_job`: `FOR UPDATE SKIP LO
 PostgreSQL, and never a job of a conversation that another worker is compacting), runs it and
 claims the next, so any number of them on any number of machines can share one database. The
 job's result and its completion are written in one transaction: a worker killed at any moment
-leaves the job to be taken over once its lease expires, and nothing half-written.
+leaves the job to be taken over once its lease (renewed while the job runs) expires, or at once
+by a worker on the same host, and nothing half-written.
 
 SIGTERM (or Ctrl-C) lets the current job finish, then exits; a second signal exits at once (the
 job's lease then expires and another worker takes it over).
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # the command line imports the database stack only when a com
     from kioku.worker import JobOutcome, Worker
 
 DEFAULT_POLL_S = 1.0
-DEFAULT_LEASE_S = 600.0  # kioku.queue.DEFAULT_LEASE_S, repeated so `--help` stays light
+DEFAULT_LEASE_S = 30.0  # kioku.queue.DEFAULT_LEASE_S, repeated so `--help` stays light
 
 Say = Callable[[str], None]
 
@@ -121,7 +122,11 @@ def worker_command(
     ] = None,
     lease: Annotated[
         float,
-        typer.Option("--lease", help="Seconds a job stays claimed before others may take it."),
+        typer.Option(
+            "--lease",
+            help="Seconds a job stays claimed without its worker renewing it (every third of "
+            "it, while the job runs) before others may take it.",
+        ),
     ] = DEFAULT_LEASE_S,
     summary_delay: Annotated[
         float | None,
