@@ -140,7 +140,7 @@ def parse_lines(text: str) -> LineReply:
         if not bullet:
             about = ""  # a heading's facts are the bullets under it
         s = _clean(_WRAP.sub("", s, count=1))
-        if not bullet and not s.startswith("#") and (said := _inline(s)):
+        if not s.startswith("#") and (said := _inline(s)):
             lines += [ReplyLine(q, "", body, raw, who) for who, body, q in said]
             continue
         if m := _THREAD.match(s):

@@ -47,6 +47,9 @@ def test_the_benchmark_reports_what_the_chronicler_did() -> None:
     assert t["dropped"].get("name", 0) == len(rows)  # the invented line, once a chapter
     assert 0.5 <= t["grounded_share"] < 1.0 and t["fallbacks"] == 0
     assert t["requests"] == len(model.history) and t["tokens_in"] > 0
+    every = t["all_replies"]  # one reply a chapter, each stored: the same figures
+    assert every["replies"] == len(rows) and every["lines"] == t["lines"]
+    assert every["dropped"] == t["dropped"]
     assert span["recheck"]["ungrounded"] == 0 and result["floors"]["stored_ungrounded"] == 0
     answers = span["answers"]
     assert answers["questions"] > 0
@@ -56,3 +59,30 @@ def test_the_benchmark_reports_what_the_chronicler_did() -> None:
     assert len(span["samples"]) == 5
     for s in span["samples"]:
         assert "harbour" not in s["line"] and s["source"].startswith("Caroline: ")
+
+
+def invents(request: ChatRequest) -> str:
+    """Only what the span never says: a stranger, a place, a marriage."""
+    first = re.search(r"Messages #(\d+)", request.messages[-1].content)
+    assert first
+    seq = first.group(1)
+    return (
+        f"- Aoi reached the harbour town at night (#{seq})\n"
+        f"- Caroline has been married to Kenji for five years (#{seq})"
+    )
+
+
+def test_a_chapter_that_falls_back_still_reports_what_the_model_wrote() -> None:
+    shared_file("datasets", "locomo")
+    model = ScriptedModel(default=invents)
+    counter = Counter4()
+    chron = LLMChronicler(model, counter, ExtractiveSummarizer(counter))
+    result = run(chron, counter, LOCAL_8K, spans=[Span("locomo", "0", 30)], n_samples=5)
+    (span,) = result["spans"]
+    t = span["totals"]
+    assert t["fallbacks"] == t["chapters"] >= 1 and t["lines"] == 0  # nothing of it stored
+    every = t["all_replies"]
+    assert every["replies"] == len(model.history) == 3 * t["chapters"]
+    assert every["lines"] == 2 * every["replies"] and every["grounded"] == 0
+    assert every["dropped"].get("name", 0) >= every["replies"]  # Aoi, Kenji
+    assert span["samples"] == [] and result["floors"]["stored_ungrounded"] == 0

@@ -237,6 +237,25 @@ def test_a_transcript_copied_back_is_read_as_lines_of_their_writers() -> None:
     )
 
 
+def test_a_bullet_that_opens_with_a_name_is_about_that_person_not_said_twice() -> None:
+    """ "- Melanie: …" is how a small model often writes a fact: the name says whom it is
+    about, and is not stored again inside the text ("Melanie told Caroline: Melanie: …")."""
+    reply = parse_lines(
+        "- Melanie: married to her husband for five years (#23)\n"
+        "- Caroline: her grandma from Sweden gave her a necklace (#24)"
+    )
+    assert [(ln.about, ln.text) for ln in reply.lines] == [
+        ("Melanie", "married to her husband for five years"),
+        ("Caroline", "her grandma from Sweden gave her a necklace"),
+    ]
+    record, g = record_from_reply(reply, evidence())
+    assert g.dropped == ()
+    assert [(c.speaker, c.claim) for c in record.claims] == [
+        ("Melanie", "married to her husband for five years")
+    ]
+    assert [f.fact for f in record.user_facts] == ["her grandma from Sweden gave her a necklace"]
+
+
 # --- scripted doubles for the failure kinds ----------------------------------------------------
 
 

@@ -7,7 +7,8 @@ or any `--span` — and reports, per chapter and in total:
 
 - the share of the lines the model wrote that grounding kept, the lines dropped by reason,
   the lines replaced by their message's own words or added in the room the model left, and
-  the chapters that fell back to the extractive chronicler;
+  the chapters that fell back to the extractive chronicler; and the same over every reply
+  the model wrote, the rejected ones too (`all_replies`);
 - seconds per chapter, and tokens in and out;
 - for LoCoMo, strict answer-in-context (`kioku.eval.answers`) for the questions whose evidence
   lies inside the span: the LLM chapters as stored, the model's own lines alone (without what
@@ -124,18 +125,35 @@ def chapter_rows(result: TranscriptMemory) -> list[dict[str, Any]]:
                 "replaced": g.get("replaced", 0),
                 "filled": g.get("filled", 0),
                 "attempts": [a.get("share") for a in g.get("attempts", ())],
+                "all_replies": every_reply(g.get("attempts", ())),
                 "events": dict(Counter(row["events"])),
             }
         )
     return rows
 
 
+def every_reply(attempts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What grounding did to every reply the model wrote for a chapter, the rejected ones too
+    (a fallback chapter stores none of the model's lines, but its drops are what it wrote)."""
+    dropped: Counter[str] = Counter()
+    for a in attempts:
+        dropped.update(a.get("dropped", {}))
+    return {
+        "replies": len(attempts),
+        "lines": sum(a.get("lines", 0) for a in attempts),
+        "grounded": sum(a.get("grounded", 0) for a in attempts),
+        "dropped": dict(dropped),
+    }
+
+
 def totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     lines = sum(r["lines"] for r in rows)
     kept = sum(r["grounded"] for r in rows)
     dropped: Counter[str] = Counter()
+    every_dropped: Counter[str] = Counter()
     for r in rows:
         dropped.update(r["dropped"])
+        every_dropped.update(r["all_replies"]["dropped"])
     return {
         "chapters": sum(1 for r in rows if r["kind"] != "synopsis"),
         "synopses": sum(1 for r in rows if r["kind"] == "synopsis"),
@@ -150,6 +168,12 @@ def totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "seconds": round(sum(r["seconds"] or 0 for r in rows), 1),
         "tokens_in": sum(r["tokens_in"] for r in rows),
         "tokens_out": sum(r["tokens_out"] for r in rows),
+        "all_replies": {
+            "replies": sum(r["all_replies"]["replies"] for r in rows),
+            "lines": sum(r["all_replies"]["lines"] for r in rows),
+            "grounded": sum(r["all_replies"]["grounded"] for r in rows),
+            "dropped": dict(every_dropped),
+        },
     }
 
 
