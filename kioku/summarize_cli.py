@@ -147,8 +147,37 @@ def token_counter(s: Settings) -> Any:
     return counter_from_spec(s.tokenizer)
 
 
-def chronicler(s: Settings) -> Any:
-    """The LLM chronicler the settings name, else the extractive one (said on stderr)."""
+class ReplyLog:
+    """The chronicler's model with every request and reply appended to a JSONL file, in the
+    form of shared/fixtures/chronicler-small-model (purpose, max_tokens, temperature, messages,
+    text, finish_reason, secs): what a model wrote, to read beside what grounding kept."""
+
+    def __init__(self, model: Any, path: Path) -> None:
+        self.model = model
+        self.path = path
+
+    def complete(self, request: Any) -> Any:
+        import time
+
+        started = time.monotonic()
+        c = self.model.complete(request)
+        row = {
+            "purpose": request.purpose,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            "text": c.text,
+            "finish_reason": c.finish_reason,
+            "secs": round(time.monotonic() - started, 1),
+        }
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        return c
+
+
+def chronicler(s: Settings, replies: Path | None = None) -> Any:
+    """The LLM chronicler the settings name, else the extractive one (said on stderr);
+    `replies`: a JSONL file every request and reply is appended to."""
     from kioku.config import chronicler_config, chronicler_model
     from kioku.summarizer import ExtractiveSummarizer
 
@@ -159,6 +188,8 @@ def chronicler(s: Settings) -> Any:
         return ExtractiveSummarizer(counter)
     from kioku.chronicler import LLMChronicler
 
+    if replies is not None:
+        chat = ReplyLog(chat, replies)
     return LLMChronicler(chat, counter, ExtractiveSummarizer(counter), chronicler_config(s))
 
 

@@ -232,3 +232,27 @@ def test_one_name_per_option_across_commands_the_old_names_still_work(tmp_path: 
     old = invoke([*args, "--conversation-index", "0", "--messages", "160"])
     assert new.exit_code == 0 and old.exit_code == 0, (new.output, old.output)
     assert json.loads(new.stdout)["messages"] == json.loads(old.stdout)["messages"] == 160
+
+
+def test_the_reply_log_keeps_each_request_and_what_the_model_wrote(tmp_path: Path) -> None:
+    """`--replies`: what a model wrote, to read beside what grounding kept of it."""
+    import json
+
+    from kioku.models import ChatMessage, ChatRequest, Completion, ScriptedModel
+    from kioku.summarize_cli import ReplyLog
+
+    path = tmp_path / "replies.jsonl"
+    model = ScriptedModel(["- Aoi reached the harbour town (#3)", Completion("- cut", "length")])
+    log = ReplyLog(model, path)
+    for n in (1, 2):
+        request = ChatRequest((ChatMessage("user", f"chapter {n}"),), 300, 0.2, purpose="chapter")
+        log.complete(request)
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [(r["purpose"], r["max_tokens"], r["temperature"]) for r in rows] == [
+        ("chapter", 300, 0.2)
+    ] * 2
+    assert [r["messages"][0]["content"] for r in rows] == ["chapter 1", "chapter 2"]
+    assert [(r["text"], r["finish_reason"]) for r in rows] == [
+        ("- Aoi reached the harbour town (#3)", "stop"),
+        ("- cut", "length"),
+    ]

@@ -174,6 +174,10 @@ def bench_chronicle(
     ] = 20,
     seed: Annotated[int, typer.Option("--seed", help="Which lines are sampled.")] = 0,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON here.")] = None,
+    replies: Annotated[
+        Path | None,
+        typer.Option("--replies", help="Append every request and reply here (JSONL)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The LLM chronicler on fixed spans: grounded share, lines dropped by reason, fallbacks,
@@ -190,7 +194,7 @@ def bench_chronicle(
     s = chronicler_settings(profile, window, model, model_id, summary_timeout, temperature)
     spans = [Span.parse(x) for x in span] if span else list(DEFAULT_SPANS)
     result = run(
-        chronicler(s),
+        chronicler(s, replies),
         token_counter(s),
         s.profile_obj,
         spans=spans,
