@@ -15,13 +15,15 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kioku.chronicle_prompt import chapter_ranges
 from kioku.chronicler import DEFAULT_CONFIG, ChroniclerConfig, LLMChronicler
 from kioku.datasets import Transcript
-from kioku.generations import chunks, item_from_summary
+from kioku.generations import item_from_summary
 from kioku.memory import Memory, MemoryItem, render_memory
 from kioku.messages import LogEntry
 from kioku.models import ChatModel
@@ -38,6 +40,65 @@ class TranscriptMemory:
     events: dict[str, int]  # how often each guard fired: refusal, retry, fallback, ...
     duration_s: float
     messages: int
+    seconds: tuple[float, ...] = ()  # how long each summary took, in the order of `summaries`
+
+    def to_json(self) -> dict[str, Any]:
+        """Every chapter and synopsis written (with its range, source, requests, guard events
+        and grounding), and the memory at the end, as `kioku summarize --json` prints it."""
+        rows = []
+        for n, (task, s) in enumerate(self.summaries):
+            first, last = task.span
+            rows.append(
+                {
+                    "kind": task.kind,
+                    "first_seq": first,
+                    "last_seq": last,
+                    "source": s.source,
+                    "model": s.model,
+                    "prompt_version": s.prompt_version,
+                    "tokens": s.tokens,
+                    "input_tokens": s.input_tokens,
+                    "output_tokens": _usage(s).get("completion_tokens", 0),
+                    "attempts": s.attempts,
+                    "seconds": round(self.seconds[n], 2) if n < len(self.seconds) else None,
+                    "events": list(s.events),
+                    "grounding": s.data.get("grounding"),
+                    "text": s.text,
+                    "data": dict(s.data),
+                }
+            )
+        m = self.memory
+        return {
+            "messages": self.messages,
+            "duration_s": round(self.duration_s, 2),
+            "events": self.events,
+            "summaries": rows,
+            "memory": {
+                "text": self.text,
+                "tokens": m.tokens,
+                "synopsis": _item_json(m.synopsis) if m.synopsis else None,
+                "chapters": [_item_json(c) for c in m.chapters],
+            },
+        }
+
+
+def _usage(s: Summary) -> dict[str, int]:
+    u = s.data.get("usage") if isinstance(s.data, dict) else None
+    return dict(u) if isinstance(u, dict) else {}
+
+
+def _item_json(i: MemoryItem) -> dict[str, Any]:
+    from kioku.grounded import grounded_share
+
+    return {
+        "kind": i.kind,
+        "first_seq": i.first_seq,
+        "last_seq": i.last_seq,
+        "source": i.source,
+        "tokens": i.tokens,
+        "grounded_share": grounded_share(i),
+        "text": i.text,
+    }
 
 
 def summarize_transcript(
@@ -70,11 +131,12 @@ def summarize_transcript(
     entries = [
         LogEntry(seq=i, message=m, tokens=counter.count(m.text)) for i, m in enumerate(messages)
     ]
-    ranges = chunks(entries, profile.summary_chunk, size=lambda e: e.tokens)
+    ranges = chapter_ranges(entries, profile, counter, lang)
     console = console or Console(stderr=True)
     started = clock()
     memory = Memory()
     written: list[tuple[SummaryTask, Summary]] = []
+    seconds: list[float] = []
     events: Counter[str] = Counter()
 
     # what every task of this transcript shares; each one fills in its kind and input
@@ -82,6 +144,7 @@ def summarize_transcript(
         kind="chapter",
         target_tokens=profile.chapter_tokens,
         ceiling_tokens=profile.summary_ceiling,
+        window_tokens=profile.window,
         lang=lang,
         character=transcript.character,
         user_name=transcript.user,
@@ -102,16 +165,20 @@ def summarize_transcript(
             task = replace(
                 common, entries=tuple(chunk), previous=memory.synopsis, chapters=memory.chapters
             )
+            began = clock()
             summary = summarizer.summarize(task)
+            seconds.append(clock() - began)
             written.append((task, summary))
             events.update(summary.events)
             progress.console.print(_line("chapter", first, last, summary))
             memory = replace(memory, chapters=(*memory.chapters, _item(task, summary)))
             if sum(c.tokens for c in memory.chapters) > profile.major_gc:
                 progress.update(bar, description=f"synopsis up to #{last}")
+                began = clock()
                 memory = _major_gc(
                     memory, summarizer, profile, common, written, events, progress.console
                 )
+                seconds.append(clock() - began)
             progress.advance(bar)
     text, _ack = render_memory(memory, lang)
     return TranscriptMemory(
@@ -121,6 +188,7 @@ def summarize_transcript(
         events=dict(events),
         duration_s=clock() - started,
         messages=len(entries),
+        seconds=tuple(seconds),
     )
 
 
@@ -129,10 +197,17 @@ def _item(task: SummaryTask, summary: Summary) -> MemoryItem:
 
 
 def _line(kind: str, first: int, last: int, s: Summary) -> str:
-    what = ", ".join(s.events) if s.events else "clean"
+    counts = Counter(s.events)
+    what = ", ".join(f"{k} ×{n}" if n > 1 else k for k, n in counts.items()) or "clean"
+    g = s.data.get("grounding") if isinstance(s.data, dict) else None
+    grounded = (
+        f", {g['grounded']}/{g['lines']} lines grounded"
+        if isinstance(g, dict) and not g.get("extractive")
+        else ""
+    )
     return (
         f"{kind} #{first}–#{last}: {s.tokens} tokens from {s.source} ({s.model or '?'}), "
-        f"{s.attempts} request(s), {what}"
+        f"{s.attempts} request(s){grounded}, {what}"
     )
 
 

@@ -3,16 +3,26 @@
 The seed learned that the guards belong in code, not in the prompt: a refusal ("I can't help with
 that", 101 chars against 519 for the shortest real summary) stored as memory sits in every prompt
 after it; a summary cut at max_tokens loses its end, which is where the open threads were; a
-prompt telling the model "don't repeat tics" does not stop it. So every reply passes these checks
-before it becomes a `Summary`:
+prompt telling the model "don't repeat tics" does not stop it. A 1.5B model taught the rest: it
+copies the prompt's example, swaps names and cites messages that do not say what it wrote. So
+every reply passes these checks before it becomes a `Summary`:
 
-- `finish_reason == "length"` → never stored; asked again with max_tokens at the ceiling.
+- `finish_reason == "length"` → never stored; asked again with max_tokens at the ceiling, but
+  never past the window (`SummaryTask.window_tokens`: prompt + max_tokens fit in it).
 - short and holding a stock refusal phrase (ja/en/zh) → a refusal; asked once more, then the
   extractive chronicler writes the chapter instead (`source="extractive"`, events "fallback").
-- not the JSON shape of `structure.py` → never stored; asked again with the reason.
+- neither lines of the reply format (`kioku.reply_format`) nor the JSON record → never stored;
+  asked again with the reason.
+- every line grounded in the messages it cites (`kioku.grounding`, `kioku.grounded`): a line
+  that fails is dropped (an event per drop: "dropped_name", "dropped_author", …) or replaced by
+  its message's own words; a record with less than `min_grounded_share` of its lines grounded
+  is rejected ("ungrounded"), asked again with examples, then falls back. The share is stored
+  with the summary (`data["grounding"]`).
 - verbal tics (`task.avoid_phrases`) and "she often says …" are cut from the record.
-- "verbatim" key lines that are not in the transcript are dropped.
-- longer than the target → the model compresses it again (another request), never truncated.
+- longer than the target → a synopsis is compressed again by the model (another request,
+  grounded again), never truncated; a chapter, a list of independent lines, leaves out its
+  least informative whole lines in code ("trimmed"); shorter → the room is filled with the
+  span's own lines, verbatim.
 
 The flow is written once, without I/O: `chronicle(task, ...)` is a generator that yields each
 `ChatRequest` and receives the `Completion`. `LLMChronicler` drives it with a sync model,
@@ -24,76 +34,48 @@ retried by the worker.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
-from kioku.corrections import edits_of
-from kioku.errors import BadSummary
-from kioku.memory import MemoryItem
-from kioku.models import ChatMessage, ChatModel, ChatRequest, Completion
-from kioku.operator_edits import apply_edits
-from kioku.prompts import PromptTemplate, resolve_lang, template
-from kioku.rendering import render_record, render_threads
+from kioku.chronicle_prompt import (
+    build_compress_request,
+    build_request,
+    context_items,
+    max_lines,
+)
+from kioku.errors import BadSummary, Ungrounded
+from kioku.evidence import known_threads, task_evidence
+from kioku.grounded import (
+    MIN_SHARE,
+    Grounding,
+    fill,
+    ground_record,
+    record_from_reply,
+    replace_dropped,
+    trim,
+)
+from kioku.grounding import Evidence
+from kioku.models import ChatModel, ChatRequest, Completion
+from kioku.prompts import resolve_lang
+from kioku.refusal import DEFAULT_REFUSAL_CHARS, is_refusal
+from kioku.rendering import render_record
+from kioku.reply_format import looks_like_json, parse_lines, without_phrases
 from kioku.structure import (
     Record,
     Thread,
     carry_threads,
-    entry_sources,
-    is_structured,
     merge_threads,
     parse_record,
-    record_from_data,
-    record_sources,
     remove_phrases,
-    verify_key_lines,
 )
 from kioku.summarizer import Summarizer, Summary, SummaryTask
 from kioku.tokens import TokenCounter
-from kioku.transcript import render_transcript
 
-DEFAULT_REFUSAL_CHARS = 400  # seed: refusal 101 chars, shortest real summary 519
-
-# Stock refusal phrases, all languages at once: a model may refuse in English in a Japanese
-# conversation. Matched case-insensitively, only in short replies.
-REFUSAL_PHRASES: tuple[str, ...] = (
-    "i can't",
-    "i cannot",
-    "i can not",
-    "i'm sorry",
-    "i am sorry",
-    "i'm unable",
-    "i am unable",
-    "i won't",
-    "i will not",
-    "as an ai",
-    "can't help with",
-    "cannot help with",
-    "can't assist",
-    "cannot assist",
-    "can't comply",
-    "cannot comply",
-    "できません",
-    "申し訳ありません",
-    "申し訳ございません",
-    "お手伝いでき",
-    "お答えでき",
-    "控えさせていただ",
-    "我不能",
-    "无法",
-    "抱歉",
-    "对不起",
-    "作为一个人工智能",
-    "作为ai",
-    "不能提供",
-)
-
-# How a token target reads in the prompt: models cannot count tokens, they can count words
-# (en) and characters (ja, zh). Output chars per token in the seed: ja 1.2-1.3, zh 1.2, en 4.7.
-UNITS_PER_TOKEN = {"en": 0.75, "ja": 1.25, "zh": 1.2}
-UNNAMED = {"en": "(unnamed)", "ja": "(名前なし)", "zh": "(未命名)"}
-QUOTES = {"en": ('"', '"', ", "), "ja": ("「", "」", "、"), "zh": ("“", "”", "、")}
+# A chronicle is a reading, not a story: a low temperature keeps a small model on the text
+# (and a retry after a refusal still gets another roll)
+DEFAULT_TEMPERATURE = 0.2
+MESSAGE_OVERHEAD_TOKENS = 8  # the chat template's tokens around each message
 
 
 @dataclass(frozen=True)
@@ -102,14 +84,19 @@ class ChroniclerConfig:
     max_refusals: int = 2  # the second refusal falls back at once (seed: retry once)
     compress_rounds: int = 2  # requests to shorten an over-long record
     over_target: float = 1.3  # a record above target * this is compressed
-    max_tokens_factor: float = 2.0  # first request: max_tokens = target * factor + overhead
-    max_tokens_overhead: int = 256  # the JSON keys cost tokens the target does not count
-    max_key_lines: int = 5
-    temperature: float | None = None
+    # first request: max_tokens = target * factor + overhead (the facts asked for fit in the
+    # target; a small model that loops stops sooner, and a cut reply is asked again)
+    max_tokens_factor: float = 1.0
+    max_tokens_overhead: int = 256  # the line and thread markup costs tokens the target does not
+    temperature: float | None = DEFAULT_TEMPERATURE
     refusal_chars: int = DEFAULT_REFUSAL_CHARS
     # Gemma's chat templates have no system role (llama-cpp-python's "gemma" format drops it):
     # with False the instructions open the user turn instead.
     system_role: bool = True
+    min_grounded_share: float = MIN_SHARE  # below it a record is rejected
+    replace_dropped: bool = True  # a dropped line about its message: that message's own words
+    fill: bool = True  # the room the model left: the span's most informative lines, verbatim
+    window_margin: int = 64  # tokens kept free of prompt + max_tokens (the count may estimate)
 
 
 DEFAULT_CONFIG = ChroniclerConfig()
@@ -124,136 +111,59 @@ class GaveUp:
     attempts: int
     input_tokens: int
     model: str
-
-
-def is_refusal(text: str, max_chars: int = DEFAULT_REFUSAL_CHARS) -> bool:
-    t = text.strip().replace("’", "'").lower()
-    return len(t) < max_chars and any(p in t for p in REFUSAL_PHRASES)
+    output_tokens: int = 0
+    groundings: tuple[Grounding, ...] = ()
 
 
 def first_max_tokens(task: SummaryTask, config: ChroniclerConfig = DEFAULT_CONFIG) -> int:
-    """max_tokens of the first request: room for the target plus the JSON around it. A reply
+    """max_tokens of the first request: room for the target plus the markup around it. A reply
     that still hits it is asked again at the ceiling."""
     want = int(task.target_tokens * config.max_tokens_factor) + config.max_tokens_overhead
     return min(task.ceiling_tokens, want)
 
 
-def target_units(target_tokens: int, lang: str) -> int:
-    n = target_tokens * UNITS_PER_TOKEN[resolve_lang(lang)]
-    return max(10, int(round(n / 10.0)) * 10)
+def prompt_tokens(request: ChatRequest, counter: TokenCounter) -> int:
+    return sum(counter.count(m.content) + MESSAGE_OVERHEAD_TOKENS for m in request.messages)
 
 
-def context_items(task: SummaryTask) -> list[MemoryItem]:
-    """The memory the record continues: for a chapter or cut, the current synopsis and chapters
-    (their open threads are offered so the model reuses the ids); for a synopsis, what it folds."""
-    return ([task.previous] if task.previous else []) + list(task.chapters)
+def room(
+    request: ChatRequest, task: SummaryTask, counter: TokenCounter, config: ChroniclerConfig
+) -> int | None:
+    """The most max_tokens this request may ask for inside the window (None: no window)."""
+    if task.window_tokens is None:
+        return None
+    return task.window_tokens - prompt_tokens(request, counter) - config.window_margin
 
 
-def _item_text(item: MemoryItem, lang: str) -> str:
-    body = (
-        render_record(record_from_data(item.data), lang) if is_structured(item.data) else item.text
-    )
-    if is_structured(item.data) and item.data.get("operator_edits"):
-        body = apply_edits(body, edits_of(item))  # what an operator retracted stays out
-    return f"[#{item.first_seq}–#{item.last_seq}]\n{body.strip()}"
-
-
-def _phrases(phrases: Sequence[str], lang: str) -> str:
-    o, c, sep = QUOTES[resolve_lang(lang)]
-    return sep.join(f"{o}{p}{c}" for p in phrases if p.strip())
-
-
-def _open_threads(threads: Sequence[Thread], tpl: PromptTemplate, lang: str) -> str:
-    open_ = [t for t in threads if t.status == "open"]
-    return render_threads(open_, lang) if open_ else tpl.render("none")
-
-
-def _common(task: SummaryTask, tpl: PromptTemplate, config: ChroniclerConfig) -> dict[str, Any]:
-    lang = tpl.lang
-    first, last = task.span
-    return {
-        "user_name": task.user_name or "user",
-        "character": task.character or UNNAMED[lang],
-        "target_length": tpl.render("length", n=target_units(task.target_tokens, lang)),
-        "max_key_lines": config.max_key_lines,
-        "avoid": tpl.render("avoid", phrases=_phrases(task.avoid_phrases, lang))
-        if any(p.strip() for p in task.avoid_phrases)
-        else "",
-        "first": first,
-        "last": last,
-    }
-
-
-def _messages(
-    tpl: PromptTemplate, values: dict[str, Any], config: ChroniclerConfig
-) -> tuple[ChatMessage, ...]:
-    system = tpl.render("system", **values)
-    user = tpl.render("user", **values)
-    if config.system_role:
-        return (ChatMessage("system", system), ChatMessage("user", user))
-    return (ChatMessage("user", f"{system}\n\n{user}"),)
-
-
-def build_request(
-    task: SummaryTask,
-    max_tokens: int,
-    config: ChroniclerConfig = DEFAULT_CONFIG,
-    retry_reason: str | None = None,
-) -> tuple[ChatRequest, str]:
-    """The request for the task's own prompt (chapter, cut or synopsis) and its prompt version."""
-    tpl = template(task.kind, task.lang)
-    lang = tpl.lang
-    values = _common(task, tpl, config)
-    values["open_threads"] = _open_threads(merge_threads(context_items(task)), tpl, lang)
-    values["retry"] = tpl.render("retry", reason=retry_reason) if retry_reason else ""
-    if task.kind == "synopsis":
-        values["records"] = "\n\n".join(_item_text(i, lang) for i in context_items(task))
-    else:
-        values["transcript"] = render_transcript(task.entries, lang)
-    request = ChatRequest(
-        messages=_messages(tpl, values, config),
-        max_tokens=max_tokens,
-        temperature=config.temperature,
-        purpose=task.kind,
-    )
-    return request, tpl.version
-
-
-def build_compress_request(
-    task: SummaryTask,
-    record: Record,
-    tokens: int,
-    max_tokens: int,
-    config: ChroniclerConfig = DEFAULT_CONFIG,
-    retry_reason: str | None = None,
-) -> tuple[ChatRequest, str]:
-    tpl = template("compress", task.lang)
-    values = _common(task, tpl, config)
-    values["tokens"] = tokens
-    values["record"] = json.dumps(record.to_json(), ensure_ascii=False, indent=1)
-    values["retry"] = tpl.render("retry", reason=retry_reason) if retry_reason else ""
-    request = ChatRequest(
-        messages=_messages(tpl, values, config),
-        max_tokens=max_tokens,
-        temperature=config.temperature,
-        purpose=task.kind,
-    )
-    return request, tpl.version
-
-
-def judge(completion: Completion, span: tuple[int, int], config: ChroniclerConfig) -> Record:
-    """Accept a reply as a record or raise `BadSummary` saying why: "truncated", "refusal",
-    "unparseable: ...". A cut reply is never parsed. A reply that fails to parse is a refusal when
-    it is short and holds a stock phrase; one that parses as a record is not, so a short Chinese
-    chapter where someone "无法入睡" is not mistaken for a refusal."""
+def judge(
+    completion: Completion,
+    ev: Evidence,
+    config: ChroniclerConfig,
+    threads: dict[str, str] | None = None,
+    avoid: Sequence[str] = (),
+) -> tuple[Record, Grounding, int]:
+    """Accept a reply as a grounded record (and how many verbal tics came out of it first) or
+    raise `BadSummary` saying why: "truncated", "refusal", "unparseable: ...", "ungrounded:
+    ...". A cut reply is never parsed. A reply that fails to parse is a refusal when it is short
+    and holds a stock phrase; one that parses is not, so a short Chinese chapter where someone
+    "无法入睡" is not mistaken for a refusal."""
     if completion.finish_reason == "length":
         raise BadSummary("truncated", completion.text)
+    text = completion.text
     try:
-        return parse_record(completion.text, span)
+        if looks_like_json(text):
+            parsed, tics = remove_phrases(parse_record(text, None), avoid)  # type: ignore[arg-type]
+            record, grounding = ground_record(parsed, ev, threads)
+        else:
+            lines, tics = without_phrases(parse_lines(text), avoid)
+            record, grounding = record_from_reply(lines, ev, threads)
     except BadSummary:
-        if is_refusal(completion.text, config.refusal_chars):
-            raise BadSummary("refusal", completion.text) from None
+        if is_refusal(text, config.refusal_chars):
+            raise BadSummary("refusal", text) from None
         raise
+    if grounding.share < config.min_grounded_share or record.is_empty():
+        raise Ungrounded(grounding.rejection(), text, grounding)
+    return record, grounding, tics
 
 
 def _event_of(error: BadSummary) -> str:
@@ -265,35 +175,74 @@ Flow = Generator[ChatRequest, Completion, "Summary | GaveUp"]
 
 @dataclass
 class _Run:
-    """What one chronicle run has spent and seen so far: requests, tokens, guard events."""
+    """What one chronicle run has spent and seen so far: requests, tokens, guard events, and
+    the grounding of every reply that parsed."""
 
+    task: SummaryTask
+    counter: TokenCounter
+    config: ChroniclerConfig
+    ev: Evidence
     events: list[str] = field(default_factory=list)
+    groundings: list[Grounding] = field(default_factory=list)
     attempts: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     model: str = ""
 
     def ask(
-        self, request: ChatRequest, span: tuple[int, int], config: ChroniclerConfig
-    ) -> Generator[ChatRequest, Completion, Record | BadSummary]:
-        """One request: the record the reply holds, or why it was rejected (an event)."""
+        self, request: ChatRequest, threads: dict[str, str] | None = None
+    ) -> Generator[ChatRequest, Completion, tuple[Record, Grounding] | BadSummary]:
+        """One request: the grounded record the reply holds, or why it was rejected."""
         self.attempts += 1
         completion = yield request
         self.input_tokens += completion.usage.prompt_tokens
         self.output_tokens += completion.usage.completion_tokens
         self.model = completion.model or self.model
         try:
-            return judge(completion, span, config)
+            record, grounding, tics = judge(
+                completion, self.ev, self.config, threads, self.task.avoid_phrases
+            )
         except BadSummary as e:
             self.events.append(_event_of(e))
+            if isinstance(e, Ungrounded):
+                self.groundings.append(e.grounding)
             return e
+        self.groundings.append(grounding)
+        if tics:
+            self.events.append("tics_removed")
+        return record, grounding
+
+    def fit(self, request: ChatRequest) -> ChatRequest | None:
+        """The request with max_tokens inside the window, or None when nothing fits."""
+        left = room(request, self.task, self.counter, self.config)
+        if left is None or request.max_tokens <= left:
+            return request
+        if left < 64:
+            return None
+        return replace(request, max_tokens=left)
+
+    def gave_up(self, reason: str) -> GaveUp:
+        return GaveUp(
+            reason,
+            tuple(self.events),
+            self.attempts,
+            self.input_tokens,
+            self.model,
+            self.output_tokens,
+            tuple(self.groundings),
+        )
 
 
 def _next_try(e: BadSummary, task: SummaryTask, max_tokens: int) -> tuple[int, str | None]:
     """After a rejected reply: the next request's max_tokens and the reason it names. A cut
-    reply gets the task's whole ceiling; a refusal is a roll of the dice: ask the same again."""
+    reply gets half as much room again (up to the ceiling, and within the window) and is told
+    to stop sooner: the facts asked for fit the first request's room, and a small model that
+    ran out of it was looping (the 1.5B model filled 1,935 tokens when given 4,096); a refusal
+    is a roll of the dice: ask the same again."""
     if e.reason == "truncated":
-        return task.ceiling_tokens, None
+        n = max_lines(task.target_tokens, task.lang)
+        cut = f"the answer was cut at {max_tokens} tokens: write at most {n} facts and stop"
+        return min(task.ceiling_tokens, max_tokens * 3 // 2), cut
     if e.reason == "refusal":
         return max_tokens, None
     return max_tokens, e.reason.split(": ", 1)[-1]
@@ -306,19 +255,24 @@ def chronicle(
 ) -> Flow:
     """The whole chronicler as a generator: yields requests, receives completions, returns the
     `Summary` to store or `GaveUp` (the caller falls back). No I/O happens here."""
-    run = _Run()
-    written = yield from _write(task, config, run)
+    run = _Run(task, counter, config, task_evidence(task))
+    written = yield from _write(run)
     if written is None:
         last = run.events[-1] if run.events else "no attempt"
-        return GaveUp(last, tuple(run.events), run.attempts, run.input_tokens, run.model)
-    record, version = written
+        return run.gave_up(last)
+    record, grounding, version = written
     polish = _Polish(task, run.events)
     record = polish(record, merge_threads(context_items(task)) if task.kind == "synopsis" else [])
-    record, version = yield from _compress(task, counter, config, run, record, version, polish)
+    record, grounding, version = yield from _compress(run, record, grounding, version, polish)
+    record, grounding, added = _complete(task, record, grounding, counter, config)
+    run.events.extend(grounding.events())
     lang = resolve_lang(task.lang)
     text = render_record(record, lang)
     data = record.to_data(lang)
     data["usage"] = {"prompt_tokens": run.input_tokens, "completion_tokens": run.output_tokens}
+    data["grounding"] = {**grounding.to_json(), "attempts": [g.to_json() for g in run.groundings]}
+    if added:  # the span's own words, verbatim: what the model wrote is the rest
+        data["added"] = added
     return Summary(
         text=text,
         tokens=counter.count(text),
@@ -332,19 +286,59 @@ def chronicle(
     )
 
 
-def _write(
-    task: SummaryTask, config: ChroniclerConfig, run: _Run
-) -> Generator[ChatRequest, Completion, tuple[Record, str] | None]:
-    """Ask for the record until one passes the guards: (record, prompt version), or None after
-    `max_attempts` requests or `max_refusals` refusals."""
+def _complete(
+    task: SummaryTask,
+    record: Record,
+    grounding: Grounding,
+    counter: TokenCounter,
+    config: ChroniclerConfig,
+) -> tuple[Record, Grounding, list[dict[str, Any]]]:
+    """A chapter's dropped lines replaced by their messages' words, and the room the model
+    left filled with the span's own lines (a synopsis restates memory: it gets neither).
+    Returns what was added, so the model's own part of the record stays known."""
+    if task.kind == "synopsis" or not task.entries:
+        return record, grounding, []
+    lang = resolve_lang(task.lang)
+    replaced: list[Any] = []
+    filled: list[Any] = []
+    if config.replace_dropped:
+        record, replaced = replace_dropped(
+            record, grounding, task.entries, lang, task.avoid_phrases
+        )
+    if config.fill:
+        left = task.target_tokens - counter.count(render_record(record, lang))
+        record, filled = fill(record, task.entries, left, counter, lang, task.avoid_phrases)
+    added = [
+        {"seq": it.seq, "text": it.text, "why": why}
+        for why, items in (("replaced", replaced), ("filled", filled))
+        for it in items
+    ]
+    return record, replace(grounding, replaced=len(replaced), filled=len(filled)), added
+
+
+def _write(run: _Run) -> Generator[ChatRequest, Completion, tuple[Record, Grounding, str] | None]:
+    """Ask for the record until one passes the guards: (record, grounding, prompt version), or
+    None after `max_attempts` requests or `max_refusals` refusals."""
+    task, config = run.task, run.config
     max_tokens = first_max_tokens(task, config)
     reason: str | None = None
     refusals = 0
+    threads = known_threads(task)
     while run.attempts < config.max_attempts:
-        request, version = build_request(task, max_tokens, config, reason)
-        got = yield from run.ask(request, task.span, config)
-        if isinstance(got, Record):
-            return got, version
+        request, version = build_request(
+            task,
+            max_tokens,
+            temperature=config.temperature,
+            system_role=config.system_role,
+            retry_reason=reason,
+        )
+        fitted = run.fit(request)
+        if fitted is None:
+            run.events.append("no_room")  # the prompt alone fills the window: never sent
+            return None
+        got = yield from run.ask(fitted, threads)
+        if not isinstance(got, BadSummary):
+            return (*got, version)
         max_tokens, reason = _next_try(got, task, max_tokens)
         if got.reason == "refusal":
             refusals += 1
@@ -356,74 +350,71 @@ def _write(
 
 
 def _compress(
-    task: SummaryTask,
-    counter: TokenCounter,
-    config: ChroniclerConfig,
     run: _Run,
     record: Record,
+    grounding: Grounding,
     version: str,
     polish: _Polish,
-) -> Generator[ChatRequest, Completion, tuple[Record, str]]:
+) -> Generator[ChatRequest, Completion, tuple[Record, Grounding, str]]:
     """An over-long record is compressed again by the model, never truncated: up to
-    `compress_rounds` requests, each kept only if it came out shorter."""
+    `compress_rounds` requests, each kept only if it came out shorter and grounded."""
+    task, counter, config = run.task, run.counter, run.config
     lang = resolve_lang(task.lang)
     tokens = counter.count(render_record(record, lang))
     limit = task.target_tokens * config.over_target
+    if task.kind != "synopsis" and tokens > limit:
+        record, trimmed = trim(record, task.target_tokens, counter, lang)
+        run.events.append("trimmed")
+        return record, replace(grounding, trimmed=trimmed), version
     max_tokens = first_max_tokens(task, config)
     reason: str | None = None
     for _ in range(config.compress_rounds):
         if tokens <= limit:
             break
         run.events.append("compress")
-        request, cversion = build_compress_request(task, record, tokens, max_tokens, config, reason)
-        got = yield from run.ask(request, task.span, config)
+        request, cversion = build_compress_request(
+            task,
+            record,
+            max_tokens,
+            temperature=config.temperature,
+            system_role=config.system_role,
+            retry_reason=reason,
+        )
+        fitted = run.fit(request)
+        if fitted is None:
+            break
+        threads = {t.id: t.title for t in record.threads}
+        got = yield from run.ask(fitted, threads)
         if isinstance(got, BadSummary):
             max_tokens, reason = _next_try(got, task, max_tokens)
             continue
-        shorter = polish(got, merge_threads([{**record.to_data(lang)}]))
+        shorter = polish(got[0], merge_threads([{**record.to_data(lang)}]))
         shorter_tokens = counter.count(render_record(shorter, lang))
         if shorter_tokens < tokens:
-            record, tokens = shorter, shorter_tokens
+            record, tokens, grounding = shorter, shorter_tokens, got[1]
             if "+" not in version:
                 version = f"{version}+{cversion}"
     if tokens > limit:
         run.events.append("over_target")
-    return record, version
+    return record, grounding, version
 
 
 class _Polish:
     """What every accepted record goes through: threads carried over from the memory before
-    it, verbal tics removed, key lines checked against their sources (each fix is an event)."""
+    it, and verbal tics removed from what the threads carried (each fix is an event)."""
 
     def __init__(self, task: SummaryTask, events: list[str]) -> None:
         self.task = task
         self.events = events
-        self.sources = _sources(task)
 
     def __call__(self, r: Record, threads_before: Sequence[Thread]) -> Record:
         task = self.task
         if task.kind == "synopsis" or threads_before:
             r = carry_threads(r, threads_before, drop_resolved=task.kind == "synopsis")
         r, tics = remove_phrases(r, task.avoid_phrases)
-        if tics:
+        if tics and "tics_removed" not in self.events:
             self.events.append("tics_removed")
-        r, dropped = verify_key_lines(r, self.sources)
-        if dropped:
-            self.events.append("key_lines_dropped")
         return r
-
-
-def _sources(task: SummaryTask) -> dict[int, list[str]]:
-    """The text behind each seq a key line may quote: the messages, or for a synopsis the key
-    lines its inputs kept (an extractive item's lines verbatim)."""
-    if task.kind != "synopsis":
-        return entry_sources(task.entries)
-    inputs = [record_from_data(i.data) for i in context_items(task) if is_structured(i.data)]
-    sources = record_sources(inputs)
-    for item in context_items(task):
-        for ln in item.data.get("lines", ()) if not is_structured(item.data) else ():
-            sources.setdefault(int(ln["seq"]), []).append(str(ln["text"]))
-    return sources
 
 
 T = TypeVar("T")
@@ -457,15 +448,33 @@ async def adrive(
 
 
 def finish(result: Summary | GaveUp, task: SummaryTask, fallback: Summarizer) -> Summary:
-    """A stored summary, or the fallback's when the model gave nothing storable."""
+    """A stored summary, or the fallback's when the model gave nothing storable (its lines are
+    the messages' own words: all of them grounded)."""
     if isinstance(result, Summary):
         return result
     fb = fallback.summarize(task)
+    lines = len(fb.data.get("lines", ())) if isinstance(fb.data, dict) else 0
+    grounding: dict[str, Any] = {
+        "lines": lines,
+        "grounded": lines,
+        "share": 1.0,
+        "extractive": True,
+        "attempts": [g.to_json() for g in result.groundings],
+    }
     return replace(
         fb,
         events=(*result.events, "fallback"),
         attempts=result.attempts,
         input_tokens=result.input_tokens or fb.input_tokens,
+        data={
+            **fb.data,
+            "grounding": grounding,
+            # what the model's rejected replies cost
+            "usage": {
+                "prompt_tokens": result.input_tokens,
+                "completion_tokens": result.output_tokens,
+            },
+        },
     )
 
 

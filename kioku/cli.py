@@ -35,7 +35,7 @@ app = typer.Typer(
     help="kioku: long-term memory for one very long LLM conversation.",
 )
 # Modules that add their own commands (the service adds `bench serve`: after the benchmarks).
-EXTENSIONS = ("kioku.bench.cli", "kioku.service.cli", "kioku.eval.cli")
+EXTENSIONS = ("kioku.summarize_cli", "kioku.bench.cli", "kioku.service.cli", "kioku.eval.cli")
 FORMATS = "kioku, sillytavern, locomo or realpersonachat"
 
 
@@ -70,6 +70,38 @@ SpeakerOpt = Annotated[
 LocomoOpt = Annotated[int, typer.Option("--conversation", help="locomo: which conversation.")]
 # a profile by name for a replay (no settings file or environment to fall back on)
 ReplayProfileOpt = Annotated[str, typer.Option("--profile", help="The model profile.")]
+# one name each across commands; the names commands had before stay, hidden, so scripts run on
+MessagesOpt = Annotated[
+    int | None, typer.Option("--messages", min=1, help="Only the first N messages.")
+]
+LegacyLimitOpt = Annotated[int | None, typer.Option("--limit", hidden=True)]
+LegacyIndexOpt = Annotated[int | None, typer.Option("--conversation-index", hidden=True)]
+LegacyMaxMessagesOpt = Annotated[int | None, typer.Option("--max-messages", hidden=True)]
+SummaryTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--summary-timeout",
+        min=1,
+        metavar="<seconds>",
+        help="Seconds to wait for one chronicler reply (env KIOKU_SUMMARY_TIMEOUT; default: "
+        "the profile's, 300, 900 for local-8k).",
+    ),
+]
+TemperatureOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--temperature",
+        min=0,
+        max=2,
+        metavar="<0-2>",
+        help="The chronicler's temperature (env KIOKU_SUMMARY_TEMPERATURE; default 0.2).",
+    ),
+]
+
+
+def either(value: Any, legacy: Any) -> Any:
+    """An option's value, or the value given under its old (hidden) name."""
+    return value if value is not None else legacy
 
 
 def settings(
@@ -213,10 +245,15 @@ def memory(
     conv = Conversation(kk, terminal.find_conversation(kk.store, conversation, s.tenant).id)
     mem = conv.memory()
     if as_json:
+        from kioku.grounded import grounded_share
+
+        def shown(item: Any) -> dict[str, Any]:
+            return {**item.__dict__, "grounded_share": grounded_share(item)}
+
         emit(
             {
-                "synopsis": mem.synopsis.__dict__ if mem.synopsis else None,
-                "chapters": [c.__dict__ for c in mem.chapters],
+                "synopsis": shown(mem.synopsis) if mem.synopsis else None,
+                "chapters": [shown(c) for c in mem.chapters],
                 "notes": mem.notes,
             }
         )
@@ -244,12 +281,20 @@ def chat(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     window: WindowOpt = None,
+    summary_timeout: SummaryTimeoutOpt = None,
 ) -> None:
     """Chat in the terminal with memory. Empty line or Ctrl-D ends.
 
     Example: kioku chat mika --model http://127.0.0.1:8080/v1
     """
-    s = settings(db, profile, window, llm_url=model, summarizer_url=summarizer_model)
+    s = settings(
+        db,
+        profile,
+        window,
+        llm_url=model,
+        summarizer_url=summarizer_model,
+        summary_timeout_s=summary_timeout,
+    )
     if not s.llm_url:
         raise KiokuError("no model: pass --model URL or set KIOKU_LLM_URL")
     kk = terminal.open_kioku(s, write=True, background=True)
@@ -269,52 +314,6 @@ def chat(
                 terminal.note("the reply was cut at max_tokens (finish_reason=length)")
     finally:
         kk.close()
-
-
-@app.command()
-def summarize(
-    data: DataOpt = None,
-    fmt: Annotated[str, typer.Option("--format", help=FORMATS + ".")] = "locomo",
-    model: Annotated[
-        str | None, typer.Option("--model", help="OpenAI-compatible base URL of the chronicler.")
-    ] = None,
-    speaker: SpeakerOpt = None,
-    index: LocomoOpt = 0,
-    limit: Annotated[int | None, typer.Option(help="Only the first N messages.")] = None,
-    profile: ProfileOpt = None,
-    window: WindowOpt = None,
-) -> None:
-    """Summarize a whole conversation with a real model and print the memory.
-
-    Example: kioku summarize --data ../shared/datasets/locomo/locomo10.json --format locomo --model http://127.0.0.1:8080/v1
-    """
-    from rich.console import Console
-
-    from kioku.backlog import summarize_transcript
-    from kioku.chronicler import ChroniclerConfig
-    from kioku.client import OpenAIChatModel
-    from kioku.counters import counter_from_spec
-    from kioku.datasets import load
-
-    s = settings(None, profile, window, summarizer_url=model)
-    url = s.summarizer_url or s.llm_url
-    if not url:
-        raise KiokuError("no model: pass --model URL or set KIOKU_LLM_URL")
-    t = load(data, fmt, speaker=speaker, conversation=index)
-    if limit:
-        from dataclasses import replace
-
-        t = replace(t, messages=t.messages[:limit], meta=t.meta[:limit])
-    counter = counter_from_spec(s.tokenizer)
-    model_ = OpenAIChatModel(url, profile=s.profile_obj)
-    config = ChroniclerConfig(system_role=s.system_role)
-    err = Console(stderr=True)
-    result = summarize_transcript(t, model_, counter, s.profile_obj, config=config, console=err)
-    terminal.text(result.text)
-    terminal.note(
-        f"{plural(len(result.summaries), 'summary', 'summaries')} in {result.duration_s:.0f} s; "
-        f"events: {result.events or 'none'}"
-    )
 
 
 @app.command()

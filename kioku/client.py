@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -38,6 +39,14 @@ from kioku.tls import tls_context
 from kioku.wire import StreamState, read_completion, read_json
 
 DEFAULT_RETRIES = 2
+# how servers say a request is larger than their window (llama.cpp, llama-cpp-python, vLLM,
+# OpenAI): "exceeds the available context size", "Requested tokens (25766) exceed context window
+# of 8192", "maximum context length is 8192 tokens. However, you requested 25766 tokens"
+CONTEXT_LENGTH = re.compile(
+    r"context (?:size|length|window)|n_ctx|maximum context|requested \d+ tokens|"
+    r"requested tokens|too many tokens|prompt is too long",
+    re.IGNORECASE,
+)
 DEFAULT_BACKOFF_S = 0.5
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -94,7 +103,15 @@ def server_message(response: httpx.Response, limit: int = 500) -> str:
 class _Api:
     """Requests and errors of the OpenAI chat API, without I/O."""
 
-    def __init__(self, base_url: str, model: str | None, api_key: str | None, timeouts: Timeouts):
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None,
+        api_key: str | None,
+        timeouts: Timeouts,
+        profile: Profile | None = None,
+    ):
+        self.profile = profile
         self.root = api_root(base_url)
         self.server = self.root.removesuffix("/v1")
         self.model = model
@@ -121,7 +138,19 @@ class _Api:
             )
         if response.status_code in (401, 403):
             return ModelError(f"{where} refused ({response.status_code}): {msg}; check the API key")
+        if response.status_code in (400, 413, 422) and CONTEXT_LENGTH.search(msg):
+            return ModelError(f"{where} failed with {response.status_code}: {msg}; {self._hint()}")
         return ModelError(f"{where} failed with {response.status_code}: {msg}")
+
+    def _hint(self) -> str:
+        """What to do when the server's window is smaller than kioku's profile assumes."""
+        p = self.profile
+        used = f"kioku's profile is {p.name}, a {p.window:,}-token window" if p else "kioku"
+        return (
+            f"the request is larger than the server's context window ({used}): pass --profile "
+            "local-8k, or --window N with the server's context size (llama.cpp -c / --n_ctx; "
+            "env KIOKU_PROFILE, KIOKU_WINDOW)"
+        )
 
 
 @dataclass(frozen=True)
@@ -193,7 +222,7 @@ class _BaseChatModel:
         backoff_s: float,
     ) -> None:
         t = timeouts or (Timeouts.from_profile(profile) if profile else Timeouts())
-        self.api = _Api(base_url, model, api_key, t)
+        self.api = _Api(base_url, model, api_key, t, profile)
         self.policy = _RetryPolicy(retries, backoff_s)
         self._tokenize: Callable[[str], dict[str, Any]] | None = None
         self._tokenize_url = ""

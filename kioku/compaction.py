@@ -16,9 +16,10 @@ from typing import Protocol
 
 from kioku import context, dates, policy
 from kioku.budget import Margin, template_of, usable
+from kioku.chronicle_prompt import chapter_ranges
 from kioku.context import extras_of
 from kioku.errors import ModelError, StoreError
-from kioku.generations import STAND_IN, chapter_task, chunks, item_from_summary, synopsis_task
+from kioku.generations import STAND_IN, chapter_task, item_from_summary, synopsis_task
 from kioku.hooks import TurnHooks
 from kioku.memory import MemoryItem
 from kioku.messages import Message
@@ -256,7 +257,7 @@ class Compactor:
         if not raw:
             return TurnReport(reasons=("cut: nothing to fold",))
         add: list[MemoryItem] = []
-        groups = chunks(raw, prof.summary_chunk, size=lambda e: e.tokens)
+        groups = chapter_ranges(raw, prof, k.counter, turn.lang)
         avoid = tuple(k.layers.avoid_phrases(cid))
         started = time.monotonic()
         for g in groups:

@@ -50,6 +50,10 @@ class Settings:
     # seconds a summary job waits before it runs (None: the profile's, 30 s): replays, tests
     # and benchmarks set 0 so they need not wait for the GPU-sharing delay
     summary_delay_s: float | None = None
+    # seconds to wait for one chronicler reply (None: the profile's; a 1.5B model on a CPU
+    # takes minutes), and the chronicler's temperature (None: ChroniclerConfig's low default)
+    summary_timeout_s: float | None = None
+    summary_temperature: float | None = None
     # browser origins allowed to call the REST API (the SillyTavern extension's page)
     cors_origins: tuple[str, ...] = ()
     # the ablation of issue 22: keep the card as the client sent it (the parts it marks as
@@ -64,13 +68,25 @@ class Settings:
         p = get_profile(self.profile, self.window)
         if self.summary_delay_s is not None:
             p = replace(p, summary_delay_s=self.summary_delay_s)
+        if self.summary_timeout_s is not None:
+            p = replace(p, summary_timeout_s=self.summary_timeout_s)
         return p
+
+    @property
+    def chronicler_url(self) -> str | None:
+        return self.summarizer_url or self.llm_url
+
+    @property
+    def chronicler_model_name(self) -> str | None:
+        return self.summarizer_model or self.llm_model
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     window = env.get("KIOKU_WINDOW")
     delay = env.get("KIOKU_SUMMARY_DELAY")
+    timeout = env.get("KIOKU_SUMMARY_TIMEOUT")
+    temperature = env.get("KIOKU_SUMMARY_TEMPERATURE")
     return Settings(
         db=env.get("KIOKU_DB", DEFAULT_DB),
         profile=env.get("KIOKU_PROFILE", DEFAULT_PROFILE),
@@ -86,6 +102,10 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         max_body_bytes=int(env.get("KIOKU_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES),
         max_messages=int(env.get("KIOKU_MAX_MESSAGES") or DEFAULT_MAX_MESSAGES),
         summary_delay_s=_seconds("KIOKU_SUMMARY_DELAY", delay) if delay else None,
+        summary_timeout_s=_seconds("KIOKU_SUMMARY_TIMEOUT", timeout, positive=True)
+        if timeout
+        else None,
+        summary_temperature=_temperature(temperature) if temperature else None,
         cors_origins=tuple(
             o.strip() for o in env.get("KIOKU_CORS_ORIGINS", "").split(",") if o.strip()
         ),
@@ -93,14 +113,25 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     )
 
 
-def _seconds(name: str, value: str) -> float:
+def _seconds(name: str, value: str, positive: bool = False) -> float:
     try:
         s = float(value)
     except ValueError:
         s = -1.0
-    if not s >= 0:
-        raise ConfigError(f"{name}={value!r}: give a number of seconds, 0 or more")
+    if not (s > 0 if positive else s >= 0):
+        more = "more than 0" if positive else "0 or more"
+        raise ConfigError(f"{name}={value!r}: give a number of seconds, {more}")
     return s
+
+
+def _temperature(value: str) -> float:
+    try:
+        t = float(value)
+    except ValueError:
+        t = -1.0
+    if not 0 <= t <= 2:
+        raise ConfigError(f"KIOKU_SUMMARY_TEMPERATURE={value!r}: give a number from 0 to 2")
+    return t
 
 
 def to_env(settings: Settings) -> dict[str, str]:
@@ -122,10 +153,39 @@ def to_env(settings: Settings) -> dict[str, str]:
         "KIOKU_MAX_BODY_BYTES": s.max_body_bytes,
         "KIOKU_MAX_MESSAGES": s.max_messages,
         "KIOKU_SUMMARY_DELAY": s.summary_delay_s,
+        "KIOKU_SUMMARY_TIMEOUT": s.summary_timeout_s,
+        "KIOKU_SUMMARY_TEMPERATURE": s.summary_temperature,
         "KIOKU_CORS_ORIGINS": ",".join(s.cors_origins) or None,
         "KIOKU_CARD_AS_SENT": "1" if s.card_as_sent else None,
     }
     return {k: str(v) for k, v in pairs.items() if v is not None}
+
+
+def chronicler_model(settings: Settings, url: str | None = None) -> Any:
+    """The chronicler's chat model the settings name (`url` first), or None (extractive):
+    KIOKU_SUMMARIZER_URL/MODEL, else the reply model's, with KIOKU_LLM_API_KEY and the
+    profile's summary timeout. Every command that summarizes builds it here."""
+    base = url or settings.chronicler_url
+    if not base:
+        return None
+    from kioku.client import OpenAIChatModel
+
+    return OpenAIChatModel(
+        base,
+        model=settings.chronicler_model_name,
+        api_key=settings.api_key,
+        profile=settings.profile_obj,
+    )
+
+
+def chronicler_config(settings: Settings, **changes: Any) -> Any:
+    """The chronicler's configuration the settings name (system role, temperature)."""
+    from kioku.chronicler import ChroniclerConfig
+
+    config = ChroniclerConfig(system_role=settings.system_role)
+    if settings.summary_temperature is not None:
+        config = replace(config, temperature=settings.summary_temperature)
+    return replace(config, **changes)
 
 
 def build_kioku(
@@ -152,23 +212,13 @@ def build_kioku(
         reply_model = OpenAIChatModel(
             settings.llm_url, model=settings.llm_model, api_key=settings.api_key, profile=profile
         )
-    summ_url = settings.summarizer_url or settings.llm_url
-    if summ_url:
-        from kioku.chronicler import ChroniclerConfig, LLMChronicler
-        from kioku.client import OpenAIChatModel
+    notes_model = chronicler_model(settings)
+    if notes_model is not None:
+        from kioku.chronicler import LLMChronicler
         from kioku.summarizer import ExtractiveSummarizer
 
-        notes_model = OpenAIChatModel(
-            summ_url,
-            model=settings.summarizer_model or settings.llm_model,
-            api_key=settings.api_key,
-            profile=profile,
-        )
         summarizer = LLMChronicler(
-            notes_model,
-            counter,
-            ExtractiveSummarizer(counter),
-            ChroniclerConfig(system_role=settings.system_role),
+            notes_model, counter, ExtractiveSummarizer(counter), chronicler_config(settings)
         )
     store = store or Store.open(settings.db)
     layers: MemoryLayers = NO_LAYERS

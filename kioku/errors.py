@@ -26,7 +26,8 @@
         ├── UpstreamError      the proxy's upstream failed; carries the HTTP status to answer
         ├── BadEvalReply       an evaluation prompt's reply stayed unusable after retries
         └── BadSummary         the summarizer's output failed a guard (refusal, unparseable, cut)
-            └── BadNotes       the notes extractor's reply could not be parsed strictly
+            ├── BadNotes       the notes extractor's reply could not be parsed strictly
+            └── Ungrounded     most lines of a reply are not borne out by what they cite
 
 Every message says what to do next.
 """
@@ -220,6 +221,15 @@ class BadNotes(BadSummary):
 
     def __init__(self, reason: str, text: str = "") -> None:
         super().__init__(f"notes: {reason}", text)
+
+
+class Ungrounded(BadSummary):
+    """A reply whose lines are mostly not borne out by the messages they cite
+    (`kioku.grounding`); `grounding` says which and why. Nothing of it was stored."""
+
+    def __init__(self, why: str, text: str = "", grounding: Any = None) -> None:
+        super().__init__(f"ungrounded: {why}", text)
+        self.grounding = grounding
 
 
 # the service's admission (issue 11) ---------------------------------------------------------

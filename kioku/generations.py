@@ -48,6 +48,27 @@ def chunks(items: Iterable[T], budget: int, size: Callable[[T], int]) -> list[li
     return runs
 
 
+def chunks_within(
+    items: Iterable[T], bounds: Sequence[tuple[int, Callable[[T], int]]]
+) -> list[list[T]]:
+    """`chunks` under several budgets at once, each with its own size (a chapter bounded by
+    its messages' tokens and by the prompt they make): a run closes before the item that
+    would take it past any of them."""
+    runs: list[list[T]] = []
+    run: list[T] = []
+    used = [0] * len(bounds)
+    for item in items:
+        sizes = [size(item) for _, size in bounds]
+        if any(used) and any(u + n > b for u, n, (b, _) in zip(used, sizes, bounds, strict=True)):
+            runs.append(run)
+            run, used = [], [0] * len(bounds)
+        run.append(item)
+        used = [u + n for u, n in zip(used, sizes, strict=True)]
+    if run:
+        runs.append(run)
+    return runs
+
+
 def chapter_target(profile: Profile, input_tokens: int) -> int:
     """A chapter never needs to be longer than half of what it summarizes."""
     return max(64, min(profile.chapter_tokens, input_tokens // 2))
@@ -69,6 +90,7 @@ def chapter_task(
         target_tokens=chapter_target(profile, tokens),
         entries=tuple(entries),
         ceiling_tokens=profile.summary_ceiling,
+        window_tokens=profile.window,
         lang=lang,
         character=character_phrase(entries, character, lang),
         user_name=user_of(entries) or "user",
@@ -92,6 +114,7 @@ def synopsis_task(
         previous=previous,
         chapters=tuple(chapters),
         ceiling_tokens=profile.summary_ceiling,
+        window_tokens=profile.window,
         lang=lang,
         character=character,
         user_name=user_name or "user",

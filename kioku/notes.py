@@ -22,7 +22,6 @@ from datetime import date
 from typing import TYPE_CHECKING
 
 from kioku import prompts
-from kioku.attribution import said_in
 from kioku.dates import date_line
 from kioku.errors import BadNotes, InputError
 from kioku.facts import Fact, facts_in
@@ -35,6 +34,7 @@ from kioku.sensitive import looks_secret, withheld
 from kioku.tokens import TokenCounter
 
 if TYPE_CHECKING:
+    from kioku.grounded import Dropped
     from kioku.store import Store
 
 NOTES_PROMPT_VERSION = "notes-2"  # the version line of prompts/<lang>/notes.txt
@@ -389,8 +389,6 @@ class NotesExtractor:
             if sup is not None and (not isinstance(sup, int) or sup not in ids):
                 raise BadNotes(f"line {n}: supersedes {sup!r} is not a note in force", text)
             m = by_seq[seq].message
-            if not said_in(fact, resolve(m.text, m.at, self.lang), self.lang, subject):
-                continue  # not what that message says: never its author's (`kioku.attribution`)
             draft = NoteDraft(
                 norm(subject).replace(":", " "),
                 kind,
@@ -404,12 +402,27 @@ class NotesExtractor:
         return out
 
     def extract(self, entries: Sequence[LogEntry], current: Sequence[Note] = ()) -> list[NoteDraft]:
+        return self.extract_grounded(entries, current)[0]
+
+    def extract_grounded(
+        self, entries: Sequence[LogEntry], current: Sequence[Note] = ()
+    ) -> tuple[list[NoteDraft], list[Dropped]]:
+        """The model's notes that the messages they cite bear out, and the ones dropped (each
+        with its reason: `kioku.grounding`), so a note a small model invented never enters
+        the ledger."""
         if not entries:
-            return []
-        completion = self.model.complete(self.request(entries, current))
+            return [], []
+        request = self.request(entries, current)
+        completion = self.model.complete(request)
         if completion.truncated:
             raise BadNotes("cut at max_tokens (finish_reason == 'length')", completion.text)
-        return self.parse(completion.text, entries, current)
+        drafts = self.parse(completion.text, entries, current)
+        prompt = "\n".join(m.content for m in request.messages)
+        for e in entries:  # the prompt without the messages: the words of the instructions
+            prompt = prompt.replace(dated_lines([e], self.lang), "")
+        from kioku.grounded import ground_notes
+
+        return ground_notes(drafts, entries, current, self.lang, prompt)
 
 
 # the no-model extractor ----------------------------------------------------------------------
@@ -443,17 +456,25 @@ def update_notes(
     """Extract facts from `entries` and append them; return the new ledger ids. With no model,
     the heuristic extractor runs; so it does when the model's reply is not notes (prose, broken
     JSON: `BadNotes`), logged and counted, so the notes miss nothing the extractor can see."""
-    drafts, origin = [], HEURISTIC_VERSION
+    drafts: list[NoteDraft] = []
+    origin = HEURISTIC_VERSION
     if extractor is not None:
         try:
-            drafts, origin = (
-                extractor.extract(entries, notes(store, conversation_id)),
-                extractor.version,
-            )
+            drafts, dropped = extractor.extract_grounded(entries, notes(store, conversation_id))
+            origin = extractor.version
         except BadNotes as e:
             store.log(conversation_id, "notes", "fallback", detail=str(e)[:300])
             store.incr(conversation_id, "notes_fallbacks")
             extractor = None
+        else:
+            for d in dropped:  # a guard event each, never silent
+                store.log(
+                    conversation_id,
+                    f"note_dropped_{d.reason}",
+                    "dropped",
+                    first_seq=d.seqs[0] if d.seqs else None,
+                    detail=d.note(),
+                )
     if extractor is None:
         drafts = extract_notes_heuristic(entries, lang)
     return add_notes(store, conversation_id, drafts, origin=origin)

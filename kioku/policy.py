@@ -35,10 +35,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kioku.generations import STAND_IN, chunks
+from kioku.generations import STAND_IN, chunks_within
 from kioku.job import JobKind
 from kioku.memory import ItemKind, Memory, MemoryItem
-from kioku.profiles import Profile
+from kioku.profiles import TRANSCRIPT_MESSAGE_TOKENS, Profile
 
 
 @dataclass(frozen=True)
@@ -373,7 +373,7 @@ def schedule_chapters(state: State, plan: Plan) -> Plan:
     run_after = state.now + p.summary_delay_s
     jobs = tuple(
         JobPlan("chapter", lo, hi, run_after)
-        for lo, hi in _chunks(state.raw, plan.start, cut - 1, p.summary_chunk)
+        for lo, hi in _chunks(state.raw, plan.start, cut - 1, p.summary_chunk, p.chunk_budget)
     )
     reason = (
         f"trigger: prompt {plan.prompt(state)} > {state.trigger}, {len(jobs)} chapter job(s) "
@@ -530,8 +530,13 @@ def _turns(raw: Sequence[tuple[int, int]], n: float) -> int:
 
 
 def _chunks(
-    raw: Sequence[tuple[int, int]], first: int, last: int, chunk: int
+    raw: Sequence[tuple[int, int]], first: int, last: int, chunk: int, prompt: int | None = None
 ) -> list[tuple[int, int]]:
-    """Chapter-sized seq ranges covering first..last (the raw window has no gaps)."""
+    """Chapter-sized seq ranges covering first..last (the raw window has no gaps): at most
+    `chunk` raw tokens each, and, when the profile bounds the chronicler's prompt, at most
+    `prompt` tokens with what its transcript adds to each message (`Profile.chunk_budget`)."""
     within = [(s, t) for s, t in raw if first <= s <= last]
-    return [(run[0][0], run[-1][0]) for run in chunks(within, chunk, size=lambda st: st[1])]
+    bounds: list[tuple[int, Callable[[tuple[int, int]], int]]] = [(chunk, lambda st: st[1])]
+    if prompt is not None:
+        bounds.append((prompt, lambda st: st[1] + TRANSCRIPT_MESSAGE_TOKENS if st[1] else 0))
+    return [(run[0][0], run[-1][0]) for run in chunks_within(within, bounds)]

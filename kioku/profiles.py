@@ -30,6 +30,12 @@ MIN_ITEM_TOKENS = 64
 # What one image costs in the prompt, whatever its pixels: OpenAI's high-detail 1024×1024 tile
 # count (765) rounded up; Gemma 3 takes 256 per image, LLaVA 576. Set it to the model's number.
 DEFAULT_IMAGE_TOKENS = 768
+# What a chronicler prompt costs around its transcript (the instructions and the open threads;
+# the chapter prompt is ~600 tokens in English, ~750 in Japanese), and what the transcript adds
+# to each message ("#12 · 13:56 · Caroline (user)", the part labels): where a chunk is planned
+# from message tokens alone, it is planned with these (`Profile.chunk_budget`).
+CHRONICLE_PROMPT_TOKENS = 1000
+TRANSCRIPT_MESSAGE_TOKENS = 14
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,10 @@ class Profile:
     reply_timeout_s: float = 120.0
     summary_timeout_s: float = 300.0
     image_tokens: int = DEFAULT_IMAGE_TOKENS  # per image (or other media part) in a message
+    # most tokens of the rendered chronicler prompt one summary job sends: the instructions and
+    # the transcript as the model reads it (each message's header and part labels: 1.6× the
+    # messages' text in English, 2.4× in Japanese). None: only `summary_chunk` bounds a job.
+    summary_prompt: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.min_raw < self.trigger <= self.ceiling:
@@ -115,6 +125,15 @@ class Profile:
         return int(self.ceiling * self.recall_room)
 
     @property
+    def chunk_budget(self) -> int | None:
+        """Message tokens one chapter job may read (each message costing its tokens plus
+        `TRANSCRIPT_MESSAGE_TOKENS`) so that its rendered prompt stays within `summary_prompt`;
+        None when the profile sets no prompt bound."""
+        if self.summary_prompt is None:
+            return None
+        return self.summary_prompt - min(CHRONICLE_PROMPT_TOKENS, self.summary_prompt // 4)
+
+    @property
     def prompt_budget(self) -> int:
         """The most prompt tokens that still leave the response reserve inside the window."""
         return self.window - self.response_reserve
@@ -147,6 +166,9 @@ class Profile:
             synopsis_tokens=s(self.synopsis_tokens, 600),
             major_gc=s(self.major_gc, 1200),
             summary_chunk=s(self.summary_chunk, 1024),
+            # the chronicler's instructions alone are ~700 tokens: a smaller prompt is mostly
+            # instructions, so the bound never scales below what local-8k sends
+            summary_prompt=s(self.summary_prompt, 1400) if self.summary_prompt else None,
             notes_tokens=s(self.notes_tokens, 128),
         )
         return out.fitted()
@@ -217,6 +239,7 @@ LOCAL_64K = Profile(
     synopsis_tokens=2400,
     major_gc=9600,
     summary_chunk=20000,
+    summary_prompt=24000,
 )
 
 CLOUD_1M = Profile(
@@ -231,6 +254,7 @@ CLOUD_1M = Profile(
     synopsis_tokens=4000,
     major_gc=9600,
     summary_chunk=20000,
+    summary_prompt=24000,
     notes_tokens=1500,
 )
 
@@ -246,7 +270,13 @@ LOCAL_8K = Profile(
     synopsis_tokens=600,
     major_gc=2000,
     summary_chunk=2500,
+    # a rendered prompt of 1,400 tokens (~18 LoCoMo messages, ~35 RealPersonaChat ones): the
+    # 1.5B model wrote eight grounded facts from a 900-token prompt, and looped, copied or cut
+    # off on 2,100-2,300-token ones (docs/chronicler.md); a CPU reads 1,400 in ~35 s when quiet
+    summary_prompt=1400,
     notes_tokens=200,
+    # a 1.5B model on 2 CPU cores took 452 s for a first chapter: 300 s gave up on it
+    summary_timeout_s=900.0,
 )
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (LOCAL_64K, CLOUD_1M, LOCAL_8K)}

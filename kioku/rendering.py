@@ -108,7 +108,8 @@ def render_story(record: Record, lang: str) -> str:
     lab = render_labels(lang)
     rows: list[tuple[int, int, str]] = []
     for n, e in enumerate(record.events):
-        rows.append((e.seq if e.seq is not None else -1, n, f"- {_at(e.seq)}{e.text}"))
+        said = f"{e.by}: {e.text}" if e.by else e.text
+        rows.append((e.seq if e.seq is not None else -1, n, f"- {_at(e.seq)}{said}"))
     for n, c in enumerate(record.claims, len(rows)):
         rows.append(
             (c.seq if c.seq is not None else -1, n, f"- {_at(c.seq)}{render_claim(c, lab)}")
@@ -132,7 +133,7 @@ def render_user(facts: Iterable[UserFact]) -> str:
         if key in seen:
             continue
         seen.add(key)
-        out.append(f"- {_at(f.seq)}{f.fact}")
+        out.append(f"- {_at(f.seq)}{f.by}: {f.fact}" if f.by else f"- {_at(f.seq)}{f.fact}")
     return "\n".join(out)
 
 

@@ -49,6 +49,7 @@ TIC_WORDS = re.compile(
 class Event:
     seq: int | None
     text: str
+    by: str = ""  # who wrote the message it records, when the line says so (the line format)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class ThreadNote:
 class UserFact:
     seq: int | None
     fact: str
+    by: str = ""  # the user's name, when the line says it
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ class Record:
             return {k: v for k, v in d.items() if v is not None and v != ""}
 
         return {
-            "events": [drop_none({"seq": e.seq, "text": e.text}) for e in self.events],
+            "events": [drop_none({"seq": e.seq, "text": e.text, "by": e.by}) for e in self.events],
             "claims": [
                 drop_none(
                     {
@@ -129,7 +131,9 @@ class Record:
                 drop_none({"id": t.id, "title": t.title, "status": t.status, "seq": t.seq})
                 for t in self.threads
             ],
-            "user_facts": [drop_none({"seq": f.seq, "fact": f.fact}) for f in self.user_facts],
+            "user_facts": [
+                drop_none({"seq": f.seq, "fact": f.fact, "by": f.by}) for f in self.user_facts
+            ],
             "key_lines": [
                 {"seq": k.seq, "speaker": k.speaker, "text": k.text} for k in self.key_lines
             ],
@@ -261,8 +265,10 @@ def _events(read: _Reader) -> list[Event]:
         if isinstance(v, str) and v.strip():  # a bare sentence is an event without a seq
             events.append(Event(None, v.strip()))
             continue
-        d = read.obj_at(v, f"events[{i}]")
-        events.append(Event(read.seq(d, f"events[{i}]"), read.text(d, "text", f"events[{i}]")))
+        w = f"events[{i}]"
+        d = read.obj_at(v, w)
+        by = read.text(d, "by", w, required=False) if isinstance(d.get("by"), str) else ""
+        events.append(Event(read.seq(d, w), read.text(d, "text", w), by))
     return events
 
 
@@ -319,7 +325,8 @@ def _facts(read: _Reader) -> list[UserFact]:
             facts.append(UserFact(None, v.strip()))
             continue
         d = read.obj_at(v, w)
-        facts.append(UserFact(read.seq(d, w), read.text(d, "fact", w)))
+        by = read.text(d, "by", w, required=False) if isinstance(d.get("by"), str) else ""
+        facts.append(UserFact(read.seq(d, w), read.text(d, "fact", w), by))
     return facts
 
 

@@ -47,6 +47,8 @@ class SummaryTask:
     character: str = ""
     user_name: str = "user"
     avoid_phrases: tuple[str, ...] = ()  # verbal tics that must not enter memory
+    # the summarizer model's window, when known: prompt + max_tokens must fit in it
+    window_tokens: int | None = None
 
     @property
     def span(self) -> tuple[int, int]:

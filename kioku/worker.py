@@ -171,6 +171,7 @@ class Worker:
                 chapters=tuple(stand_ins),
                 entries=tuple(entries),
                 ceiling_tokens=profile.summary_ceiling,
+                window_tokens=profile.window,
                 lang=detect_lang([e.text for e in entries[:20]]),
                 character=conv.character,
                 user_name=user_of(entries) or "user",

@@ -47,14 +47,19 @@ class LlamaServer(ChildServer):
     """One `python -m llama_cpp.server` process; `url` is its root (http://127.0.0.1:PORT)."""
 
     def __init__(
-        self, model: Path, threads: int = 2, n_ctx: int = N_CTX, chat_format: str | None = "gemma"
+        self,
+        model: Path,
+        threads: int = 2,
+        n_ctx: int = N_CTX,
+        chat_format: str | None = "gemma",
+        alias: str = "gemma",
     ) -> None:
         """`chat_format` None: llama-cpp-python formats chats with the GGUF's own Jinja
         template (`tokenizer.chat_template`)."""
         self.model = model
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.alias = "gemma"
+        self.alias = alias
         self.name = "llama server"
         self._logdir = tempfile.mkdtemp(prefix="kioku-llama-")
         self.log = Path(self._logdir) / "server.log"

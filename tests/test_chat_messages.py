@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kioku.chat_messages import chat_message, incoming, media_of, message_tokens, reply_message
-from kioku.chronicler import build_request
+from kioku.chronicle_prompt import build_request
 from kioku.context import build
 from kioku.errors import BadParameter
 from kioku.memory import Memory
@@ -174,7 +174,7 @@ def test_the_chapter_prompt_explains_tools_and_images(lang: str) -> None:
     task = SummaryTask(kind="chapter", target_tokens=200, entries=tuple(exchange()), lang=lang)
     request, version = build_request(task, max_tokens=600)
     system, user = request.messages[0].content, request.messages[1].content
-    assert version.endswith("-v2")
+    assert version.endswith("-v3")
     label = {"en": "[tool result]", "ja": "[ツール結果]", "zh": "[工具结果]"}[lang]
     assert label in system and label in user
 

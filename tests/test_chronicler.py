@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from kioku.backlog import summarize_transcript
+from kioku.chronicle_prompt import chapter_ranges
 from kioku.chronicler import (
     AsyncLLMChronicler,
     ChroniclerConfig,
@@ -94,7 +95,7 @@ def lying_aoi(first: int = 10) -> tuple[LogEntry, ...]:
 
 
 GOOD: dict[str, Any] = {
-    "events": [{"seq": 10, "text": "Ren asked Aoi whether she knew the harbour town."}],
+    "events": [{"seq": 10, "text": "Ren asked Aoi whether she had been to this town before."}],
     "claims": [
         {
             "seq": 11,
@@ -102,7 +103,7 @@ GOOD: dict[str, Any] = {
             "listener": "Ren",
             "claim": "she has never been to this town",
             "supported_by": "none",
-            "actual": "narration and her thought show she grew up here",
+            "actual": "her thought shows she grew up in this town",
         }
     ],
     "threads": [
@@ -149,7 +150,7 @@ def test_good_reply_becomes_a_structured_summary_with_its_provenance() -> None:
     model = ScriptedModel([Completion(reply(GOOD), "stop", Usage(900, 200), "qwen")])
     s = chronicler(model).summarize(task())
     assert s.source == "llm" and s.model == "qwen"
-    assert s.prompt_version == "chapter-en-v2"
+    assert s.prompt_version == "chapter-en-v3"
     assert (s.attempts, s.events, s.input_tokens) == (1, (), 900)
     assert s.tokens == COUNTER.count(s.text)
     assert s.data["format"] == "kioku.chronicle/1"
@@ -159,6 +160,8 @@ def test_good_reply_becomes_a_structured_summary_with_its_provenance() -> None:
     assert "Ostensibly: Aoi told Ren: she has never been to this town. Actually:" in s.text
     assert "- #12 Ren starts a new job in April" in s.text
     assert record_from_data(s.data).claims[0].actual
+    # every line is grounded in the message it cites, and the record says so
+    assert s.data["grounding"]["share"] == 1.0 and s.data["grounding"]["lines"] == 5
 
 
 def test_the_request_keeps_attribution_a_lie_arrives_as_speech_the_truth_as_narration() -> None:
@@ -225,13 +228,16 @@ def test_refusal_detection_is_short_and_phrase_based() -> None:
 # --- truncation --------------------------------------------------------------------------------
 
 
-def test_truncated_reply_is_never_stored_and_retried_at_the_ceiling() -> None:
+def test_truncated_reply_is_never_stored_and_retried_with_more_room_and_a_note() -> None:
     full = reply(GOOD)
     model = ScriptedModel([Completion(full[:120], "length"), full])
     s = chronicler(model).summarize(task(ceiling_tokens=4096))
     assert s.events == ("truncated", "retry")
-    assert model.history[0].max_tokens == first_max_tokens(task()) == 300 * 2 + 256
-    assert model.history[1].max_tokens == 4096
+    assert model.history[0].max_tokens == first_max_tokens(task()) == 300 + 256
+    # half as much room again, not the whole ceiling: the facts fit the first request, and a
+    # small model that ran out of room was looping
+    assert model.history[1].max_tokens == (300 + 256) * 3 // 2
+    assert "cut at 556 tokens: write at most 9 facts and stop" in user_text(model.history[1])
 
 
 def test_length_finish_is_not_stored_even_when_the_text_parses() -> None:
@@ -260,7 +266,7 @@ def test_story_continuation_is_unparseable_retried_with_the_reason() -> None:
     assert s.events == ("unparseable", "retry")
     assert "smiled" not in s.text
     retry = user_text(model.history[1])
-    assert "Your previous answer could not be used: no JSON object in the reply." in retry
+    assert "Your previous answer could not be used: no line of the form - <fact>" in retry
 
 
 def test_unparseable_every_time_falls_back_never_stored() -> None:
@@ -313,23 +319,20 @@ def test_model_errors_propagate_they_are_not_bad_summaries() -> None:
 
 @pytest.mark.parametrize(
     ("lang", "wanted"),
-    [
-        ("en", "Length: about 300 words in total"),
-        ("ja", "長さは全体で500字程度"),
-        ("zh", "长度:全部合计约480字"),
-    ],
+    [("en", "list the 12 most important facts"), ("ja", "最大 10 個"), ("zh", "最多 11 条")],
 )
-def test_length_targets_per_language_reach_the_request(lang: str, wanted: str) -> None:
+def test_length_targets_per_language_reach_the_request_as_lines(lang: str, wanted: str) -> None:
+    """A model cannot count tokens; it can count lines (en ~22 tokens a line, ja ~30)."""
     model = ScriptedModel([reply(GOOD)])
     chronicler(model).summarize(task(lang=lang, target_tokens=400))
-    (request,) = model.history
-    assert wanted in request.messages[0].content
-    assert request.max_tokens == 400 * 2 + 256
+    request = model.history[0]
+    assert wanted in request.messages[-1].content
+    assert request.max_tokens == 400 + 256
 
 
 def test_max_tokens_never_exceeds_the_ceiling() -> None:
     model = ScriptedModel([reply(GOOD)])
-    chronicler(model).summarize(task(target_tokens=3000, ceiling_tokens=4096))
+    chronicler(model).summarize(task(target_tokens=4000, ceiling_tokens=4096))
     assert model.history[0].max_tokens == 4096
 
 
@@ -349,25 +352,32 @@ def chapter_item(first: int, last: int, record: dict[str, Any], lang: str = "en"
     )
 
 
+COLOURS = ("red", "blue", "green", "yellow", "white", "black", "orange", "purple", "grey", "pink")
+
+
+def painted_boats() -> MemoryItem:
+    """A chapter that says a lot, every line of it grounded: Aoi painted ten boats."""
+    events = [
+        {"seq": i, "text": f"Aoi painted the {c} boat by the pier."} for i, c in enumerate(COLOURS)
+    ]
+    return chapter_item(0, 9, {"events": events})
+
+
+def boat_lines(n: int, first: int = 0) -> str:
+    return "\n".join(
+        f"#{i} Aoi: painted the {COLOURS[i]} boat by the pier" for i in range(first, n)
+    )
+
+
 def test_bloated_synopsis_is_compressed_by_the_model_not_truncated() -> None:
-    ch1 = chapter_item(0, 9, {"events": [{"seq": 3, "text": "Aoi met Ren at the harbour."}]})
     ch2 = chapter_item(10, 13, GOOD)
-    bloated = {
-        "events": [
-            {"seq": i % 14, "text": f"Detail number {i} about the harbour and the weather."}
-            for i in range(40)
-        ],
-        "threads": [{"id": "aoi-past", "title": "What Aoi hides", "status": "open", "seq": 11}],
-    }
-    short = {
-        "events": [{"seq": 3, "text": "Aoi met Ren at the harbour."}],
-        "threads": [{"id": "aoi-past", "title": "What Aoi hides", "status": "open", "seq": 11}],
-    }
-    model = ScriptedModel([reply(bloated), reply(short)])
+    bloated = boat_lines(10) + "\nOPEN aoi-past: What Aoi hides about the town"
+    short = "#0 Aoi: painted the red boat by the pier\nOPEN aoi-past: What Aoi hides about the town"
+    model = ScriptedModel([bloated, short])
     t = SummaryTask(
         kind="synopsis",
-        target_tokens=60,
-        chapters=(ch1, ch2),
+        target_tokens=40,
+        chapters=(painted_boats(), ch2),
         lang="en",
         character="Aoi",
         user_name="Ren",
@@ -375,40 +385,68 @@ def test_bloated_synopsis_is_compressed_by_the_model_not_truncated() -> None:
     s = chronicler(model).summarize(t)
     assert s.events == ("compress",)
     assert s.attempts == 2
-    assert s.prompt_version == "synopsis-en-v1+compress-en-v1"
-    assert "Detail number" not in s.text
+    assert s.prompt_version == "synopsis-en-v3+compress-en-v3"
+    assert "purple" not in s.text and "red boat" in s.text
     compress = model.history[1]
     assert "One of your records is too long" in compress.messages[0].content
-    assert '"Detail number 39 about the harbour and the weather."' in user_text(compress)
-    # the synopsis request showed both chapters, with their threads offered by id
+    # the record to shorten is shown in the line form the model answers in
+    assert "#7 Aoi: painted the purple boat by the pier" in user_text(compress)
+    # the synopsis request showed both chapters as lines, with their threads offered by id
     first = user_text(model.history[0])
-    assert "[#0–#9]" in first and "[#10–#13]" in first
+    assert "[#0–#9]\n#0 narration: Aoi painted the red boat by the pier." in first
+    assert "[#10–#13]" in first
     assert "- [open] aoi-past: What Aoi hides about the town (#11)" in first
 
 
+def test_a_synopsis_line_the_records_do_not_hold_is_dropped() -> None:
+    """A synopsis restates memory: a line citing a seq the records say nothing about, or
+    saying what they do not, never enters it."""
+    lines = "#3 Aoi: painted the yellow boat by the pier\n#3 Aoi: sank the yellow boat in a storm"
+    lines += "\n#4 Aoi: painted the white boat by the pier"
+    model = ScriptedModel([lines + "\n#40 Aoi: painted the sky"])
+    t = SummaryTask(kind="synopsis", target_tokens=300, chapters=(painted_boats(),), lang="en")
+    s = chronicler(model).summarize(t)
+    assert "yellow boat" in s.text and "storm" not in s.text and "sky" not in s.text
+    assert s.data["grounding"]["dropped"] == {"unsupported": 1, "seq": 1}
+    assert s.events.count("dropped_unsupported") == 1
+
+
 def test_compression_that_fails_keeps_the_whole_record_and_says_so() -> None:
-    ch = chapter_item(10, 13, GOOD)
-    bloated = {
-        "events": [
-            {"seq": 10 + i % 4, "text": f"Event {i} of the long evening."} for i in range(30)
-        ]
-    }
-    model = ScriptedModel([reply(bloated), "I'm sorry, I can't.", reply(bloated)])
-    t = SummaryTask(kind="synopsis", target_tokens=50, chapters=(ch,), lang="en")
+    bloated = boat_lines(10)
+    model = ScriptedModel([bloated, "I'm sorry, I can't.", bloated])
+    t = SummaryTask(kind="synopsis", target_tokens=30, chapters=(painted_boats(),), lang="en")
     s = chronicler(model).summarize(t)
     assert s.events == ("compress", "refusal", "compress", "over_target")
-    assert "Event 29 of the long evening." in s.text  # nothing cut off the end
+    assert "purple boat" in s.text  # nothing cut off the end
     assert s.source == "llm"
 
 
 # --- threads -----------------------------------------------------------------------------------
 
 
-def generic_entries(first: int, n: int) -> tuple[LogEntry, ...]:
-    return tuple(
-        LogEntry(seq=first + i, message=Message.user(f"line {first + i}", author="Ren"), tokens=5)
-        for i in range(n)
-    )
+def key_story() -> tuple[LogEntry, ...]:
+    """Twelve messages: the lighthouse key is lost at #1 and found at #9."""
+
+    def say(text: str) -> Message:
+        return Message("assistant", (Part("speech", text, speaker="Aoi"),), author="Aoi", at=AT)
+
+    msgs = [
+        Message.user("Did you bring the lighthouse key?", author="Ren", at=AT),
+        say("I lost the lighthouse key somewhere."),
+        Message.user("We have to find it before dark.", author="Ren", at=AT),
+        say("Let's look tomorrow morning."),
+        Message.user("Good morning!", author="Ren", at=AT),
+        Message(
+            "assistant", (Part("narration", "They searched the beach all morning."),), "Aoi", AT
+        ),
+        Message.user("Nothing here.", author="Ren", at=AT),
+        say("Nothing here either."),
+        Message.user("Wait.", author="Ren", at=AT),
+        Message.user("I found the key in my coat!", author="Ren", at=AT),
+        say("Thank goodness."),
+        Message.user("Let's go up.", author="Ren", at=AT),
+    ]
+    return tuple(LogEntry(seq=i, message=m, tokens=8) for i, m in enumerate(msgs))
 
 
 def test_thread_opened_in_chapter_1_and_resolved_in_chapter_3_is_closed_in_memory() -> None:
@@ -423,12 +461,13 @@ def test_thread_opened_in_chapter_1_and_resolved_in_chapter_3_is_closed_in_memor
         "events": [{"seq": 9, "text": "Ren found the key in his coat."}],
         "threads": [{"id": "Lost Key", "title": "key", "status": "resolved", "seq": 9}],
     }
+    story = key_story()
     model = ScriptedModel([reply(c1), reply(c2), reply(c3)])
     ch = chronicler(model)
     memory = Memory()
     for first, n in ((0, 4), (4, 4), (8, 4)):
         t = task(
-            entries=generic_entries(first, n), previous=memory.synopsis, chapters=memory.chapters
+            entries=story[first : first + n], previous=memory.synopsis, chapters=memory.chapters
         )
         s = ch.summarize(t)
         item = MemoryItem(
@@ -511,7 +550,9 @@ def test_key_lines_are_kept_verbatim_and_paraphrases_dropped() -> None:
     ]
     model = ScriptedModel([reply(rec)])
     s = chronicler(model).summarize(task())
-    assert s.events == ("key_lines_dropped",)
+    # the paraphrase cites #11, which never says it: dropped, a guard event, and why
+    assert s.events == ("dropped_unsupported",)
+    assert s.data["grounding"]["dropped"] == {"unsupported": 1}
     assert '- #13 Aoi: "Then I\'ll wait for you at the shrine every Saturday"' in s.text
     assert "never ever" not in s.text
     memory_text, _ = render_memory(
@@ -536,8 +577,8 @@ def test_verbal_tics_are_named_in_the_prompt_and_kept_out_of_memory() -> None:
     ]
     model = ScriptedModel([reply(rec)])
     s = chronicler(model).summarize(task(avoid_phrases=("nya",)))
-    system = model.history[0].messages[0].content
-    assert 'they must not appear anywhere in the record: "nya".' in system
+    asked = model.history[0].messages[-1].content
+    assert 'These phrases are verbal tics of this conversation; never write them: "nya".' in asked
     assert "nya" not in s.text.lower()
     assert "catchphrase" not in s.text
     assert "Ren asked about the town" in s.text
@@ -598,13 +639,9 @@ def test_summarize_transcript_folds_chapters_into_a_synopsis() -> None:
         transcript, model, COUNTER, profile, console=Console(file=out_buf, width=100)
     )
     kinds = [t.kind for t, _ in result.summaries]
-    assert kinds.count("chapter") == len(
-        chunks(
-            [LogEntry(i, m, COUNTER.count(m.text)) for i, m in enumerate(msgs)],
-            120,
-            size=lambda e: e.tokens,
-        )
-    )
+    # chapters are sized on the prompt the chronicler sends, not on the messages' text
+    logged = [LogEntry(i, m, COUNTER.count(m.text)) for i, m in enumerate(msgs)]
+    assert kinds.count("chapter") == len(chapter_ranges(logged, profile, COUNTER, "en")) > 1
     assert "synopsis" in kinds
     mem = result.memory
     assert mem.synopsis is not None and mem.synopsis.first_seq == 0
@@ -666,9 +703,10 @@ def test_compaction_stats_from_the_store_log() -> None:
 
 
 def test_a_short_record_mentioning_a_refusal_word_is_not_a_refusal() -> None:
-    rec = {"events": [{"seq": 11, "text": "葵说她无法入睡。"}]}
+    said = Message("assistant", (Part("speech", "我昨晚无法入睡。", speaker="葵"),), "葵", AT)
+    rec = {"events": [{"seq": 11, "text": "葵说她昨晚无法入睡。"}]}
     model = ScriptedModel([reply(rec)])
-    s = chronicler(model).summarize(task(lang="zh"))
+    s = chronicler(model).summarize(task(lang="zh", entries=(LogEntry(11, said, 10),)))
     assert len(reply(rec)) < 400
     assert s.source == "llm" and s.events == () and "无法入睡" in s.text
 

@@ -195,7 +195,7 @@ def test_model_extraction_stores_parsed_notes_and_shows_the_prompt(store):
                 {
                     "subject": "Aki",
                     "kind": "preference",
-                    "text": "now prefers hojicha",
+                    "text": "switched to hojicha",
                     "seq": 11,
                     "supersedes": old,
                 },
@@ -266,3 +266,39 @@ def test_japanese_prompt():
     model = ScriptedModel(["NONE"])
     NotesExtractor(model, lang="ja").extract(entries("私の誕生日は五月三日だよ。"))
     assert "NONE" in model.prompts()[0] and "口癖" in model.prompts()[0]
+
+
+def test_a_note_the_messages_do_not_bear_out_never_enters_the_ledger(store):
+    """The 1.5B model's kinds of invention, as notes: a stranger's name, a fact of one person
+    filed under the other, a detail the message does not have. Each is dropped and logged."""
+    es = [
+        LogEntry(10, Message.user("My birthday is 3 May.", author="Aki")),
+        LogEntry(
+            11, Message("assistant", Message.user("I moved to Otaru last spring.").parts, "Mina")
+        ),
+    ]
+    model = ScriptedModel(
+        [
+            reply(
+                {"subject": "Aki", "kind": "anniversary", "text": "birthday is 3 May", "seq": 10},
+                {"subject": "Aoi", "kind": "anniversary", "text": "birthday is 3 May", "seq": 10},
+                {"subject": "Aki", "kind": "fact", "text": "moved to Otaru last spring", "seq": 11},
+                {
+                    "subject": "Mina",
+                    "kind": "fact",
+                    "text": "moved to Sapporo with her sister",
+                    "seq": 11,
+                },
+            )
+        ]
+    )
+    ids = update_notes(store, "c1", es, NotesExtractor(model))
+    assert len(ids) == 1
+    (kept,) = notes(store, "c1")
+    assert (kept.subject, kept.text) == ("Aki", "birthday is 3 May")
+    logged = [e["event"] for e in store.log_entries("c1")]
+    assert sorted(x for x in logged if x.startswith("note_dropped")) == [
+        "note_dropped_author",  # Mina's move filed under Aki
+        "note_dropped_name",  # Aoi is nobody here
+        "note_dropped_name",  # Sapporo is nowhere in the messages
+    ]

@@ -8,7 +8,7 @@ from typing import Literal
 
 import pytest
 
-from kioku.chronicler import build_compress_request, build_request
+from kioku.chronicle_prompt import build_compress_request, build_request
 from kioku.errors import ConfigError
 from kioku.memory import MemoryItem
 from kioku.messages import LogEntry, Message, Part
@@ -17,21 +17,22 @@ from kioku.structure import Event, Record, ThreadNote
 from kioku.summarizer import SummaryTask
 
 ROLE = {"en": "chronicler", "ja": "記録係", "zh": "记录员"}
-CLAIM_RULE = {"en": "who told whom what", "ja": "誰が誰に何と言ったか", "zh": "谁对谁说了什么"}
-LIE_RULE = {
-    "en": "ostensibly … / actually …",
-    "ja": "表向き … / 実際は …",
-    "zh": "表面上……/实际上……",
+# v3: plain lines a 1.5B model follows, placeholders only (issue 20); what each line is (event,
+# claim, user fact) code decides from the message that bears it out
+LINE_FORM = {
+    "en": "- <fact> (#<message number>)",
+    "ja": "行頭に「- 」を付け、誰についての事実かを名前で書いた短い文",
+    "zh": '以"- "开头,用你自己的话写一句短句,写明这件事关于谁',
+}
+WORDS_RULE = {"en": "write it as their words", "ja": "その人の発言として", "zh": "按他的话来写"}
+ONLY_THAT = {
+    "en": "Write only what that message says",
+    "ja": "そのメッセージに書かれていることだけ",
+    "zh": "只写那一条消息说的内容",
 }
 TIC_RULE = {"en": "verbal tics", "ja": "口癖", "zh": "口头禅"}
-TOOL_RULE = {
-    "en": "never as something anyone said",
-    "ja": "誰かの発言ではなく",
-    "zh": "绝不要当作某人说的话",
-}
-# v2: the transcript's tool calls, tool results and shared images (issue 13)
-VERSIONS = {"chapter": 2, "cut": 2}
-USER_FACT = {"en": "real self", "ja": "現実の自分", "zh": "真实自己"}
+TOOL_LABEL = {"en": "[tool result]", "ja": "[ツール結果]", "zh": "[工具结果]"}
+VERSIONS = {"chapter": 3, "cut": 3, "synopsis": 3, "compress": 3}
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -42,14 +43,13 @@ def test_every_template_loads_with_a_version_and_all_sections(task: str, lang: s
     assert version == f"{task}-{lang}-v{n}"
     assert re.search(rf"^version: {n}$", text, re.MULTILINE)
     t = template(task, lang)
-    for section in ("system", "user", "none", "avoid", "retry", "length"):
+    for section in ("system", "user", "none", "avoid", "retry"):
         assert t.has(section), section
     # every placeholder is a known one: a typo would raise at render time in production
     known = {
         "user_name",
         "character",
-        "target_length",
-        "max_key_lines",
+        "max_lines",
         "avoid",
         "first",
         "last",
@@ -58,10 +58,9 @@ def test_every_template_loads_with_a_version_and_all_sections(task: str, lang: s
         "transcript",
         "records",
         "record",
-        "tokens",
+        "lines",
         "phrases",
         "reason",
-        "n",
     }
     for name, body in t.sections:
         names = {
@@ -107,11 +106,20 @@ def test_chapter_and_cut_prompts_carry_the_rules_and_the_transcript(
     assert version == f"{kind}-{lang}-v{VERSIONS[kind]}"
     assert request.purpose == kind and request.max_tokens == 856
     system, user = request.messages[0].content, request.messages[1].content
-    for rule in (ROLE, CLAIM_RULE, LIE_RULE, TIC_RULE, USER_FACT, TOOL_RULE):
-        assert rule[lang] in system
+    assert ROLE[lang] in system and TOOL_LABEL[lang] in system  # how to read the transcript
+    # what to write comes after the transcript: a small model heeds what it read last
+    rules = user[user.index("I am a maid.") :]
+    for rule in (LINE_FORM, WORDS_RULE, ONLY_THAT, TIC_RULE):
+        assert rule[lang] in rules
     assert "Mika" in system and "Ren" in system
-    assert "desu wa" in system  # the avoided phrase is named
-    assert "```json" in system and '"supported_by"' in system and '"key_lines"' in system
+    assert "desu wa" in rules  # the avoided phrase is named
+    assert "OPEN " in rules and "DONE " in rules  # threads, by id
+    # no concrete example a small model could copy into memory: placeholders only (and in
+    # Japanese and Chinese not even "<…>", which the 1.5B model wrapped around its words)
+    instructions = system + rules
+    assert "```" not in instructions and "Aoi" not in instructions and "アオイ" not in instructions
+    assert not re.search(r"#\d", instructions.replace("#5", "").replace("#6", ""))  # the span
+    assert lang == "en" or "<" not in rules
     assert "#5" in user and "#6" in user and "I am a princess." in user and "I am a maid." in user
     assert "$" not in system + user  # no placeholder left behind
     assert template(kind, lang).render("none") in user  # no open threads yet
@@ -130,8 +138,8 @@ def test_synopsis_prompt_shows_the_records_and_open_threads(lang: str) -> None:
     )
     request, version = build_request(task, max_tokens=1256)
     user = request.messages[1].content
-    assert version == f"synopsis-{lang}-v1"
-    assert "[#0–#0]\n[0] Ren: hello" in user  # an extractive synopsis, as written
+    assert version == f"synopsis-{lang}-v3"
+    assert "[#0–#0]\n#0 Ren: hello" in user  # an extractive synopsis, in the line form
     assert "[#0–#9]" in user and "Ren and Mika met." in user
     assert "mika-secret: Mika's secret (#6)" in user
     assert "#0" in user and "#9" in user
@@ -142,12 +150,13 @@ def test_compress_and_retry_sections(lang: str) -> None:
     rec = Record(events=(Event(5, "Ren and Mika met."),))
     task = SummaryTask(kind="chapter", target_tokens=100, entries=entries(), lang=lang)
     request, version = build_compress_request(
-        task, rec, tokens=900, max_tokens=456, retry_reason="invalid JSON"
+        task, rec, max_tokens=456, retry_reason="invalid JSON"
     )
-    assert version == f"compress-{lang}-v1"
+    assert version == f"compress-{lang}-v3"
     system, user = request.messages[0].content, request.messages[1].content
-    assert "900" in system
-    assert '"text": "Ren and Mika met."' in user
+    assert "4" in system  # at most 4 lines (never fewer), the record has 1
+    narration = {"en": "narration", "ja": "地の文", "zh": "旁白"}[lang]
+    assert f"\n#5 {narration}: Ren and Mika met.\n" in user  # the record in the line form
     assert "invalid JSON" in user
     assert user.index("invalid JSON") > user.index("Ren and Mika met.")
 
@@ -158,7 +167,7 @@ def test_language_resolution_and_unknown_task() -> None:
         and resolve_lang("zh_CN") == "zh"
         and resolve_lang("fr") == "en"
     )
-    assert template("chapter", "fr").version == "chapter-en-v2"
+    assert template("chapter", "fr").version == "chapter-en-v3"
     with pytest.raises(ConfigError, match="tasks are"):
         load("poem", "en")
     with pytest.raises(ConfigError, match="needs a value"):

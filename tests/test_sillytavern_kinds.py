@@ -143,7 +143,8 @@ def test_branches_checkpoints_renames_and_edits_beyond_sillytaverns_context(
     t.click("#kioku_notes_save")
     wait_for(lambda: "keeps a blue lantern by the door" in notes_layer.render_editable(
         notes_layer.notes(stack.store, key)), 20, "the note in kioku")  # fmt: skip
-    assert "Notes saved" in t.toasts()
+    # the toast comes with the PUT's answer, which leaves kioku after the note is committed
+    wait_for(lambda: "Notes saved" in t.toasts(), 20, "the panel's toast")
 
     # 3. a branch of a message in the raw window: it starts with all of the parent's memory
     parent_items = stack.store.items(key, "active")

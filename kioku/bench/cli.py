@@ -3,6 +3,7 @@ outline for people or JSON with `--json`. `kioku.service.cli` adds `bench serve`
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -12,10 +13,15 @@ from kioku.cli import (
     FORMATS,
     DataOpt,
     JsonOpt,
+    LegacyMaxMessagesOpt,
     LocomoOpt,
+    MessagesOpt,
     ReplayProfileOpt,
     SpeakerOpt,
+    SummaryTimeoutOpt,
+    TemperatureOpt,
     WindowOpt,
+    either,
 )
 from kioku.terminal import emit
 
@@ -37,9 +43,8 @@ def bench_prefix(
     max_turns: Annotated[
         int | None, typer.Option("--max-turns", help="Only the first N turns.")
     ] = None,
-    max_messages: Annotated[
-        int | None, typer.Option("--max-messages", help="Replay only the first N messages.")
-    ] = None,
+    messages: MessagesOpt = None,
+    legacy_max_messages: LegacyMaxMessagesOpt = None,
     via: Annotated[
         str,
         typer.Option(
@@ -73,7 +78,7 @@ def bench_prefix(
             profile=profile,
             window=window,
             max_turns=max_turns,
-            max_messages=max_messages,
+            max_messages=either(messages, legacy_max_messages),
             via=via,
             layers=layers,
         ),
@@ -137,6 +142,70 @@ def bench_recall(
 
         check_file(data)
     _result(run(data, scale), as_json)
+
+
+@bench_app.command("chronicle")
+def bench_chronicle(
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="OpenAI-compatible base URL of the chronicler (env KIOKU_SUMMARIZER_URL, then "
+            "KIOKU_LLM_URL); without one, only the extractive chronicler runs.",
+        ),
+    ] = None,
+    model_id: Annotated[
+        str | None, typer.Option("--model-id", help="Model name to request.")
+    ] = None,
+    span: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--span",
+            help="locomo:<conversation>:<messages> or realpersonachat:<speaker>:<messages> "
+            "(repeatable; default locomo:0:141 and realpersonachat:CP:297).",
+        ),
+    ] = None,
+    profile: ReplayProfileOpt = "local-8k",
+    window: WindowOpt = None,
+    summary_timeout: SummaryTimeoutOpt = None,
+    temperature: TemperatureOpt = None,
+    n_samples: Annotated[
+        int, typer.Option("--samples", help="Stored lines shown next to their sources.")
+    ] = 20,
+    seed: Annotated[int, typer.Option("--seed", help="Which lines are sampled.")] = 0,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON here.")] = None,
+    replies: Annotated[
+        Path | None,
+        typer.Option("--replies", help="Append every request and reply here (JSONL)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The LLM chronicler on fixed spans: grounded share, lines dropped by reason, fallbacks,
+    seconds and tokens per chapter, and strict answer-in-context for the LoCoMo questions whose
+    evidence is in the span (LLM chapters vs extractive vs the span itself).
+
+    Example: kioku bench chronicle --model http://127.0.0.1:8080/v1 --json --out chronicle.json
+    """
+    import json
+
+    from kioku.bench.chronicle import DEFAULT_SPANS, Span, run
+    from kioku.summarize_cli import chronicler, chronicler_settings, err_console, token_counter
+
+    s = chronicler_settings(profile, window, model, model_id, summary_timeout, temperature)
+    spans = [Span.parse(x) for x in span] if span else list(DEFAULT_SPANS)
+    result = run(
+        chronicler(s, replies),
+        token_counter(s),
+        s.profile_obj,
+        spans=spans,
+        model=s.chronicler_url or "",
+        n_samples=n_samples,
+        seed=seed,
+        console=err_console(),
+    )
+    if out is not None:
+        out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    _result(result, as_json)
 
 
 @bench_app.command("stuck")

@@ -262,6 +262,7 @@
         : null,
       el("span", { class: "muted small", text: `${it.tokens} tokens` }),
       it.model ? el("span", { class: "muted small", text: `${it.model} ${it.prompt_version || ""}` }) : null,
+      groundedBadge(it),
     ];
     return el(
       "article",
@@ -273,6 +274,19 @@
       el("div", { class: "text lines", dataset: { testid: "item-text" } }, ...info.lines.map((line) => memoryLine(it, line))),
       info.pending ? pendingBox(info.pending) : null,
     );
+  }
+
+  // how much of what the model wrote was borne out by the messages it cites (kioku.grounding)
+  function groundedBadge(it) {
+    const g = (it.data || {}).grounding;
+    if (!g || g.extractive) return null;
+    const dropped = Object.entries(g.dropped || {}).map(([k, n]) => `${k} ${n}`).join(", ");
+    return el("span", {
+      class: `badge grounded${g.share < 0.8 ? " low" : ""}`,
+      title: dropped ? `lines dropped: ${dropped}` : "every line the model wrote is grounded",
+      text: `grounded ${Math.round(100 * g.share)}% (${g.grounded}/${g.lines})`,
+      dataset: { testid: "grounded" },
+    });
   }
 
   // one line of memory, with the operator's two actions: correct it, retract it

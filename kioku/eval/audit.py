@@ -22,6 +22,11 @@ and says "n/a" where the memory has nothing of the kind to judge, never a clean 
   not the character's voice and is left out of both.
 - attribution phrases ("said", "told", "claimed", 「と言った」「と語った」「主張」…) and fact phrases
   ("established fact", 「確定した事実」…), counted in the memory text.
+- grounding: every line of an LLM item read against the messages it cites by the same check
+  the chronicler runs before storing (`kioku.grounding`): the share grounded, the lines that
+  are not and why (a name not in the conversation, the wrong author, content the message does
+  not hold), and an item mostly ungrounded counted as invented (`invented_items`). Memory a
+  small model invented scores as invented here, whatever its claims look like.
 
 With a model, each chapter is also read by the model against its source (`qa.audit_item`).
 """
@@ -29,6 +34,7 @@ With a model, each chapter is also read by the model against its source (`qa.aud
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -196,6 +202,42 @@ def check_structured(item: MemoryItem, entries: Sequence[LogEntry], user: str) -
     }
 
 
+def check_grounding(
+    item: MemoryItem,
+    entries: Sequence[LogEntry],
+    *,
+    lang: str,
+    user: str,
+    character: str,
+    before: str = "",
+) -> dict[str, Any]:
+    """The chronicler's own grounding check (`kioku.grounding`), run on what is stored: how
+    many of the item's lines the messages they cite bear out, and why the others fail. Names
+    are known from the item's range and the conversation before it (`before`), never from
+    other memory (an invented name copied from chapter to chapter is still invented). An item
+    with less than `grounded.MIN_SHARE` of its lines grounded is counted as invented."""
+    from kioku.evidence import evidence_for
+    from kioku.grounded import MIN_SHARE, ground_record
+    from kioku.structure import record_from_data
+
+    ev = evidence_for(entries, lang=lang, user_name=user, character=character, memory_text=before)
+    try:
+        record = record_from_data(item.data)
+    except (KiokuError, ValueError, TypeError, KeyError):
+        return {"grounding": None, "invented": None}
+    _, g = ground_record(record, ev)
+    return {
+        "grounding": g.to_json(),
+        "ungrounded_lines": len([d for d in g.dropped if d.reason != "empty"]),
+        "ungrounded": [
+            {"where": d.where, "text": d.text, "reason": d.reason, "detail": d.detail}
+            for d in g.dropped
+            if d.reason != "empty"
+        ],
+        "invented": g.share < MIN_SHARE,
+    }
+
+
 def tic_phrases(replies: Sequence[str], window: int = TIC_WINDOW) -> list[str]:
     """Every phrase the tic guard would have flagged at some point of the conversation."""
     found: dict[str, None] = {}
@@ -267,8 +309,24 @@ def audit_store(
         }
         if is_structured(item.data):
             row.update(check_structured(item, entries, user))
+            before = "\n".join(
+                e.text for e in store.entries(conversation_id, 0, item.first_seq - 1)
+            )
+            row.update(
+                check_grounding(
+                    item, entries, lang=lang, user=user, character=info.character, before=before
+                )
+            )
         else:
             row.update(check_extractive(item, entries))
+            bad = row["not_in_source"] + row["misattributed"]
+            row["ungrounded_lines"] = bad
+            row["invented"] = False
+            row["grounding"] = {
+                "lines": row["lines"],
+                "grounded": row["lines"] - bad,
+                "share": round(1 - bad / row["lines"], 3) if row["lines"] else 1.0,
+            }
         if model is not None and item.kind == "chapter":
             try:
                 asked = qa.audit_item(
@@ -302,6 +360,7 @@ def audit_store(
         "items": len(rows),
         "active_items": len(current),
         **_claims(rows, current),
+        **_grounded(rows, current),
         "resolved_left_open": len(threads["resolved_left_open"]) if threads["tracked"] else NA,
         "quoted_threads": loose["judged"] or NA,
         "quoted_threads_resolved_left_open": loose["resolved_left_open"] if loose["judged"] else NA,
@@ -356,6 +415,27 @@ def _claims(rows: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, An
     ):
         out[key] = sum(r[field] for r in quoted) if quoted else NA
     return out
+
+
+def _grounded(rows: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]) -> dict:
+    """Lines the messages they cite bear out, over every item and over memory as shown."""
+
+    def share(rs: Sequence[Mapping[str, Any]]) -> float | str:
+        lines = sum((r.get("grounding") or {}).get("lines", 0) for r in rs)
+        kept = sum((r.get("grounding") or {}).get("grounded", 0) for r in rs)
+        return round(kept / lines, 3) if lines else NA
+
+    reasons: Counter[str] = Counter()
+    for r in rows:
+        reasons.update(u["reason"] for u in r.get("ungrounded", ()))
+    return {
+        "grounded_share": share(rows),
+        "grounded_share_in_memory": share(current),
+        "ungrounded_lines": sum(r.get("ungrounded_lines", 0) for r in rows),
+        "ungrounded_by_reason": dict(reasons),
+        "invented_items": sum(1 for r in rows if r.get("invented")),
+        "invented_items_in_memory": sum(1 for r in current if r.get("invented")),
+    }
 
 
 def _notes_in_force(store: Store, conversation_id: str) -> list[Any]:

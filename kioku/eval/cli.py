@@ -16,7 +16,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kioku.cli import DataOpt, DbOpt, LocomoOpt, ReplayProfileOpt, SpeakerOpt, WindowOpt
+from kioku.cli import (
+    DataOpt,
+    DbOpt,
+    LegacyIndexOpt,
+    LocomoOpt,
+    MessagesOpt,
+    ReplayProfileOpt,
+    SpeakerOpt,
+    WindowOpt,
+    either,
+)
 from kioku.config import Settings, from_env
 from kioku.errors import InputError
 
@@ -325,13 +335,10 @@ def audit(
     data: DataOpt = None,
     fmt: FormatOpt = "kioku",
     speaker: SpeakerOpt = None,
-    index: Annotated[
-        int, typer.Option("--conversation-index", help="locomo: which conversation.")
-    ] = 0,
+    locomo_conversation: LocomoOpt = 0,
+    legacy_index: LegacyIndexOpt = None,
     lang: Annotated[str, typer.Option("--lang", help="story: en or ja.")] = "en",
-    messages: Annotated[
-        int | None, typer.Option("--messages", help="Only the first N messages.")
-    ] = None,
+    messages: MessagesOpt = None,
     profile: ReplayProfileOpt = "local-64k",
     window: WindowOpt = None,
     model: ModelOpt = None,
@@ -358,6 +365,8 @@ def audit(
         from kioku.profiles import get_profile
         from kioku.summarizer import ExtractiveSummarizer
 
+        index = either(legacy_index, None)
+        index = locomo_conversation if index is None else index
         t = _load(data, fmt, speaker=speaker, conversation=index, lang=lang, messages=messages)
         counter = counter_from_spec(tokenizer)
         summarizer: Any = ExtractiveSummarizer(counter)

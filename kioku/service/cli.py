@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from kioku import terminal
-from kioku.cli import DbOpt, JsonOpt, ProfileOpt, WindowOpt, settings
+from kioku.cli import DbOpt, JsonOpt, ProfileOpt, SummaryTimeoutOpt, WindowOpt, settings
 from kioku.service.worker_cli import worker_command
 from kioku.terminal import emit
 
@@ -66,6 +66,7 @@ def serve(
             "(env KIOKU_SUMMARY_DELAY; default 30; 0 for replays and tests).",
         ),
     ] = None,
+    summary_timeout: SummaryTimeoutOpt = None,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(
@@ -99,6 +100,7 @@ def serve(
         max_body_bytes=max_body,
         max_messages=max_messages,
         summary_delay_s=summary_delay,
+        summary_timeout_s=summary_timeout,
         cors_origins=tuple(cors_origin) if cors_origin else None,
         card_as_sent=card_as_sent or None,
     )

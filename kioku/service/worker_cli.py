@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kioku.cli import SummaryTimeoutOpt
 from kioku.job import DEFAULT_LEASE_S  # a value module: `--help` stays light
 
 if TYPE_CHECKING:  # the command line imports the database stack only when a command runs
@@ -137,6 +138,7 @@ def worker_command(
             " 0 for replays and tests).",
         ),
     ] = None,
+    summary_timeout: SummaryTimeoutOpt = None,
 ) -> None:
     """Run summary jobs from the database; start any number, on any number of machines.
 
@@ -157,6 +159,7 @@ def worker_command(
         summarizer_url=summarizer_upstream,
         summarizer_model=summarizer_model,
         summary_delay_s=summary_delay,
+        summary_timeout_s=summary_timeout,
     )
     if not (settings.summarizer_url or settings.llm_url):
         say("no --summarizer-upstream: chapters will be extractive (excerpts, no LLM)")

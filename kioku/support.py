@@ -1,0 +1,290 @@
+"""The words a line of memory rests on: content terms, names, numbers and negation, per language.
+
+Grounding (`kioku.grounding`) asks whether a line a model wrote is supported by the messages it
+cites. That needs the same reading of both sides: the terms that carry the line's content (a
+stemmed English word with its irregular forms folded, "went" → "go"; a Japanese dictionary form
+from SudachiPy, 行った → 行く; Chinese character bigrams), the names it uses (capitalized words,
+katakana words and Sudachi's proper nouns), its numbers ("five" and "5" are one number) and
+whether it negates (a line that says "not" where its source does not has turned it around).
+
+Words that only frame a line ("said", "told", "asked", "the user", 話す, 尋ねる) and light verbs
+("got", "made", "felt") are not content: a faithful paraphrase uses them freely, an invention
+does not need them.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from kioku import morph
+from kioku.morph import wordset
+
+_WORD = re.compile(r"[A-Za-z0-9]+(?:['\u2019][A-Za-z]+)?")
+_CAPITAL = re.compile(r"\b[A-Z][A-Za-z0-9'\u2019\-]*[A-Za-z0-9]\b")
+_KATAKANA = re.compile(r"[\u30a1-\u30fa\u30fc]{2,}")
+_HAN_RUN = re.compile(r"[\u4e00-\u9fff]{2,}")
+_KANA = re.compile(r"[\u3040-\u30ff]")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
+
+# framing: how a line reports (who said, asked, shared), not what it reports
+_FRAMING_EN = wordset(
+    """
+    say says said saying tell tells told telling ask asks asked asking share shares shared
+    sharing mention mentions mentioned talk talks talked talking discuss discusses discussed
+    express expresses expressed explain explains explained describe describes described reply
+    replies replied answer answers answered respond responds responded agree agrees agreed
+    thank thanks thanked wonder wonders wondered suggest suggests suggested note notes noted
+    admit admits admitted claim claims claimed add adds added continue continues continued
+    state states stated reveal reveals revealed confirm confirms confirmed inform informs
+    informed update updates updated recall recalls recalled point points pointed encourage
+    encourages encouraged praise praises praised compliment compliments complimented
+    show shows showed shown reveal reveals revealed indicate indicates indicated narration
+    narrator thought thoughts inner voice actually really ostensibly
+    user character conversation message chat someone something also really very lot lots
+    about would could should might must may can will shall whether though although yet
+    however because since unless whose anyone everyone anybody everybody anything everything
+    nothing another other others thing things way one ones kind sort bit part
+    """
+)
+# light verbs and words any paraphrase may bring in
+_LIGHT_EN = wordset(
+    """
+    go goes went gone going get gets got gotten getting make makes made making have has had
+    having do does did done doing take takes took taken taking come comes came coming give
+    gives gave given giving find finds found finding feel feels felt feeling think thinks
+    thought thinking want wants wanted wanting seem seems seemed become becomes became keep
+    keeps kept let lets put puts see sees saw seen seeing know knows knew known look looks
+    looked looking plan plans planned planning try tries tried trying use uses used using
+    recently lately currently now today new always still just even well much many
+    """
+)
+_AUXILIARY = wordset("have has had having do does did done doing")
+_IRREGULAR = {
+    "went": "go", "gone": "go", "got": "get", "gotten": "get", "made": "make", "took": "take",
+    "taken": "take", "came": "come", "gave": "give", "given": "give", "found": "find",
+    "felt": "feel", "thought": "think", "became": "become", "kept": "keep", "saw": "see",
+    "seen": "see", "knew": "know", "known": "know", "told": "tell", "said": "say",
+    "bought": "buy", "brought": "bring", "built": "build", "caught": "catch", "chose": "choose",
+    "chosen": "choose", "drew": "draw", "drawn": "draw", "drove": "drive", "driven": "drive",
+    "ate": "eat", "eaten": "eat", "fell": "fall", "fallen": "fall", "flew": "fly",
+    "forgot": "forget", "forgotten": "forget", "grew": "grow", "grown": "grow", "held": "hold",
+    "hurt": "hurt", "left": "leave", "lost": "lose", "met": "meet", "paid": "pay", "ran": "run",
+    "read": "read", "rode": "ride", "sang": "sing", "sung": "sing", "sent": "send", "sat": "sit",
+    "slept": "sleep", "spent": "spend", "stood": "stand", "swam": "swim", "swum": "swim",
+    "taught": "teach", "threw": "throw", "thrown": "throw", "understood": "understand",
+    "woke": "wake", "won": "win", "wore": "wear", "worn": "wear", "wrote": "write",
+    "written": "write", "began": "begin", "begun": "begin", "broke": "break", "broken": "break",
+    "heard": "hear", "led": "lead", "lent": "lend", "mean": "mean", "meant": "mean",
+    "children": "kid", "child": "kid", "kids": "kid", "mother": "mom", "mum": "mom",
+    "father": "dad", "picture": "photo", "pictures": "photo", "pic": "photo", "pics": "photo",
+    "image": "photo", "images": "photo", "photograph": "photo", "husband": "husband",
+}  # fmt: skip
+_NUMBERS = {
+    "zero": "0", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
+    "seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12",
+    "thirteen": "13", "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17",
+    "eighteen": "18", "nineteen": "19", "twenty": "20", "thirty": "30", "forty": "40",
+    "fifty": "50", "hundred": "100", "twice": "2",
+}  # fmt: skip
+_NEGATION_EN = wordset(
+    "not no never nothing nobody none neither nor without cannot can't don't doesn't didn't "
+    "isn't wasn't aren't weren't won't wouldn't haven't hasn't hadn't couldn't shouldn't"
+)
+# capitalized words that are not names (sentence openers, pronouns, titles)
+_NOT_NAMES = wordset(
+    """
+    I I'm I've I'll I'd The A An And But Or So Then This That These Those There Here It Its
+    He She They We You His Her Their Our My Your Him Them Us Me Who What When Where Why How
+    After Before While During Since Until On In At For From With Without By To Of As If
+    Also Both Each Every Some Many Most All No Not Yes Later Earlier Now Today Yesterday
+    Tomorrow Tonight User Users Character Message Messages Chapter OPEN DONE QUOTE Mr Mrs Ms
+    Dr OK Okay
+    """
+)
+_FRAMING_JA = wordset(
+    """
+    言う 話す 尋ねる 聞く 訊く 答える 伝える 述べる 語る 説明 質問 返事 回答 同意 感謝
+    提案 共有 紹介 報告 確認 話 発言 会話 メッセージ ユーザー キャラクター 相手 自分 彼 彼女
+    画像 写真 最近 今回 とても すごく 特に 一緒
+    """
+)
+_NEGATION_JA = ("ない", "ぬ", "ず", "ません", "なかった", "無い")
+_FRAMING_ZH = frozenset(["说过", "告诉", "问道", "回答", "用户", "角色", "分享"])
+
+
+def _stemmer():  # type: ignore[no-untyped-def]
+    try:
+        import Stemmer  # PyStemmer, already kioku's (the archive's) stemmer
+
+        return Stemmer.Stemmer("english").stemWord
+    except ImportError:  # pragma: no cover - PyStemmer is a dependency
+        return lambda w: w
+
+
+_STEM = _stemmer()
+
+
+@lru_cache(maxsize=1)
+def _stop_en() -> frozenset[str]:
+    from bm25s.stopwords import STOPWORDS_EN_PLUS
+
+    return frozenset(STOPWORDS_EN_PLUS) | _FRAMING_EN | _LIGHT_EN
+
+
+def fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).replace("\u2019", "'")
+
+
+@lru_cache(maxsize=65536)
+def en_term(word: str) -> str | None:
+    """One English word as a content term (None: it frames or carries nothing)."""
+    w = word.lower()
+    if w in _NUMBERS:
+        return _NUMBERS[w]
+    if w.endswith("'s"):
+        w = w[:-2]
+    if w in _stop_en() or w in _NEGATION_EN or len(w) < 2 and not w.isdigit():
+        return None  # negation is the line's polarity (`Reading.negated`), not a term
+    if w.isdigit():
+        return str(int(w)) if len(w) < 5 else w
+    return _STEM(_IRREGULAR.get(w, w))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a text says, as grounding compares it."""
+
+    terms: frozenset[str]  # content terms
+    names: frozenset[str]  # names as written (capitalized words, katakana, proper nouns)
+    numbers: frozenset[str]
+    negated: bool
+    # light verbs ("see", "got"): left out of a line's content, unless it has almost none
+    # ("asked if she could see the painting" rests on "see" as much as on "painting")
+    soft: frozenset[str] = frozenset()
+
+
+def _ja_terms(text: str) -> tuple[set[str], set[str], set[str], bool]:
+    terms: set[str] = set()
+    names: set[str] = set()
+    numbers: set[str] = set()
+    negated = False
+    for w in morph.words(text):
+        if w.is_("助動詞") and w.base in ("ない", "ぬ", "ず"):
+            negated = True
+        if w.is_("形容詞") and w.base in ("ない", "無い"):
+            negated = True
+        if w.is_("名詞", "数詞"):
+            numbers.add(unicodedata.normalize("NFKC", w.surface))
+            continue
+        named = w.is_("名詞", "固有名詞") or _KATAKANA.fullmatch(w.surface)
+        if named and w.surface not in _FRAMING_JA and w.base not in _FRAMING_JA:
+            names.add(w.surface)
+        if morph.is_content(w) and w.base not in _FRAMING_JA and w.surface not in _FRAMING_JA:
+            terms.add(w.base)
+    return terms, names, numbers, negated
+
+
+def _zh_terms(text: str) -> set[str]:
+    out: set[str] = set()
+    for run in _HAN_RUN.findall(text):
+        out.update(run[i : i + 2] for i in range(len(run) - 1))
+    return out - _FRAMING_ZH
+
+
+_CITATION = re.compile(r"#\s*\d+")
+
+
+@lru_cache(maxsize=32768)
+def read(text: str, lang: str = "en") -> Reading:
+    """The terms, names, numbers and negation of `text` (any script mixed in is read too).
+    A citation ("#15") is where a line points, not what it says."""
+    t = _CITATION.sub(" ", fold(text))
+    terms: set[str] = set()
+    numbers: set[str] = set()
+    negated = False
+    soft: set[str] = set()
+    for m in _WORD.finditer(t):
+        word = m.group(0)
+        if word.lower() in _NEGATION_EN or word.lower().endswith("n't"):
+            negated = True
+        if word.lower() in _LIGHT_EN and word.lower() not in _AUXILIARY:
+            soft.add(_STEM(_IRREGULAR.get(word.lower(), word.lower())))
+        term = en_term(word)
+        if term is None:
+            continue
+        if term.isdigit():
+            numbers.add(term)
+        terms.add(term)
+    names = {m.group(0) for m in _CAPITAL.finditer(t) if m.group(0) not in _NOT_NAMES}
+    names = {n.removesuffix("'s") for n in names}
+    if _KANA.search(t) or (lang == "ja" and _CJK.search(t)):
+        jt, jn, jnum, jneg = _ja_terms(t)
+        terms |= jt
+        names |= jn
+        numbers |= jnum
+        negated = negated or jneg
+    elif _CJK.search(t):
+        terms |= _zh_terms(t)
+        negated = negated or any(x in t for x in ("不", "没", "别"))
+    return Reading(frozenset(terms), frozenset(names), frozenset(numbers), negated, frozenset(soft))
+
+
+def name_key(name: str) -> str:
+    return fold(name).casefold().strip()
+
+
+# text of the prompt itself ------------------------------------------------------------------
+
+_NGRAM_WORDS = 4
+_NGRAM_CHARS = 6
+_SPACE_PUNCT = re.compile(r"[\s\W_]+")
+
+
+def _latin_ngrams(text: str, n: int = _NGRAM_WORDS) -> set[tuple[str, ...]]:
+    words = [w.lower() for w in _WORD.findall(fold(text))]
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def _cjk_ngrams(text: str, n: int = _NGRAM_CHARS) -> set[str]:
+    out: set[str] = set()
+    for run in _SPACE_PUNCT.split(fold(text)):
+        if _CJK.search(run):
+            out.update(run[i : i + n] for i in range(len(run) - n + 1))
+    return out
+
+
+@dataclass(frozen=True)
+class PromptText:
+    """The n-grams of the prompt's own words (instructions, placeholders) that the
+    conversation itself does not use: a line holding one copied the prompt."""
+
+    latin: frozenset[tuple[str, ...]]
+    cjk: frozenset[str]
+
+    @classmethod
+    def of(cls, prompt: str, conversation: Iterable[str], names: Iterable[str] = ()) -> PromptText:
+        p = prompt
+        for n in sorted({x for x in names if x.strip()}, key=len, reverse=True):
+            p = p.replace(n, "\x00")  # a name is the conversation's, never the prompt's
+        convo = "\n".join(conversation)
+        latin = _latin_ngrams(p) - _latin_ngrams(convo)
+        cjk = _cjk_ngrams(p) - _cjk_ngrams(convo)
+        return cls(frozenset(latin), frozenset(cjk))
+
+    def copied(self, line: str) -> str | None:
+        """The first run of the prompt's words in `line`, or None."""
+        for words in sorted(_latin_ngrams(line)):
+            if words in self.latin:
+                return " ".join(words)
+        for chars in sorted(_cjk_ngrams(line)):
+            if chars in self.cjk:
+                return chars
+        return None
+
+
+EMPTY_PROMPT = PromptText(frozenset(), frozenset())
+PLACEHOLDER = re.compile(r"<[^<>\n]{1,60}>")
