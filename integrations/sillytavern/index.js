@@ -94,6 +94,7 @@ async function renamed(identity, { from, to }) {
 }
 
 function chatChanged() {
+    $('#kioku_notes').val('').removeData('base'); // another chat's unsaved notes are not this one's
     knownFor = st().getCurrentChatId();
     known = settings().enabled ? resolveChat().catch(() => null) : Promise.resolve(null);
     lastShown = '';
@@ -236,7 +237,7 @@ function showMemory() {
     const { memory, lines, places } = current;
     if (!memory) {
         $('#kioku_memory').html('');
-        $('#kioku_notes').val('');
+        $('#kioku_notes').val('').removeData('base');
         return;
     }
     const parts = [];
@@ -253,8 +254,12 @@ function showMemory() {
         parts.push(`<div class="kioku-waiting">Written, enters the prompt at the next fold: ${esc(names.join(', '))}.</div>`);
     }
     $('#kioku_memory').html(parts.join(''));
-    if (!$('#kioku_notes').is(':focus')) {
-        $('#kioku_notes').val(memory.notes_editable || '').data('base', memory.notes_editable || '');
+    // a refresh (the panel polls while summaries run) never throws away notes being edited:
+    // the box is replaced only while it is not focused and holds no unsaved change
+    const box = $('#kioku_notes');
+    const unsaved = box.data('base') !== undefined && String(box.val()) !== String(box.data('base'));
+    if (!box.is(':focus') && !unsaved) {
+        box.val(memory.notes_editable || '').data('base', memory.notes_editable || '');
     }
 }
 
@@ -422,7 +427,8 @@ async function saveNotes() {
             headers: { 'Content-Type': 'application/json' },
             body: JSON.stringify({ text: String($('#kioku_notes').val()), base: $('#kioku_notes').data('base') ?? null }),
         });
-        $('#kioku_notes').trigger('blur');
+        // saved: the next refresh shows the notes as kioku now renders them
+        $('#kioku_notes').removeData('base').trigger('blur');
         return done ? `Notes saved: ${done.added} added, ${done.changed} changed, ${done.retracted} removed.` : 'kioku has nothing for this chat yet';
     });
 }
