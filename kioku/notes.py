@@ -417,9 +417,8 @@ class NotesExtractor:
         if completion.truncated:
             raise BadNotes("cut at max_tokens (finish_reason == 'length')", completion.text)
         drafts = self.parse(completion.text, entries, current)
-        prompt = "\n".join(m.content for m in request.messages)
-        for e in entries:  # the prompt without the messages: the words of the instructions
-            prompt = prompt.replace(dated_lines([e], self.lang), "")
+        # the words of the instructions: the same request with no messages in it
+        prompt = "\n".join(m.content for m in self.request((), current).messages)
         from kioku.grounded import ground_notes
 
         return ground_notes(drafts, entries, current, self.lang, prompt)

@@ -36,7 +36,7 @@ from kioku.generations import chunks
 from kioku.ids import key_for
 from kioku.messages import MEDIA_KINDS, render_parts
 from kioku.normal_form import normal_form
-from kioku.service.api import ConversationId, _conversation
+from kioku.service.api import MAX_SEQ, ConversationId, _conversation
 from kioku.service.auth import tenant_of
 from kioku.service.chat_request import ChatMessageIn, split_messages
 from kioku.service.limits import StrictJSONRoute
@@ -47,7 +47,6 @@ from kioku.sync import SyncPlan, apply, diff, log_tail
 if TYPE_CHECKING:
     from kioku.service.state import Service
 
-MAX_SEQ = 2**62
 Tenant = Annotated[str, Depends(tenant_of)]
 
 router = APIRouter(prefix="/v1/conversations", tags=["clients"], route_class=StrictJSONRoute)
