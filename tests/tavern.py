@@ -326,7 +326,7 @@ class Tavern:
             except AssertionError:
                 if attempt == 2:
                     raise
-        time.sleep(0.5)
+        self.settled()
 
     def set_headers(self, yaml: str) -> None:
         """API Connections → Additional Parameters → Include Headers (static YAML)."""
@@ -374,14 +374,46 @@ class Tavern:
         time.sleep(0.5)
         return self.chat_id()
 
+    def settled(self) -> None:
+        """Wait until the chat SillyTavern opened is drawn and nothing it sends is in flight: it
+        draws the messages, then saves the character and the chat's metadata (the extension
+        writes its identity there), and a checkpoint taken meanwhile can be lost."""
+        drawn = ("const c = SillyTavern.getContext(); "
+                 "return c.chat.length > 0 && $('#chat .mes').last().attr('mesid') == c.chat.length - 1 "
+                 "&& jQuery.active === 0")  # fmt: skip
+        wait_for(lambda: self.js(drawn), 30, "the chat drawn and saved")
+        time.sleep(1.0)
+        wait_for(lambda: self.js(drawn), 30, "the chat drawn and saved")
+
+    def problems(self) -> str:
+        """What the page said went wrong: its toasts and its console's errors."""
+        try:
+            logs = [e["message"] for e in self.d.get_log("browser") if e["level"] == "SEVERE"]
+        except Exception:  # a driver without the browser log
+            logs = []
+        return f"toasts {self.toasts()!r}, console errors {logs[-5:]!r}"
+
     def create_checkpoint(self, mesid: int, name: str) -> None:
-        self.click(f"#chat .mes[mesid='{mesid}'] .mes_create_bookmark")
-        wait_for(lambda: self.js("return $('dialog[open] .popup-input:visible').length > 0"),
-                 10, "the checkpoint's name")  # fmt: skip
-        self.js("$('dialog[open] .popup-input').val(arguments[0]).trigger('input')", name)
-        self.click("dialog[open] .popup-button-ok")
+        """The message's menu → Create checkpoint → its name. SillyTavern writes the checkpoint's
+        file, then marks the message with its link."""
+        link = f"return !!SillyTavern.getContext().chat[{mesid}]?.extra?.bookmark_link"
+        for attempt in range(2):  # one more try, after saying why the first was lost
+            self.settled()
+            self.click(f"#chat .mes[mesid='{mesid}'] .mes_create_bookmark")
+            wait_for(lambda: self.js("return $('dialog[open] .popup-input:visible').length > 0"),
+                     10, "the checkpoint's name")  # fmt: skip
+            self.js("$('dialog[open]').last().find('.popup-input').val(arguments[0]).trigger('input')",
+                    name)  # fmt: skip
+            self.js("$('dialog[open]').last().find('.popup-button-ok').trigger('click')")
+            try:
+                wait_for(lambda: self.js(link), 30, "the checkpoint")
+                break
+            except AssertionError:
+                if attempt == 1 or self.js("return $('dialog[open]').length > 0"):
+                    raise AssertionError(f"no checkpoint of #{mesid}: {self.problems()}") from None
+                print(f"the checkpoint of #{mesid} was lost, once: {self.problems()}")
         wait_for(lambda: self.js(f"return !!$(\"#chat .mes[mesid='{mesid}']\").attr('bookmark_link')"),
-                 30, "the checkpoint")  # fmt: skip
+                 10, "the checkpoint's flag")  # fmt: skip
         time.sleep(0.5)
 
     def open_checkpoint(self, mesid: int) -> str:
