@@ -30,9 +30,9 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from kioku.chronicle_prompt import chapter_ranges
 from kioku.engine import Conversation
 from kioku.errors import InputError, NotFound
-from kioku.generations import chunks
 from kioku.ids import key_for
 from kioku.messages import MEDIA_KINDS, render_parts
 from kioku.normal_form import normal_form
@@ -206,10 +206,10 @@ def _unsummarized(conv: Conversation) -> list[tuple[int, int]]:
         cut -= 1
         kept += entries[cut].tokens
     backlog = entries[:cut]
-    return [
-        (g[0].seq, g[-1].seq)
-        for g in chunks(backlog, profile.summary_chunk, size=lambda e: e.tokens)
-    ]
+    # the same cut as a fold's: a chapter's prompt must fit the model's context too, which a
+    # small local model's does not at summary_chunk alone
+    groups = chapter_ranges(backlog, profile, conv.kioku.counter, conv.lang)
+    return [(g[0].seq, g[-1].seq) for g in groups]
 
 
 @router.post(
