@@ -370,3 +370,20 @@ def test_memory_past_the_ceiling_folds_whole_into_an_extractive_synopsis() -> No
     d = decide(given)
     assert d.stand_in_synopsis == tuple(range(1, 11))
     assert any("memory past the ceiling" in r for r in d.reasons)
+
+
+def test_a_chapter_the_prompt_bound_cuts_short_gets_its_share_of_the_chapter_length() -> None:
+    from kioku.generations import chapter_target
+    from kioku.profiles import LOCAL_8K, LOCAL_64K
+
+    # local-8k's small model reads 1,400-token prompts: a fold of 2,500 tokens is three
+    # chapters, and together they are as long as the one chapter a larger prompt would write
+    assert LOCAL_8K.chunk_budget is not None and LOCAL_8K.chunk_budget < LOCAL_8K.summary_chunk
+    whole = chapter_target(LOCAL_8K, LOCAL_8K.summary_chunk)
+    parts = [chapter_target(LOCAL_8K, n) for n in (1000, 1000, 500)]
+    assert whole == LOCAL_8K.chapter_tokens
+    assert sum(parts) <= whole + 64 and parts[0] == 120
+    # a profile whose bound holds a whole chunk keeps whole chapters (their detail is memory's)
+    p16 = LOCAL_64K.scaled(16384)
+    assert chapter_target(p16, 3000) == p16.chapter_tokens
+    assert chapter_target(p16, 200) == 100  # never more than half of what it reads
