@@ -100,9 +100,11 @@ class Layers:
         # a question's are shown once (after it); what a statement is shown stays
         limit = max(1, p.recall_tokens // EXCHANGE_TOKENS) if asks else p.recall_limit
         hits = idx.search(text, k=max(BACKGROUND_HITS, limit), before_seq=raw_start)
-        # the raw window's own best match (the message itself excluded): what is in view
+        # the raw window's own best match (the message itself excluded): what is in view; for
+        # a question, what its newest messages say (the talk it answers)
         near = idx.search(text, k=BACKGROUND_HITS, before_seq=entry.seq) if hits else []
-        in_view = max((h.relevance for h in near if h.seq >= raw_start), default=0.0)
+        present = max(raw_start, entry.seq - p.recall_present) if asks else raw_start
+        in_view = max((h.relevance for h in near if h.seq >= present), default=0.0)
         lookup = self.indexes.lookup(cid, hits)
         view = shown(window, turn.memory, turn.lang)
 
@@ -124,6 +126,7 @@ class Layers:
             in_view_share=p.recall_in_view,
             in_view=in_view,
             limit=limit,
+            asks=asks,
         )
         if not need.on:
             return Recall(need)

@@ -58,16 +58,23 @@ class Profile:
     # search's best hits) and holds `recall_relevance` of the message's meaning (BM25 score ÷
     # the query's best possible score), or `recall_cued_relevance` when the message points at
     # the past ("remember", 先週, a name the window does not hold); none is shown when the raw
-    # window's own best match holds `recall_in_view` of what the archive's best holds.
+    # window's own best match holds `recall_in_view` of what the archive's best holds (for a
+    # question, the best among its newest `recall_present` messages). A statement that does
+    # not point at the past is shown nothing; a question that does in words, every match.
     # The trade-off these set, measured (generational − plain retrieval, strict, LoCoMo dev
     # 0–4 at 4,096; prefix reuse of LoCoMo 0 at 8k through `kioku serve`): recall_in_view 0.6
-    # −0.012 / 0.948 (in process), 0.7 0.000 / 0.945, 0.8 +0.004 / 0.939. At 16,384 a gate
-    # costs the strict match more: −0.049 at 0.7, where a question's room filled with any
-    # shared word (the behaviour before) gave +0.016.
+    # −0.012 / 0.948 (in process), 0.7 0.000 / 0.945, 0.8 +0.004 / 0.939. Then who is held
+    # back (the same margin at 16,384 on dev; prefix reuse in process of CP, 1,500 messages at
+    # 16k, and of LoCoMo 0 at 8k): questions by the whole raw window and statements by evidence
+    # alone −0.043 / 0.9842 / 0.9334; questions by their newest `recall_present` messages,
+    # worded questions about the past shown every match, statements only when they point at
+    # the past (these) +0.004 / 0.9848 / 0.9366; questions never held back by the window and
+    # filled to the room when they pass +0.012 / 0.9826 / 0.9332.
     recall_relevance: float = 0.2
     recall_cued_relevance: float = 0.1
     recall_standout: float = 1.2
     recall_in_view: float = 0.7
+    recall_present: int = 12
     # The most one turn's recollections take, as a share of the ceiling. Never held free: a
     # turn whose best recollection finds no room folds the chapter that is ready (one cache
     # break, counted as `recall_breaks`); the rest take what room there is.
@@ -114,9 +121,10 @@ class Profile:
         bad = [k for k, v in shares.items() if not 0 <= v <= 1]
         if bad:
             raise ConfigError(f"profile {self.name!r}: {', '.join(bad)} must be 0 to 1")
-        if self.recall_standout < 1 or self.recall_in_view < 0:
+        if self.recall_standout < 1 or self.recall_in_view < 0 or self.recall_present < 0:
             raise ConfigError(
-                f"profile {self.name!r}: recall_standout is 1 or more, recall_in_view 0 or more"
+                f"profile {self.name!r}: recall_standout is 1 or more, recall_in_view and "
+                "recall_present 0 or more"
             )
 
     @property

@@ -68,40 +68,40 @@ def test_names_are_the_capitalized_words_inside_a_sentence() -> None:
 
 
 def test_a_hit_that_stands_out_is_recalled_and_the_search_background_is_not() -> None:
-    need = decide("Which kite had a dragon on it?", standing(8.0, 7.0, 6.5))
+    need = decide("Which kite had a dragon on it?", standing(8.0, 7.0, 6.5), asks=True)
     assert need.on and [h.seq for h in need.hits] == [500, 501, 502]
     assert need.standout == pytest.approx(8.0 / 2.0)
     assert "3 stand out" in need.why
 
 
 def test_shared_words_alone_recall_nothing_and_say_why() -> None:
-    need = decide("Do you watch films on Netflix?", flat())
+    need = decide("Do you watch films on Netflix?", flat(), asks=True)
     assert not need.on and not need.hits
     assert need.why.startswith("nothing stands out")
 
 
 def test_recollections_stop_where_the_scores_fall_into_the_background() -> None:
     # a weaker hit still above the background is evidence too; the background is not
-    need = decide("Which kite had a dragon on it?", standing(9.0, 8.5, 2.5))
+    need = decide("Which kite had a dragon on it?", standing(9.0, 8.5, 2.5), asks=True)
     assert [h.seq for h in need.hits] == [500, 501, 502]
-    assert len(decide("Which kite?", standing(*[9.0] * 20), limit=5).hits) == 5
+    assert len(decide("Which kite?", standing(*[9.0] * 20), limit=5, asks=True).hits) == 5
     # few windows match at all: the background is of windows that match nothing
     few = [Hit(7, 6.0, 0.6), Hit(9, 1.0, 0.1)]
-    assert [h.seq for h in decide("Which kite?", few).hits] == [7, 9]
+    assert [h.seq for h in decide("Which kite?", few, asks=True).hits] == [7, 9]
 
 
 def test_what_the_prompt_shows_already_is_no_evidence() -> None:
     hits = standing(8.0, 7.5)
-    assert not decide("Which kite?", hits, seen={500, 501}).on
-    partly = decide("Which kite?", hits, seen={500})
+    assert not decide("Which kite?", hits, seen={500, 501}, asks=True).on
+    partly = decide("Which kite?", hits, seen={500}, asks=True)
     assert [h.seq for h in partly.hits] == [501]
 
 
 def test_a_message_that_points_at_the_past_takes_weaker_evidence() -> None:
     # the best hit holds a quarter of the message's meaning: enough when the past is asked for
     hits = standing(2.5 * 2.0, ceiling=20.0)
-    assert not decide("Is that kite blue?", hits).on
-    assert decide("Do you remember the kite?", hits).on
+    assert not decide("Is that kite blue?", hits, asks=True).on
+    assert decide("I remember that kite.", hits).on
 
 
 def test_a_name_the_prompt_does_not_hold_points_at_the_past() -> None:
@@ -129,9 +129,37 @@ def test_a_name_the_prompt_does_not_hold_points_at_the_past() -> None:
 
 def test_a_message_about_what_the_raw_window_shows_recalls_nothing() -> None:
     hits = standing(8.0, 7.5)  # the best holds 0.8 of the message's meaning
-    assert decide("Which kite had a dragon on it?", hits, in_view=0.4).on
-    held = decide("Which kite had a dragon on it?", hits, in_view=0.5)
+    told = "I remember the kite that had a dragon on it."
+    assert decide(told, hits, in_view=0.4).on
+    held = decide(told, hits, in_view=0.5)
     assert not held.on and held.why.startswith("the raw window holds it")
+
+
+def test_a_statement_that_does_not_point_at_the_past_is_shown_nothing() -> None:
+    # what it shares with the archive stands out, but it asks nothing: what it would be shown
+    # stays in the window until the next fold
+    hits = standing(8.0, 7.5)
+    told = decide("The kite with the dragon is up again.", hits)
+    assert not told.on and told.why.startswith("a statement that does not point at the past")
+    assert decide("The kite with the dragon is up again, like last spring.", hits).on
+
+
+def test_a_question_about_the_past_is_shown_every_match() -> None:
+    # nothing stands out of the background and the best holds little of the message: a
+    # question that does not point at the past is shown nothing, one that does every match
+    hits = [Hit(900, 2.2, 0.12), *flat(BACKGROUND_HITS - 1)]
+    assert not decide("What colour is the kite?", hits, asks=True).on
+    asked = decide("When did we fly the kite?", hits, asks=True, limit=5)
+    assert asked.on and asked.cue == "When did"
+    assert [h.seq for h in asked.hits] == [900, 1000, 999, 998, 997]
+    assert asked.why.startswith("it asks about the past ('When did')")
+    # what the prompt shows already is still passed over
+    shown = decide("When did we fly the kite?", hits, seen={900, 1000}, asks=True, limit=2)
+    assert [h.seq for h in shown.hits] == [999, 998]
+    # the talk it answers holds it (the caller measures a question's in-view on its newest
+    # messages): it asks about what was just said
+    held = decide("When did we fly the kite?", hits, asks=True, in_view=0.9)
+    assert not held.on and held.why.startswith("nothing stands out")
 
 
 def test_an_empty_archive_recalls_nothing() -> None:
@@ -140,7 +168,7 @@ def test_an_empty_archive_recalls_nothing() -> None:
 
 
 def test_the_note_says_what_the_turn_got() -> None:
-    need = decide("Which kite had a dragon on it?", standing(8.0))
+    need = decide("Which kite had a dragon on it?", standing(8.0), asks=True)
     note = need.note([(499, 501)], 42)
     assert note["on"] and note["got"] == [[499, 501]] and note["tokens"] == 42
     # on, but nothing fitted: the note says so

@@ -7,21 +7,35 @@ request for the past: on RealPersonaChat FZ at 16k, 133 turns each prefilled 2,0
 of excerpts that shared a word with the message and nothing more. So the past comes when the
 turn gives evidence that it is wanted, and in the amount that evidence supports:
 
-- **retrieval's own evidence.** The background is the median score of the search's best
+- **the message points at the past** (`cue`): "remember", "last week", "when did", 覚えてる,
+  この前, っけ, 还记得, 上次…, or a name the raw window and memory do not hold.
+  - A question that does in words ("when did we…?", "what did Hanako say?", 覚えてる？) asks
+    for the past outright: every window that shares its words is shown, best first, up to the
+    room, unless the talk it answers holds as much ("how did they take it?" after the story).
+    A name alone is weaker evidence (a capitalized word may be new, not old).
+  - A statement that does ("I went back to that café from last spring"), or a question that
+    names what the prompt does not hold, is shown what stands out, on weaker evidence
+    (`Profile.recall_cued_relevance`).
+  - A statement that does not is shown nothing, whatever it shares with the archive: it asks
+    nothing, and what it is shown stays in front of it, in the window, until the next fold
+    (on LoCoMo 0 at 8k, in process, those recollections cost 0.007 of prefix reuse).
+- **retrieval's own evidence**, for a question that does not point at the past ("what books
+  does she like?"). The background is the median score of the search's best
   `BACKGROUND_HITS` windows (those that matched nothing count 0): what a window gets for sharing
   the message's common words. Words every window shares (a name, "ですか") lift every window
   alike, so they lift the background too. The best hit must stand `Profile.recall_standout`
   times above it and hold `Profile.recall_relevance` of the message's meaning
   (`archive.Hit.relevance`).
-- **the message points at the past** (`cue`): "remember", "last week", "when did", 覚えてる,
-  この前, っけ, 还记得, 上次…, or a name the raw window and memory do not hold. Such a message
-  is shown the past on weaker evidence (`Profile.recall_cued_relevance`).
 - **what is already visible** is neither evidence nor shown. A hit whose line the raw window
-  says again, a carried recollection shows or memory quotes is passed over (`judge`'s `seen`);
-  and when the raw window's own best match holds `Profile.recall_in_view` of what the archive's
-  best holds, the message is about what the window shows (most replies in a conversation are).
+  says again, a carried recollection shows or memory quotes is passed over (`judge`'s `seen`).
+  When the raw window's own best match holds `Profile.recall_in_view` of what the archive's
+  best holds, the message is about what the window shows. For a question that match is looked
+  for among the newest `Profile.recall_present` messages, the talk it answers ("got any
+  favourite tunes?" after a talk of music); something said long ago but still in the window
+  does not hold a question back, which wants the older mentions too.
 - **sized by the evidence.** Recollections are taken best first while they stand above the
-  background, and stop where the scores fall into it, not where the room ends.
+  background, and stop where the scores fall into it, not where the room ends (a question
+  about the past excepted: it asked).
 
 `judge` is pure: `kioku.layers.Layers` searches, calls it and builds the recollections it
 names; the engine makes room for the best of them (a ready chapter folds: `policy.State.recall`)
@@ -35,6 +49,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from kioku.dates import MONTHS
@@ -136,26 +151,37 @@ def judge(
     in_view_share: float,
     limit: int,
     in_view: float = 0.0,
+    asks: bool = False,
 ) -> Need:
     """Decide from `hits` (the archive's best for the message `text`, best first) whether the
     past is wanted, and which hits to show. `seen(hit)`: the prompt already shows the hit's
-    line; `holds(name)`: the raw window or memory names it;
-    `in_view`: the share of the message's meaning the raw window's own best match holds."""
+    line; `holds(name)`: the raw window or memory names it; `in_view`: the share of the
+    message's meaning the raw window's own best match holds (for a question, its newest
+    messages'); `asks`: the message is a user's question (`kioku.context.asks_something`)."""
     if not hits:
         return Need.off("the archive holds nothing like it")
     scores = [h.score for h in hits[:BACKGROUND_HITS]]
     scores += [0.0] * (BACKGROUND_HITS - len(scores))  # windows that matched nothing
     background = statistics.median(scores)
-    pointed = _pointing(text, lang)
+    pointed = worded = _pointing(text, lang)
     if not pointed:
         unseen = [n for n in names(text) if not holds(n)]
         pointed = unseen[0] if unseen else ""
+    if not asks and not pointed:
+        why = "a statement that does not point at the past: it asks nothing of it"
+        return Need(False, why, background=background)
     floor = cued_relevance if pointed else relevance
     fresh = (h for h in hits if not seen(h))
     best = next(fresh, None)
     if best is None:
         return Need(False, "what it finds is in view already", pointed, background=background)
     lift = min(best.score / background, MAX_LIFT) if background > 0 else MAX_LIFT
+    if asks and worded and in_view < in_view_share * best.relevance:
+        # it asked for the past in words (a name alone may be new): any window that shares
+        # its words may hold the answer
+        taken = (best, *islice((h for h in fresh if h.score > 0), limit - 1))
+        why = f"it asks about the past ({worded!r}); {len(taken)} match"
+        return Need(True, why, pointed, taken, background, lift)
     if best.relevance < floor or lift < standout:
         why = (
             f"nothing stands out: the best holds {best.relevance:.2f} of the message's "
