@@ -179,9 +179,9 @@ def judge(
     if asks and worded and in_view < in_view_share * best.relevance:
         # it asked for the past in words (a name alone may be new): any window that shares
         # its words may hold the answer
-        taken = (best, *islice((h for h in fresh if h.score > 0), limit - 1))
-        why = f"it asks about the past ({worded!r}); {len(taken)} match"
-        return Need(True, why, pointed, taken, background, lift)
+        matched = (best, *islice((h for h in fresh if h.score > 0), limit - 1))
+        why = f"it asks about the past ({worded!r}); {len(matched)} match"
+        return Need(True, why, pointed, matched, background, lift)
     if best.relevance < floor or lift < standout:
         why = (
             f"nothing stands out: the best holds {best.relevance:.2f} of the message's "
