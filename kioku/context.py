@@ -195,9 +195,10 @@ def _chat_message(message: Message) -> ChatMessage:
 
 
 # What a question's recollections leave of the room when the count is an estimate (an exact
-# one needs none). The margin kept for an estimated count is what recent prompts needed; a block of excerpts (dates, names, labels) counts worse than
-# chat, and a block that fills the room to the token is where that shows: LoCoMo 7 at 8k
-# through `kioku serve` overflowed by 31 tokens on a 1,700-token block.
+# one needs none). The margin kept for an estimated count is what recent prompts needed; a
+# block of excerpts (dates, names, labels) counts worse than chat, and a block that fills the
+# room to the token is where that shows: LoCoMo 7 at 8k through `kioku serve` overflowed by
+# 31 tokens on a 1,700-token block.
 QUESTION_SLACK = 0.05
 
 
