@@ -26,7 +26,7 @@ from sqlalchemy import Connection, insert, select, update
 from kioku.errors import FoldRefused, NameTaken, NotFound
 from kioku.memory import MemoryItem, coverage_gaps
 from kioku.store import schema as s
-from kioku.store.db import Database, new_id
+from kioku.store.db import Database, item_values, new_id
 
 
 class ClientChats(Database):
@@ -135,23 +135,8 @@ class ClientChats(Database):
             return len(rows)
 
     def _copy_item(self, conn: Connection, child_id: str, item: MemoryItem, now: float) -> int:
-        values = dict(
-            conversation_id=child_id,
-            kind=item.kind,
-            first_seq=item.first_seq,
-            last_seq=item.last_seq,
-            text=item.text,
-            data=dict(item.data) if item.data else None,
-            tokens=item.tokens,
-            source=item.source,
-            model=item.model,
-            prompt_version=item.prompt_version,
-            status=item.status,
-            ready_at=item.ready_at,
-            created_at=now,
-            replaces=None,  # the parent's ids: history the branch does not have
-            stale=int(item.stale),
-        )
+        # the parent's ids in `replaces` are history the branch does not have
+        values = item_values(child_id, item, created_at=now, replaces=None)
         return new_id(conn.execute(insert(s.memory_items).values(**values)))
 
     def _copy_notes(self, conn: Connection, parent_id: str, child_id: str, upto: int) -> None:

@@ -32,7 +32,7 @@ from kioku.messages import LogEntry, Message, parts_from_json
 from kioku.store import schema as s
 from kioku.store.blobs import Blobs
 from kioku.store.chats import ClientChats
-from kioku.store.db import new_id
+from kioku.store.db import item_values, new_id
 from kioku.store.edits import MessageEdits
 from kioku.store.events import EventLog
 from kioku.store.jobs import JobQueue
@@ -350,23 +350,8 @@ class Store(
             return [_item_row(r) for r in conn.execute(q, params)]
 
     def add_item(self, conversation_id: str, item: MemoryItem) -> int:
-        values = dict(
-            conversation_id=conversation_id,
-            kind=item.kind,
-            first_seq=item.first_seq,
-            last_seq=item.last_seq,
-            text=item.text,
-            data=dict(item.data) if item.data else None,
-            tokens=item.tokens,
-            source=item.source,
-            model=item.model,
-            prompt_version=item.prompt_version,
-            status=item.status,
-            ready_at=item.ready_at,
-            created_at=time.time(),
-            replaces=list(item.replaces) if item.replaces else None,
-            stale=int(item.stale),
-        )
+        replaces = list(item.replaces) if item.replaces else None
+        values = item_values(conversation_id, item, created_at=time.time(), replaces=replaces)
         with self.atomic() as conn:
             return new_id(conn.execute(insert(s.memory_items).values(**values)))
 

@@ -21,7 +21,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, make_url, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -31,6 +31,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from kioku.dburl import check_sqlite_path, database_url, sqlite_path
 from kioku.errors import InputError, KiokuError, StoreError
 from kioku.store import schema as s
+
+if TYPE_CHECKING:
+    from kioku.memory import MemoryItem
 
 DEFAULT_URL = "sqlite:///kioku.db"
 
@@ -166,6 +169,29 @@ def lock_key(*parts: str) -> int:
 def new_id(result: Any) -> int:
     """The primary key an INSERT just made."""
     return int(result.inserted_primary_key[0])
+
+
+def item_values(
+    conversation_id: str, item: MemoryItem, *, created_at: float, replaces: list[int] | None
+) -> dict[str, Any]:
+    """A memory item as a `memory_items` row (written new, or copied into a branch)."""
+    return dict(
+        conversation_id=conversation_id,
+        kind=item.kind,
+        first_seq=item.first_seq,
+        last_seq=item.last_seq,
+        text=item.text,
+        data=dict(item.data) if item.data else None,
+        tokens=item.tokens,
+        source=item.source,
+        model=item.model,
+        prompt_version=item.prompt_version,
+        status=item.status,
+        ready_at=item.ready_at,
+        created_at=created_at,
+        replaces=replaces,
+        stale=int(item.stale),
+    )
 
 
 class Database:
