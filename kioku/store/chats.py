@@ -49,22 +49,6 @@ class ClientChats(Database):
             conn.execute(update(s.conversations).where(c.id == row.id).values(public_id=new))
             return str(row.id)
 
-    def hurry_jobs(self, conversation_id: str, now: float) -> int:
-        """Queued summary jobs run now, without their delay (an operator asked for memory
-        now); return how many."""
-        j = s.jobs.c
-        with self.atomic() as conn:
-            r = conn.execute(
-                update(s.jobs)
-                .where(
-                    j.conversation_id == conversation_id,
-                    j.status == "queued",
-                    j.run_after > now,
-                )
-                .values(run_after=now)
-            )
-            return int(r.rowcount or 0)
-
     def copy_branch(
         self,
         parent_id: str,

@@ -264,6 +264,22 @@ class JobQueue(Database):
             )
             return bool(r.rowcount)
 
+    def hurry_jobs(self, conversation_id: str, now: float) -> int:
+        """Queued summary jobs run now, without their delay (an operator asked for memory
+        now); return how many."""
+        j = s.jobs.c
+        with self.atomic() as conn:
+            r = conn.execute(
+                update(s.jobs)
+                .where(
+                    j.conversation_id == conversation_id,
+                    j.status == "queued",
+                    j.run_after > now,
+                )
+                .values(run_after=now)
+            )
+            return int(r.rowcount or 0)
+
     def cancel_jobs(self, conversation_id: str, up_to_seq: int) -> int:
         """Cancel queued jobs that start at or before `up_to_seq` (their range was overtaken).
         A major GC (synopsis job) folds memory, not raw messages, and a revision re-summarizes
