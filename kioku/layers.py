@@ -30,7 +30,7 @@ from kioku.messages import LogEntry
 from kioku.models import ChatModel
 from kioku.recall.archive import Hit
 from kioku.recall.indexes import EXCHANGE_TOKENS, RecallIndexes, exchanges
-from kioku.recall.need import BACKGROUND_HITS, Need, Recall, judge
+from kioku.recall.need import BACKGROUND_HITS, STATEMENT, Need, Recall, judge, pointer
 from kioku.recall.shown import shown
 from kioku.store import Store
 from kioku.turn_state import TurnState
@@ -95,8 +95,15 @@ class Layers:
             return Recall(Need.off("the raw window holds the whole conversation"))
         p, cid, window = turn.profile, turn.conversation_id, turn.before(entry)
         text = entry.message.text
-        idx = self.indexes.sync(cid)
         asks = asks_something(entry)
+        view = shown(window, turn.memory, turn.lang)
+
+        def holds(name: str) -> bool:
+            return name in view.memory_text or any(name in e.message.text for e in window)
+
+        if not asks and not pointer(text, turn.lang, holds):
+            return Recall(Need.off(STATEMENT))  # most turns: no search for what nothing asks
+        idx = self.indexes.sync(cid)
         # a question's are shown once (after it); what a statement is shown stays
         limit = max(1, p.recall_tokens // EXCHANGE_TOKENS) if asks else p.recall_limit
         hits = idx.search(text, k=max(BACKGROUND_HITS, limit), before_seq=raw_start)
@@ -106,7 +113,6 @@ class Layers:
         present = max(raw_start, entry.seq - p.recall_present) if asks else raw_start
         in_view = max((h.relevance for h in near if h.seq >= present), default=0.0)
         lookup = self.indexes.lookup(cid, hits)
-        view = shown(window, turn.memory, turn.lang)
 
         def seen(hit: Hit) -> bool:
             line = lookup(hit.seq, hit.seq)
@@ -116,9 +122,7 @@ class Layers:
             text,
             hits,
             seen=seen,
-            holds=lambda name: (
-                name in view.memory_text or any(name in e.message.text for e in window)
-            ),
+            holds=holds,
             lang=turn.lang,
             relevance=p.recall_relevance,
             cued_relevance=p.recall_cued_relevance,

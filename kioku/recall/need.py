@@ -138,6 +138,16 @@ def _pointing(text: str, lang: str) -> str:
     return cue(text, lang)
 
 
+STATEMENT = "a statement that does not point at the past: it asks nothing of it"
+
+
+def pointer(text: str, lang: str, holds: Callable[[str], bool]) -> str:
+    """What in `text` points at the past: its cue, or else the first name `holds` says the
+    prompt does not hold ("" when nothing does). A statement without one is shown nothing
+    (`STATEMENT`), so the caller may ask this before it searches."""
+    return _pointing(text, lang) or next((n for n in names(text) if not holds(n)), "")
+
+
 def judge(
     text: str,
     hits: Sequence[Hit],
@@ -158,18 +168,14 @@ def judge(
     line; `holds(name)`: the raw window or memory names it; `in_view`: the share of the
     message's meaning the raw window's own best match holds (for a question, its newest
     messages'); `asks`: the message is a user's question (`kioku.context.asks_something`)."""
+    pointed, worded = pointer(text, lang, holds), _pointing(text, lang)
+    if not asks and not pointed:
+        return Need.off(STATEMENT)
     if not hits:
         return Need.off("the archive holds nothing like it")
     scores = [h.score for h in hits[:BACKGROUND_HITS]]
     scores += [0.0] * (BACKGROUND_HITS - len(scores))  # windows that matched nothing
     background = statistics.median(scores)
-    pointed = worded = _pointing(text, lang)
-    if not pointed:
-        unseen = [n for n in names(text) if not holds(n)]
-        pointed = unseen[0] if unseen else ""
-    if not asks and not pointed:
-        why = "a statement that does not point at the past: it asks nothing of it"
-        return Need(False, why, background=background)
     floor = cued_relevance if pointed else relevance
     fresh = (h for h in hits if not seen(h))
     best = next(fresh, None)
