@@ -134,7 +134,7 @@ def _values(task: SummaryTask, tpl: PromptTemplate, retry_reason: str | None) ->
         if task.entries:  # a rolling rewrite folds new messages in too
             values["records"] += "\n\n" + render_transcript(task.entries, tpl.lang)
     else:
-        values["transcript"] = render_transcript(task.entries, tpl.lang)
+        values["transcript"] = render_transcript(task.entries, tpl.lang, numbered=False)
     return values
 
 
@@ -153,6 +153,7 @@ def build_request(
         max_tokens=max_tokens,
         temperature=temperature,
         purpose=task.kind,
+        seqs=tuple(e.seq for e in task.entries if not e.message.is_empty()),
     )
     return request, tpl.version
 
@@ -200,7 +201,9 @@ def entry_cost(entry: LogEntry, counter: TokenCounter, lang: str) -> int:
     if entry.message.is_empty():
         return 0
     # as most messages show: the time alone (the full date only opens a new day, a few tokens)
-    return counter.count(render_entry(entry, labels_for(lang), entry.message.at)) + 2
+    return (
+        counter.count(render_entry(entry, labels_for(lang), entry.message.at, numbered=False)) + 2
+    )
 
 
 def chunk_budget(profile: Profile, counter: TokenCounter, lang: str) -> int | None:

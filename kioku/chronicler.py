@@ -141,15 +141,26 @@ def judge(
     config: ChroniclerConfig,
     threads: dict[str, str] | None = None,
     avoid: Sequence[str] = (),
+    salvage: bool = False,
 ) -> tuple[Record, Grounding, int]:
     """Accept a reply as a grounded record (and how many verbal tics came out of it first) or
     raise `BadSummary` saying why: "truncated", "refusal", "unparseable: ...", "ungrounded:
-    ...". A cut reply is never parsed. A reply that fails to parse is a refusal when it is short
+    ...". A cut reply is read only with `salvage` (a chapter's lines, each its own fact, and
+    the chapter's room is filled from its messages; a cut synopsis would forget what it did
+    not reach), and only its whole lines. A reply that fails to parse is a refusal when it is short
     and holds a stock phrase; one that parses is not, so a short Chinese chapter where someone
     "无法入睡" is not mistaken for a refusal."""
-    if completion.finish_reason == "length":
-        raise BadSummary("truncated", completion.text)
     text = completion.text
+    cut = completion.finish_reason == "length"
+    if cut and not salvage:
+        raise BadSummary("truncated", text)
+    if cut:
+        # a cut line-form reply keeps its whole lines (a small model loops until max_tokens,
+        # after lines worth keeping): they are grounded like any; a cut JSON record is lost
+        whole = text.rsplit("\n", 1)[0] if "\n" in text.strip() else ""
+        if looks_like_json(text) or not whole.strip():
+            raise BadSummary("truncated", text)
+        text = whole
     try:
         if looks_like_json(text):
             parsed, tics = remove_phrases(parse_record(text, None), avoid)  # type: ignore[arg-type]
@@ -158,10 +169,14 @@ def judge(
             lines, tics = without_phrases(parse_lines(text), avoid)
             record, grounding = record_from_reply(lines, ev, threads)
     except BadSummary:
+        if cut:
+            raise BadSummary("truncated", completion.text) from None
         if is_refusal(text, config.refusal_chars):
             raise BadSummary("refusal", text) from None
         raise
     if grounding.share < config.min_grounded_share or record.is_empty():
+        if cut:
+            raise BadSummary("truncated", completion.text)
         raise Ungrounded(grounding.rejection(), text, grounding)
     return record, grounding, tics
 
@@ -190,7 +205,7 @@ class _Run:
     model: str = ""
 
     def ask(
-        self, request: ChatRequest, threads: dict[str, str] | None = None
+        self, request: ChatRequest, threads: dict[str, str] | None = None, salvage: bool = False
     ) -> Generator[ChatRequest, Completion, tuple[Record, Grounding] | BadSummary]:
         """One request: the grounded record the reply holds, or why it was rejected."""
         self.attempts += 1
@@ -200,7 +215,7 @@ class _Run:
         self.model = completion.model or self.model
         try:
             record, grounding, tics = judge(
-                completion, self.ev, self.config, threads, self.task.avoid_phrases
+                completion, self.ev, self.config, threads, self.task.avoid_phrases, salvage
             )
         except BadSummary as e:
             self.events.append(_event_of(e))
@@ -208,6 +223,8 @@ class _Run:
                 self.groundings.append(e.grounding)
             return e
         self.groundings.append(grounding)
+        if completion.finish_reason == "length":
+            self.events.append("salvaged")  # a cut reply whose whole lines were grounded
         if tics:
             self.events.append("tics_removed")
         return record, grounding
@@ -336,7 +353,7 @@ def _write(run: _Run) -> Generator[ChatRequest, Completion, tuple[Record, Ground
         if fitted is None:
             run.events.append("no_room")  # the prompt alone fills the window: never sent
             return None
-        got = yield from run.ask(fitted, threads)
+        got = yield from run.ask(fitted, threads, salvage=task.kind != "synopsis")
         if not isinstance(got, BadSummary):
             return (*got, version)
         max_tokens, reason = _next_try(got, task, max_tokens)

@@ -381,11 +381,18 @@ class Evidence:
         ):  # "Hey Mel! Good to see you!": true, and nothing a later reader could use
             return Verdict("empty", detail="it says nothing a later reader could use")
         share, missing = self._support(line, cited)
-        if share < (min(self.threshold, THREAD_SUPPORT) if st.kind == "thread" else self.threshold):
+        need = min(self.threshold, THREAD_SUPPORT) if st.kind == "thread" else self.threshold
+        if share < need:
             why = f"#{cited[0].seq} does not say that ({missing})" if missing else ""
             return Verdict("unsupported", share, why or f"#{cited[0].seq} does not say that")
         kind, best = self._best_part(line, cited)
         if len(cited) > 1 and not st.span_wide and best is not None:
+            # the line is stored citing that one message, so that one must bear it out: two
+            # neighbours together bore out "Caroline asked what kind of counseling she wanted
+            # to pursue" from Melanie's question and Caroline's answer
+            alone, missing = self._support(line, [self.sources[best]])
+            if alone < need:
+                return Verdict("unsupported", alone, f"#{best} alone does not say that ({missing})")
             # several messages cited: whom the line names must be the one whose message
             # says it, not a neighbour ("Melanie shared a photo" borne out by Caroline's)
             src = self.sources[best]
@@ -395,22 +402,21 @@ class Evidence:
         return Verdict(None, share, kind=kind, seqs=st.seqs, seq=best)
 
     def _locate(self, st: Statement) -> Verdict:
-        """A line that cites nothing is grounded only where the span bears it out: the one
-        message that does, else the fewest consecutive messages (two, three) that do together,
-        and it cites them from then on. The other checks still apply to what it then cites."""
+        """A line that cites nothing is grounded only where one message of the span bears it
+        out (the best three candidates are tried), and it cites that message from then on.
+        The other checks still apply to what it then cites. Never two neighbours together:
+        the line is stored citing one message, and Melanie's question beside Caroline's answer
+        bore out "Caroline asked what kind of counseling she wanted to pursue"."""
         line = read(st.text, self.lang)
-        seqs = sorted(self.sources)
+        found = []
+        for i, seq in enumerate(sorted(self.sources)):
+            share, _ = self._support(line, [self.sources[seq]])
+            if share >= self.threshold:
+                found.append((share, -i, seq))
         failed: Verdict | None = None
-        for width in (1, 2, 3):
-            found = []
-            for i in range(len(seqs) - width + 1):
-                window = tuple(seqs[i : i + width])
-                share, _ = self._support(line, [self.sources[s] for s in window])
-                if share >= self.threshold:
-                    found.append((share, -i, tuple(window)))
-            for _, _, window in sorted(found, reverse=True)[:3]:
-                v = self.check(replace(st, seqs=window))
-                if v.ok:
-                    return v
-                failed = failed or v
+        for _, _, seq in sorted(found, reverse=True)[:3]:
+            v = self.check(replace(st, seqs=(seq,)))
+            if v.ok:
+                return v
+            failed = failed or v
         return failed or Verdict("seq", detail="it cites no message, and none says it")

@@ -113,6 +113,9 @@ class ChatRequest:
     purpose: str = "reply"  # "reply" | "chapter" | "synopsis" | "cut" | "notes" | "eval": for logs
     extra: dict[str, Any] = field(default_factory=dict)
     media: Mapping[str, Any] = field(default_factory=dict)  # blob hash -> content part
+    # the messages a chronicler request shows, in order: its transcript carries no numbers
+    # (`kioku.chronicle_prompt`), so logs and replays learn here what it read; never sent
+    seqs: tuple[int, ...] = ()
 
     def to_json(self, model: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -2,23 +2,26 @@
 
 Measured on Qwen2.5 Coder 1.5B (docs/chronicler.md): asked for the five-key JSON record or for
 "#<seq> <writer>: <what it says>" lines, the small model copied the transcript message by
-message until max_tokens cut it; asked for the most important facts, one short sentence each in
-its own words, in the third person, naming whom it is about, it wrote facts. So the reply is
+message until max_tokens cut it; asked for facts citing "(#<seq>)" from a numbered transcript,
+it wrote one line per number whatever that message said. Shown no numbers and asked for the
+most important facts, one short sentence each, starting with the person it is about, it wrote
+facts. So the reply is
 
-    - <fact> (#<seq>)
-    OPEN <thread-id>: <what is still open> (#<seq>)
-    DONE <thread-id>: <how it was settled> (#<seq>)
+    - <name> <fact>
+    OPEN <thread-id>: <what is still open>
+    DONE <thread-id>: <how it was settled>
 
 and every other shape a model falls into is read too: "#<seq> <writer>: <text>" (the writer
-named), a person's name as a heading over their facts, "QUOTE #<seq> <speaker>: <words>".
-The citation is optional: a line without one is grounded where one to three consecutive
-messages of the span bear it out (`kioku.grounding`). Code, not the model, decides what each
+named), a person's name as a heading over their facts, "QUOTE #<seq> <speaker>: <words>", a
+citation anywhere in a line, a paragraph of sentences (each one a line). A line without a
+citation is grounded where one message of the span bears it out, and cites it from then on
+(`kioku.grounding`). Code, not the model, decides what each
 grounded line is (`kioku.grounded`): a line borne out by narration is an event, a character's
 words a claim (confirmed only when narration or a thought says so too), what the user said
 about themself a user fact. Lines are read leniently about their wrapping (bullets, bold, a
-code fence, "#12-#13", "(user)" after a name) and strictly about their shape: a line that is
-none of these is counted as dropped ("format"), never guessed at. A reply in the JSON record
-shape is still read (`structure.parse_record`).
+code fence, "#12-#13", "(user)" after a name), once each (a looping model repeats them), and
+strictly about their shape: a line that is none of these is counted as dropped ("format"),
+never guessed at. A reply in the JSON record shape is still read (`structure.parse_record`).
 """
 
 from __future__ import annotations
@@ -112,8 +115,31 @@ _RUN_ON = re.compile(r"(?<=[.!?。！？])\s+(?=#\s*\d+\s)")
 
 
 def _pieces(text: str) -> list[str]:
-    """The reply's lines, a run-on line of several "#n …" lines split at each of them."""
-    return [p for line in text.splitlines() for p in _RUN_ON.split(line)]
+    """The reply's lines, a run-on line of several "#n …" lines split at each of them, each
+    line once: a small model that loops writes the same lines again and again (the 1.5B model
+    wrote one block of five lines four times over), and a repeated line is no truer."""
+    pieces = [p for line in text.splitlines() for p in _RUN_ON.split(line)]
+    seen: set[str] = set()
+    out = []
+    for p in pieces:
+        key = " ".join(p.split())
+        if key and key in seen:
+            continue
+        seen.add(key)
+        out.append(p)
+    return out
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+(?=\S)|(?<=[。！？])(?=\S)")
+
+
+def _sentences(s: str) -> list[str]:
+    """A paragraph's sentences, when it holds two or more of three words or more (the 1.5B
+    model, asked for lines, sometimes wrote its facts as one paragraph); [] otherwise."""
+    parts = [p.strip() for p in _SENTENCE_END.split(s) if p.strip()]
+    if len(parts) < 2:
+        return []
+    return [p for p in parts if len(p.split()) >= 3 or (len(p) >= 8 and not p.isascii())]
 
 
 def parse_lines(text: str) -> LineReply:
@@ -177,9 +203,14 @@ def parse_lines(text: str) -> LineReply:
             if body and not _PLACEHOLDER_ONLY.fullmatch(body):
                 lines.append(ReplyLine(seqs, "", body, raw, about))
                 continue
+        if said := _sentences(s):  # a paragraph of facts: each sentence a line
+            for sentence in said:
+                body, seqs = _citations(sentence)
+                lines.append(ReplyLine(seqs, "", body, raw, about))
+            continue
         unread.append(raw.strip())
     if not (lines or threads or quotes):
-        raise BadSummary("unparseable: no line of the form - <fact> (#<message number>)", text)
+        raise BadSummary("unparseable: write one fact a line, each line starting with - ", text)
     return LineReply(tuple(lines), tuple(threads), tuple(quotes), tuple(unread))
 
 

@@ -165,6 +165,7 @@ class ReplyLog:
             "purpose": request.purpose,
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
+            "seqs": list(request.seqs),
             "messages": [{"role": m.role, "content": m.content} for m in request.messages],
             "text": c.text,
             "finish_reason": c.finish_reason,

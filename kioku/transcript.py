@@ -151,8 +151,11 @@ def render_part(part: Part, author: str, labels: Labels) -> str:
     return f"{INDENT}{inert_start(text)}"
 
 
-def render_entry(entry: LogEntry, labels: Labels, previous: datetime | None = None) -> str:
-    """One message: a header line (#seq, time, author and side) and one line per part."""
+def render_entry(
+    entry: LogEntry, labels: Labels, previous: datetime | None = None, *, numbered: bool = True
+) -> str:
+    """One message: a header line (#seq, time, author and side) and one line per part; the
+    chronicler's chapters read it without the #seq (`render_transcript`)."""
     m = entry.message
     side = {
         "user": labels.user,
@@ -161,7 +164,7 @@ def render_entry(entry: LogEntry, labels: Labels, previous: datetime | None = No
         "tool": labels.tool,
     }[m.role]
     author = one_line(m.author) or side
-    head = [f"#{entry.seq}"]
+    head = [f"#{entry.seq}"] if numbered else []
     stamp = _stamp(m.at, previous, labels.lang)
     if stamp:
         head.append(stamp)
@@ -175,14 +178,18 @@ def render_entry(entry: LogEntry, labels: Labels, previous: datetime | None = No
     return "\n".join(lines)
 
 
-def render_transcript(entries: Iterable[LogEntry], lang: str = "en") -> str:
-    """A range of the log as the chronicler reads it, messages separated by blank lines."""
+def render_transcript(
+    entries: Iterable[LogEntry], lang: str = "en", *, numbered: bool = True
+) -> str:
+    """A range of the log as the chronicler reads it, messages separated by blank lines.
+    Unnumbered for a chapter: shown message numbers, a 1.5B model wrote one line per number
+    whatever that message said (kioku/prompts/en/chapter.txt); code finds what bears a line out."""
     labels = labels_for(lang)
     out: list[str] = []
     previous: datetime | None = None
     for e in entries:
         if e.message.is_empty():
             continue
-        out.append(render_entry(e, labels, previous))
+        out.append(render_entry(e, labels, previous, numbered=numbered))
         previous = e.message.at or previous
     return "\n\n".join(out)

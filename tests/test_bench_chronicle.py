@@ -12,6 +12,7 @@ from kioku.chronicler import LLMChronicler
 from kioku.models import ChatRequest, ScriptedModel
 from kioku.profiles import LOCAL_8K
 from kioku.summarizer import ExtractiveSummarizer
+from tests.chronicle_requests import numbered, span
 from tests.conftest import shared_file
 
 
@@ -22,12 +23,10 @@ class Counter4:
 
 def half_true(request: ChatRequest) -> str:
     """Each user message restated (true), plus one line the span never says (invented)."""
-    user = request.messages[-1].content
+    user = numbered(request)
     said = re.findall(r"#(\d+) · (?:[^\n]*· )?Caroline \(user\)\n  ([^\n]+)", user)
     lines = [f"- Caroline said: {text} (#{seq})" for seq, text in said[:6]]
-    first = re.search(r"Messages #(\d+)", user)
-    assert first
-    lines.append(f"- Aoi reached the harbour town at night (#{first.group(1)})")
+    lines.append(f"- Aoi reached the harbour town at night (#{span(request)[0]})")
     return "\n".join(lines)
 
 
@@ -63,9 +62,7 @@ def test_the_benchmark_reports_what_the_chronicler_did() -> None:
 
 def invents(request: ChatRequest) -> str:
     """Only what the span never says: a stranger, a place, a marriage."""
-    first = re.search(r"Messages #(\d+)", request.messages[-1].content)
-    assert first
-    seq = first.group(1)
+    seq = span(request)[0]
     return (
         f"- Aoi reached the harbour town at night (#{seq})\n"
         f"- Caroline has been married to Kenji for five years (#{seq})"

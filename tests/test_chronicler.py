@@ -37,6 +37,7 @@ from kioku.structure import (
     record_from_data,
 )
 from kioku.summarizer import ExtractiveSummarizer, Summary, SummaryTask
+from tests.chronicle_requests import span
 
 if TYPE_CHECKING:
     from tests.llama import LlamaServer
@@ -150,7 +151,7 @@ def test_good_reply_becomes_a_structured_summary_with_its_provenance() -> None:
     model = ScriptedModel([Completion(reply(GOOD), "stop", Usage(900, 200), "qwen")])
     s = chronicler(model).summarize(task())
     assert s.source == "llm" and s.model == "qwen"
-    assert s.prompt_version == "chapter-en-v3"
+    assert s.prompt_version == "chapter-en-v4"
     assert (s.attempts, s.events, s.input_tokens) == (1, (), 900)
     assert s.tokens == COUNTER.count(s.text)
     assert s.data["format"] == "kioku.chronicle/1"
@@ -171,12 +172,13 @@ def test_the_request_keeps_attribution_a_lie_arrives_as_speech_the_truth_as_narr
     assert request.purpose == "chapter"
     assert [m.role for m in request.messages] == ["system", "user"]
     text = user_text(request)
-    assert "#11 · 21:01 · Aoi (character)" in text
+    assert "\n21:01 · Aoi (character)" in text
     assert '[speech] Aoi: "Never. This is my first time here."' in text
     assert "[narration] Aoi looked away from the old lighthouse she had climbed as a child." in text
     assert "[thought, unspoken] Aoi: I grew up in this town." in text
-    assert "#10 · 2024-03-01 (Fri) 21:00 · Ren (user)" in text
-    assert "messages #10–#13" in text
+    assert "\n2024-03-01 (Fri) 21:00 · Ren (user)" in text
+    # no message numbers for a small model to fill in line by line: the request knows them
+    assert "#1" not in text and request.seqs == (10, 11, 12, 13)
     assert "chronicler" in request.messages[0].content
 
 
@@ -261,12 +263,44 @@ def test_always_truncated_falls_back() -> None:
 
 
 def test_story_continuation_is_unparseable_retried_with_the_reason() -> None:
-    model = ScriptedModel(["Aoi smiled and took Ren's hand. 'Let's go,' she said.", reply(GOOD)])
+    model = ScriptedModel(["'Let's go,' Aoi said, smiling at the sea", reply(GOOD)])
     s = chronicler(model).summarize(task())
     assert s.events == ("unparseable", "retry")
-    assert "smiled" not in s.text
+    assert "smiling" not in s.text
     retry = user_text(model.history[1])
-    assert "Your previous answer could not be used: no line of the form - <fact>" in retry
+    assert "Your previous answer could not be used: write one fact a line" in retry
+
+
+def test_a_paragraph_is_read_sentence_by_sentence_and_each_is_grounded() -> None:
+    # the 1.5B model sometimes wrote its facts as one paragraph: each sentence is a line, and
+    # a story continuation read that way is borne out by nothing
+    story = "Aoi smiled and took Ren's hand. 'Let's go,' she said. They ran to the pier."
+    model = ScriptedModel([story, reply(GOOD)])
+    s = chronicler(model).summarize(task())
+    assert s.events == ("ungrounded", "retry")
+    assert "smiled" not in s.text and "pier" not in s.text
+    facts = (
+        "Ren asked Aoi whether she had been to this town before. Aoi said it was her first "
+        "time here. Aoi looked away from the old lighthouse she had climbed as a child."
+    )
+    model = ScriptedModel([facts])
+    s = chronicler(model).summarize(task())
+    assert s.source == "llm" and s.events == ()
+    assert "lighthouse she had climbed as a child" in s.text
+
+
+def test_a_cut_chapter_reply_keeps_its_whole_lines_a_cut_synopsis_none() -> None:
+    looped = "\n".join(
+        ["- Aoi looked away from the old lighthouse she had climbed as a child."] * 6
+        + ["- Aoi looked away from the old light"]
+    )
+    model = ScriptedModel([Completion(looped, finish_reason="length")])
+    s = chronicler(model).summarize(task())
+    assert s.source == "llm" and s.events == ("salvaged",)
+    assert s.text.count("lighthouse she had climbed") == 1 and "old light\n" not in s.text
+    model = ScriptedModel([Completion("- Aoi looked away", finish_reason="length"), reply(GOOD)])
+    s = chronicler(model).summarize(task())
+    assert s.events[:2] == ("truncated", "retry")  # no whole line: asked again
 
 
 def test_unparseable_every_time_falls_back_never_stored() -> None:
@@ -319,7 +353,11 @@ def test_model_errors_propagate_they_are_not_bad_summaries() -> None:
 
 @pytest.mark.parametrize(
     ("lang", "wanted"),
-    [("en", "list the 12 most important facts"), ("ja", "最大 10 個"), ("zh", "最多 11 条")],
+    [
+        ("en", "list the 12 most important facts"),
+        ("ja", "list the 10 most important facts"),
+        ("zh", "list the 11 most important facts"),
+    ],
 )
 def test_length_targets_per_language_reach_the_request_as_lines(lang: str, wanted: str) -> None:
     """A model cannot count tokens; it can count lines (en ~22 tokens a line, ja ~30)."""
@@ -614,10 +652,10 @@ def test_async_chronicler_behaves_like_the_sync_one() -> None:
 
 
 def auto_reply(request: ChatRequest) -> str:
-    """A well-behaved chronicler: one event per range it is asked about."""
+    """A well-behaved chronicler: one event per range it is asked about (a synopsis shows the
+    chapters' ranges, a chapter its messages)."""
     m = re.search(r"#(\d+)–#(\d+)", request.messages[-1].content)
-    assert m
-    first, last = int(m.group(1)), int(m.group(2))
+    first, last = (int(m.group(1)), int(m.group(2))) if m else span(request)
     return reply(
         {"events": [{"seq": first, "text": f"Things happened between {first} and {last}."}]}
     )

@@ -20,6 +20,7 @@ from kioku.models import ChatRequest, ScriptedModel
 from kioku.reply_format import parse_lines
 from kioku.structure import Claim, KeyLine, Record, UserFact
 from kioku.summarizer import ExtractiveSummarizer, SummaryTask
+from tests.chronicle_requests import numbered
 
 AT = datetime(2023, 5, 8, 13, 56)
 
@@ -261,7 +262,7 @@ def test_a_bullet_that_opens_with_a_name_is_about_that_person_not_said_twice() -
 
 def transcript_of(request: ChatRequest) -> list[tuple[int, str, str]]:
     """(seq, author, text) of the messages a chronicler request shows."""
-    user = request.messages[-1].content
+    user = numbered(request)
     out = []
     for block in re.split(r"\n\n(?=#\d+ ·)", user):
         m = re.match(r"#(\d+) · (?:[^·\n]+ · )?([^(\n]+) \((?:user|character)\)\n  (.+)", block)
@@ -360,3 +361,38 @@ def test_the_room_the_model_left_is_filled_with_the_spans_own_lines() -> None:
     assert "Sweden" in s.text  # not in the model's line: the span's own words, verbatim
     assert all(a["why"] == "filled" for a in s.data["added"])
     assert s.tokens <= 300 * 1.3
+
+
+def test_a_line_is_borne_out_by_the_one_message_it_is_stored_citing() -> None:
+    # Caroline's answer and Melanie's next question together hold every word of "Caroline
+    # asked what kind of counseling and mental health services she wanted to pursue", which
+    # is false (Melanie asked, before). A line is stored citing one message, so one message
+    # must bear it out, found or cited.
+    said = [
+        ("Melanie", "What kind of counseling and mental health services do you want to persue?"),
+        (
+            "Caroline",
+            "I want to work with trans people, supporting their mental health; I went to a counseling workshop.",
+        ),
+        ("Melanie", "What motivated you to pursue it? What kind of services do you like?"),
+    ]
+    entries = tuple(
+        LogEntry(
+            seq=60 + i,
+            message=Message(
+                "user" if who == "Caroline" else "assistant",
+                (Part("text", text),),
+                author=who,
+                at=AT + timedelta(minutes=i),
+            ),
+            tokens=20,
+        )
+        for i, (who, text) in enumerate(said)
+    )
+    ev = evidence_for(entries, lang="en", user_name="Caroline", character="Melanie")
+    line = "Caroline asked what kind of counseling and mental health services she wanted to pursue."
+    assert not ev.check(Statement("line", line, ())).ok  # found nowhere alone
+    assert not ev.check(Statement("line", line, (61, 62))).ok  # cited as a pair
+    # one message that says it all is found, and cited
+    true = ev.check(Statement("line", "Caroline went to a counseling workshop.", ()))
+    assert true.ok and true.seqs == (61,)

@@ -16,23 +16,19 @@ from kioku.prompts import LANGS, TASKS, load, resolve_lang, template
 from kioku.structure import Event, Record, ThreadNote
 from kioku.summarizer import SummaryTask
 
-ROLE = {"en": "chronicler", "ja": "記録係", "zh": "记录员"}
-# v3: plain lines a 1.5B model follows, placeholders only (issue 20); what each line is (event,
-# claim, user fact) code decides from the message that bears it out
-LINE_FORM = {
-    "en": "- <fact> (#<message number>)",
-    "ja": "行頭に「- 」を付け、誰についての事実かを名前で書いた短い文",
-    "zh": '以"- "开头,用你自己的话写一句短句,写明这件事关于谁',
-}
-WORDS_RULE = {"en": "write it as their words", "ja": "その人の発言として", "zh": "按他的话来写"}
-ONLY_THAT = {
-    "en": "Write only what that message says",
-    "ja": "そのメッセージに書かれていることだけ",
-    "zh": "只写那一条消息说的内容",
-}
-TIC_RULE = {"en": "verbal tics", "ja": "口癖", "zh": "口头禅"}
+# v4: a chapter's (or cut's) instructions are English in every language (asked in Japanese, the
+# 1.5B model described the talk instead of writing its facts); the transcript is unnumbered and
+# the lines cite nothing (shown numbers, it wrote one line per number): issue 20
+RULES = (
+    "- <name> <fact>",
+    "Skip every message that holds no such fact",
+    "write it as their words",
+    "Write only what the messages say",
+    "verbal tics",
+)
+WRITE_IN = {"en": "Write in English.", "ja": "Write in Japanese", "zh": "Write in Chinese"}
 TOOL_LABEL = {"en": "[tool result]", "ja": "[ツール結果]", "zh": "[工具结果]"}
-VERSIONS = {"chapter": 3, "cut": 3, "synopsis": 3, "compress": 3}
+VERSIONS = {"chapter": 4, "cut": 4, "synopsis": 3, "compress": 3}
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -106,11 +102,11 @@ def test_chapter_and_cut_prompts_carry_the_rules_and_the_transcript(
     assert version == f"{kind}-{lang}-v{VERSIONS[kind]}"
     assert request.purpose == kind and request.max_tokens == 856
     system, user = request.messages[0].content, request.messages[1].content
-    assert ROLE[lang] in system and TOOL_LABEL[lang] in system  # how to read the transcript
+    assert "chronicler" in system and TOOL_LABEL[lang] in system  # how to read the transcript
     # what to write comes after the transcript: a small model heeds what it read last
     rules = user[user.index("I am a maid.") :]
-    for rule in (LINE_FORM, WORDS_RULE, ONLY_THAT, TIC_RULE):
-        assert rule[lang] in rules
+    for rule in (*RULES, WRITE_IN[lang]):
+        assert rule in rules
     assert "Mika" in system and "Ren" in system
     assert "desu wa" in rules  # the avoided phrase is named
     assert "OPEN " in rules and "DONE " in rules  # threads, by id
@@ -118,9 +114,8 @@ def test_chapter_and_cut_prompts_carry_the_rules_and_the_transcript(
     # Japanese and Chinese not even "<…>", which the 1.5B model wrapped around its words)
     instructions = system + rules
     assert "```" not in instructions and "Aoi" not in instructions and "アオイ" not in instructions
-    assert not re.search(r"#\d", instructions.replace("#5", "").replace("#6", ""))  # the span
-    assert lang == "en" or "<" not in rules
-    assert "#5" in user and "#6" in user and "I am a princess." in user and "I am a maid." in user
+    assert not re.search(r"#\d", system + user)  # no message numbers to fill in line by line
+    assert request.seqs == (5, 6) and "I am a princess." in user and "I am a maid." in user
     assert "$" not in system + user  # no placeholder left behind
     assert template(kind, lang).render("none") in user  # no open threads yet
 
@@ -167,7 +162,7 @@ def test_language_resolution_and_unknown_task() -> None:
         and resolve_lang("zh_CN") == "zh"
         and resolve_lang("fr") == "en"
     )
-    assert template("chapter", "fr").version == "chapter-en-v3"
+    assert template("chapter", "fr").version == "chapter-en-v4"
     with pytest.raises(ConfigError, match="tasks are"):
         load("poem", "en")
     with pytest.raises(ConfigError, match="needs a value"):

@@ -183,14 +183,20 @@ def recheck(result: TranscriptMemory, t: Transcript) -> dict[str, Any]:
     entries = _entries(t)
     bad: list[dict[str, Any]] = []
     checked = 0
+    known: dict[str, str] = {}  # threads memory already holds: a chapter may carry one on
     for task, s in result.summaries:
-        if s.source != "llm" or not is_structured(s.data) or task.kind == "synopsis":
+        if not is_structured(s.data):
+            continue
+        record = record_from_data(s.data)
+        if s.source != "llm" or task.kind == "synopsis":
+            known.update({th.id: th.title for th in record.threads})
             continue
         first, last = task.span
         ev = evidence_for(
             entries[first : last + 1], lang=t.lang, user_name=t.user, character=t.character
         )
-        _, g = ground_record(record_from_data(s.data), ev)
+        _, g = ground_record(record, ev, known)
+        known.update({th.id: th.title for th in record.threads})
         checked += g.written
         bad += [{"first_seq": first, "text": d.text, "reason": d.reason} for d in g.dropped]
     return {"checked": checked, "ungrounded": len(bad), "lines": bad[:20]}
