@@ -203,8 +203,8 @@ def parse_lines(text: str) -> LineReply:
             if body and not _PLACEHOLDER_ONLY.fullmatch(body):
                 lines.append(ReplyLine(seqs, "", body, raw, about))
                 continue
-        if said := _sentences(s):  # a paragraph of facts: each sentence a line
-            for sentence in said:
+        if sentences := _sentences(s):  # a paragraph of facts: each sentence a line
+            for sentence in sentences:
                 body, seqs = _citations(sentence)
                 lines.append(ReplyLine(seqs, "", body, raw, about))
             continue
