@@ -34,7 +34,7 @@ retried by the worker.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
@@ -49,10 +49,16 @@ from kioku.evidence import known_threads, task_evidence
 from kioku.grounded import (
     MIN_SHARE,
     Grounding,
-    fill,
+    Item,
+    choose,
+    cited,
+    drafted,
     ground_record,
+    item_of_line,
+    item_text,
     record_from_reply,
     replace_dropped,
+    span_candidates,
     trim,
 )
 from kioku.grounding import Evidence
@@ -61,15 +67,18 @@ from kioku.prompts import resolve_lang
 from kioku.refusal import DEFAULT_REFUSAL_CHARS, is_refusal
 from kioku.rendering import render_record
 from kioku.reply_format import looks_like_json, parse_lines, without_phrases
+from kioku.scenes import Scene, scenes, scenes_in, scenes_of
 from kioku.structure import (
     Record,
     Thread,
     carry_threads,
+    is_structured,
     merge_threads,
     parse_record,
+    record_from_data,
     remove_phrases,
 )
-from kioku.summarizer import Summarizer, Summary, SummaryTask
+from kioku.summarizer import Line, Summarizer, Summary, SummaryTask, stored_lines
 from kioku.tokens import TokenCounter
 
 # A chronicle is a reading, not a story: a low temperature keeps a small model on the text
@@ -203,6 +212,7 @@ class _Run:
     input_tokens: int = 0
     output_tokens: int = 0
     model: str = ""
+    scenes: Mapping[int, Scene] = field(default_factory=dict)  # where the span's scenes start
 
     def ask(
         self, request: ChatRequest, threads: dict[str, str] | None = None, salvage: bool = False
@@ -265,6 +275,17 @@ def _next_try(e: BadSummary, task: SummaryTask, max_tokens: int) -> tuple[int, s
     return max_tokens, e.reason.split(": ", 1)[-1]
 
 
+def task_scenes(task: SummaryTask) -> dict[int, Scene]:
+    """The scenes a record's lines can fall in: its messages' own, and for a synopsis those of
+    the items it folds."""
+    known: dict[int, Scene] = {}
+    if task.kind == "synopsis":
+        for item in context_items(task):
+            known.update(scenes_in(item.data))
+    known.update({sc.first_seq: sc for sc in scenes(task.entries)})
+    return known
+
+
 def chronicle(
     task: SummaryTask,
     counter: TokenCounter,
@@ -272,7 +293,7 @@ def chronicle(
 ) -> Flow:
     """The whole chronicler as a generator: yields requests, receives completions, returns the
     `Summary` to store or `GaveUp` (the caller falls back). No I/O happens here."""
-    run = _Run(task, counter, config, task_evidence(task))
+    run = _Run(task, counter, config, task_evidence(task), scenes=task_scenes(task))
     written = yield from _write(run)
     if written is None:
         last = run.events[-1] if run.events else "no attempt"
@@ -281,11 +302,14 @@ def chronicle(
     polish = _Polish(task, run.events)
     record = polish(record, merge_threads(context_items(task)) if task.kind == "synopsis" else [])
     record, grounding, version = yield from _compress(run, record, grounding, version, polish)
-    record, grounding, added = _complete(task, record, grounding, counter, config)
+    record, grounding, added = _complete(task, record, grounding, counter, config, run.scenes)
     run.events.extend(grounding.events())
     lang = resolve_lang(task.lang)
-    text = render_record(record, lang)
+    used = scenes_of(cited(record), run.scenes)
+    text = render_record(record, lang, {sc.first_seq: sc for sc in used})
     data = record.to_data(lang)
+    if used:  # the date and people of each scene the lines fall in, shown in memory
+        data["scenes"] = [sc.to_json() for sc in used]
     data["usage"] = {"prompt_tokens": run.input_tokens, "completion_tokens": run.output_tokens}
     data["grounding"] = {**grounding.to_json(), "attempts": [g.to_json() for g in run.groundings]}
     if added:  # the span's own words, verbatim: what the model wrote is the rest
@@ -309,28 +333,60 @@ def _complete(
     grounding: Grounding,
     counter: TokenCounter,
     config: ChroniclerConfig,
+    scenes: Mapping[int, Scene],
 ) -> tuple[Record, Grounding, list[dict[str, Any]]]:
-    """A chapter's dropped lines replaced by their messages' words, and the room the model
-    left filled with the span's own lines (a synopsis restates memory: it gets neither).
-    Returns what was added, so the model's own part of the record stays known."""
-    if task.kind == "synopsis" or not task.entries:
-        return record, grounding, []
+    """The record chosen from the model's lines and the lines it could have kept: a chapter's
+    messages, a synopsis's folded items (`grounded.choose`); without `fill`, a chapter's
+    dropped lines replaced by their messages' words. Returns what was added, so the model's
+    own part of the record stays known."""
     lang = resolve_lang(task.lang)
     replaced: list[Any] = []
     filled: list[Any] = []
-    if config.replace_dropped:
+    if config.fill and (task.kind == "synopsis" or task.entries):
+        candidates, groups = _candidates(task, lang)
+        record, filled, left_out = choose(
+            record,
+            candidates,
+            task.target_tokens,
+            counter,
+            lang,
+            task.avoid_phrases,
+            scenes,
+            groups,
+        )
+        grounding = replace(grounding, trimmed=grounding.trimmed + left_out)
+    elif config.replace_dropped and task.kind != "synopsis" and task.entries:
         record, replaced = replace_dropped(
             record, grounding, task.entries, lang, task.avoid_phrases
         )
-    if config.fill:
-        left = task.target_tokens - counter.count(render_record(record, lang))
-        record, filled = fill(record, task.entries, left, counter, lang, task.avoid_phrases)
     added = [
-        {"seq": it.seq, "text": it.text, "why": why}
+        {"seq": it.seq, "text": item_text(it), "why": why}
         for why, items in (("replaced", replaced), ("filled", filled))
         for it in items
     ]
     return record, replace(grounding, replaced=len(replaced), filled=len(filled)), added
+
+
+def _candidates(
+    task: SummaryTask, lang: str
+) -> tuple[list[tuple[Item, Line]], list[tuple[int, int]]]:
+    """What a record may keep besides the model's lines: a chapter, its messages' lines; a
+    synopsis, the lines of the synopsis and chapters it folds (stored, so grounded before),
+    with the seq range of each so every part keeps its share."""
+    if task.kind != "synopsis":
+        return span_candidates(task.entries, lang), []
+    out: list[tuple[Item, Line]] = []
+    groups: list[tuple[int, int]] = []
+    for item in context_items(task):
+        groups.append((item.first_seq, item.last_seq))
+        if is_structured(item.data):
+            out += drafted(record_from_data(item.data), lang, scenes_in(item.data))
+        else:
+            out += [(item_of_line(ln), ln) for ln in stored_lines(item)]
+    if task.entries:
+        groups.append((task.entries[0].seq, task.entries[-1].seq))
+        out += span_candidates(task.entries, lang)
+    return out, groups
 
 
 def _write(run: _Run) -> Generator[ChatRequest, Completion, tuple[Record, Grounding, str] | None]:
@@ -377,10 +433,13 @@ def _compress(
     `compress_rounds` requests, each kept only if it came out shorter and grounded."""
     task, counter, config = run.task, run.counter, run.config
     lang = resolve_lang(task.lang)
-    tokens = counter.count(render_record(record, lang))
+    tokens = counter.count(render_record(record, lang, run.scenes))
     limit = task.target_tokens * config.over_target
     if task.kind != "synopsis" and tokens > limit:
-        record, trimmed = trim(record, task.target_tokens, counter, lang)
+        if config.fill:  # chosen within the target with the span's lines (`_complete`)
+            run.events.append("trimmed")
+            return record, grounding, version
+        record, trimmed = trim(record, task.target_tokens, counter, lang, run.scenes)
         run.events.append("trimmed")
         return record, replace(grounding, trimmed=trimmed), version
     max_tokens = first_max_tokens(task, config)
@@ -406,7 +465,7 @@ def _compress(
             max_tokens, reason = _next_try(got, task, max_tokens)
             continue
         shorter = polish(got[0], merge_threads([{**record.to_data(lang)}]))
-        shorter_tokens = counter.count(render_record(shorter, lang))
+        shorter_tokens = counter.count(render_record(shorter, lang, run.scenes))
         if shorter_tokens < tokens:
             record, tokens, grounding = shorter, shorter_tokens, got[1]
             if "+" not in version:

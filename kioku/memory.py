@@ -16,6 +16,7 @@ from kioku.dates import day_text
 from kioku.inert import inert, mark
 from kioku.operator_edits import apply_edits, edits_in
 from kioku.rendering import render_labels, render_story, render_threads, render_user
+from kioku.scenes import Scene, scenes_in
 from kioku.structure import UserFact, is_structured, merge_threads, record_from_data
 
 ItemKind = Literal["chapter", "synopsis"]
@@ -152,13 +153,16 @@ def render_memory(memory: Memory, lang: str = "en") -> tuple[str, str]:
     lab = render_labels(lang)
     blocks = [mark(h["intro"]), h["caveat"]]
     facts: list[UserFact] = []
+    known: dict[int, Scene] = {}  # the scenes of every item, for the facts gathered from them
 
     def body(item: MemoryItem) -> str:
         if not is_structured(item.data):
             return inert(item.text.strip())
         record = record_from_data(item.data)
         facts.extend(record.user_facts)
-        story = render_story(record, lang).strip()
+        scenes = scenes_in(item.data)
+        known.update(scenes)
+        story = render_story(record, lang, scenes).strip()
         if edits := edits_in(item.data):
             story = apply_edits(story, edits)  # an operator corrected it: the edits win
         return inert(story)
@@ -174,7 +178,7 @@ def render_memory(memory: Memory, lang: str = "en") -> tuple[str, str]:
         head = f"{h['chapter']} {n} (#{c.first_seq}–{c.last_seq}{when(c, lang)})"
         blocks.append(f"{heading(head)}\n{body(c)}")
     if facts:
-        blocks.append(f"{heading(lab.user)}\n{inert(render_user(facts))}")
+        blocks.append(f"{heading(lab.user)}\n{inert(render_user(facts, known, lang))}")
     threads = merge_threads(memory.items)
     if threads:
         ordered = [t for t in threads if t.status == "open"] + [

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kioku.prompts import resolve_lang
+from kioku.scenes import Scene, marked
 from kioku.structure import Claim, Record, Thread, ThreadNote, UserFact, norm_text
 
 
@@ -103,9 +104,11 @@ def render_claim(c: Claim, lab: RenderLabels) -> str:
     return said + tail
 
 
-def render_story(record: Record, lang: str) -> str:
-    """The story track: events and claims in story order, then the key lines."""
+def render_story(record: Record, lang: str, scenes: Mapping[int, Scene] | None = None) -> str:
+    """The story track: events and claims in story order, then the key lines; with `scenes`
+    (by first seq), each list marks where a scene starts, with its date and who talks."""
     lab = render_labels(lang)
+    known = scenes or {}
     rows: list[tuple[int, int, str]] = []
     for n, e in enumerate(record.events):
         said = f"{e.by}: {e.text}" if e.by else e.text
@@ -115,26 +118,38 @@ def render_story(record: Record, lang: str) -> str:
             (c.seq if c.seq is not None else -1, n, f"- {_at(c.seq)}{render_claim(c, lab)}")
         )
     # events without a seq keep their place relative to each other, before numbered ones
-    lines = [text for _, _, text in sorted(rows)]
+    lines = marked(
+        ((seq if seq >= 0 else None, text) for seq, _, text in sorted(rows)), known, lang
+    )
     if record.key_lines:
         lines.append(f"{lab.key_lines}:")
-        lines.extend(
-            f"- #{k.seq} {lab.quote.format(speaker=k.speaker, text=k.text)}"
+        quotes = (
+            (k.seq, f"- #{k.seq} {lab.quote.format(speaker=k.speaker, text=k.text)}")
             for k in record.key_lines
         )
+        lines.extend(marked(quotes, known, lang))
     return "\n".join(lines)
 
 
-def render_user(facts: Iterable[UserFact]) -> str:
+def render_user(
+    facts: Iterable[UserFact], scenes: Mapping[int, Scene] | None = None, lang: str = "en"
+) -> str:
+    """The facts about the user, once each; with `scenes`, in story order under the markers of
+    the scenes they were said in."""
     seen: set[str] = set()
-    out = []
+    rows: list[tuple[int | None, str]] = []
     for f in facts:
         key = norm_text(f.fact).lower()
         if key in seen:
             continue
         seen.add(key)
-        out.append(f"- {_at(f.seq)}{f.by}: {f.fact}" if f.by else f"- {_at(f.seq)}{f.fact}")
-    return "\n".join(out)
+        rows.append(
+            (f.seq, f"- {_at(f.seq)}{f.by}: {f.fact}" if f.by else f"- {_at(f.seq)}{f.fact}")
+        )
+    if scenes:
+        rows.sort(key=lambda r: -1 if r[0] is None else r[0])
+        return "\n".join(marked(rows, scenes, lang))
+    return "\n".join(text for _, text in rows)
 
 
 def render_threads(threads: Iterable[Thread | ThreadNote], lang: str) -> str:
@@ -147,12 +162,12 @@ def render_threads(threads: Iterable[Thread | ThreadNote], lang: str) -> str:
     return "\n".join(out)
 
 
-def render_record(record: Record, lang: str) -> str:
+def render_record(record: Record, lang: str, scenes: Mapping[int, Scene] | None = None) -> str:
     """`Summary.text`: the record as the prompt will show it, one section per track."""
     lab = render_labels(lang)
-    blocks = [f"### {lab.story}\n{render_story(record, lang)}"]
+    blocks = [f"### {lab.story}\n{render_story(record, lang, scenes)}"]
     if record.threads:
         blocks.append(f"### {lab.threads}\n{render_threads(record.threads, lang)}")
     if record.user_facts:
-        blocks.append(f"### {lab.user}\n{render_user(record.user_facts)}")
+        blocks.append(f"### {lab.user}\n{render_user(record.user_facts, scenes, lang)}")
     return "\n\n".join(blocks)

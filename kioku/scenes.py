@@ -11,7 +11,7 @@ Melanie —`) in front of the scene's first line, so a reader keeps who, what an
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -89,6 +89,43 @@ def scenes(entries: Sequence[LogEntry]) -> list[Scene]:
         previous = at or previous
     if first >= 0:
         out.append(Scene(first, start, tuple(who)))
+    return out
+
+
+def scenes_in(data: Mapping[str, Any] | None) -> dict[int, Scene]:
+    """The scenes a memory item's data carries (`data["scenes"]`), by first seq."""
+    rows = data.get("scenes") if isinstance(data, Mapping) else None
+    out: dict[int, Scene] = {}
+    for r in rows if isinstance(rows, list) else ():
+        sc = Scene.from_json(r) if isinstance(r, Mapping) else None
+        if sc is not None:
+            out[sc.first_seq] = sc
+    return out
+
+
+def scenes_of(seqs: Iterable[int | None], known: Mapping[int, Scene]) -> list[Scene]:
+    """The scenes of `known` that the seqs fall in, in order: what an item keeps in its data."""
+    starts = sorted(known)
+    used = {scene_of(s, starts) for s in seqs if s is not None}
+    return [known[k] for k in starts if k in used]
+
+
+def marked(
+    rows: Iterable[tuple[int | None, str]], known: Mapping[int, Scene], lang: str = "en"
+) -> list[str]:
+    """Rows in the order given, the first of each scene preceded by the scene's marker on a line
+    of its own (a row without a seq gets none): a model's lines keep their date and who was
+    talking the way the extractive chronicler's do."""
+    starts = sorted(known)
+    out: list[str] = []
+    before: Scene | None = None
+    current: int | None = None
+    for seq, text in rows:
+        start = scene_of(seq, starts) if seq is not None else None
+        if start is not None and start != current:
+            out.append(marker(known[start], before, lang))
+            before, current = known[start], start
+        out.append(text)
     return out
 
 

@@ -26,7 +26,7 @@ from kioku.memory import ItemSource, MemoryItem
 from kioku.messages import MEDIA_KINDS, LogEntry, canonical_json, render_parts
 from kioku.relative_dates import resolve
 from kioku.salience import carries_nothing, content_words, is_fragment, is_question
-from kioku.scenes import MARK, Scene, marker, scene_of, scenes
+from kioku.scenes import MARK, Scene, marker, scene_of, scenes, scenes_in
 from kioku.sensitive import looks_secret
 from kioku.tokens import TokenCounter
 
@@ -84,6 +84,11 @@ _DEICTIC = re.compile(
 )
 
 
+def split_sentences(text: str) -> list[str]:
+    """A text's sentences (two characters or more), line by line."""
+    return _sentences(text)
+
+
 def _sentences(text: str) -> list[str]:
     out = []
     for line in text.splitlines():
@@ -102,6 +107,7 @@ class Line:
     on: date | None = None  # the day it was said
     scene: int | None = None  # first seq of the scene (dialogue) it belongs to
     must: bool = False  # an event a chapter never leaves out (an image was shared)
+    fact: bool | None = None  # known to state a fact (a model's grounded line); None: read it
 
     def render(self) -> str:
         return f"[{self.seq}] {self.speaker}: {self.text}"
@@ -193,6 +199,8 @@ def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line
 
 
 def _is_fact(ln: Line, lang: str) -> bool:
+    if ln.fact is not None:
+        return ln.fact
     speaker = ln.speaker.removesuffix(" (thought)")
     return bool(facts_in_speech(Speech(ln.text, speaker), lang))
 
@@ -297,7 +305,13 @@ def render_lines(
     return "\n".join(out)
 
 
-def _item_lines(item: MemoryItem) -> list[Line]:
+def stored_lines(item: MemoryItem) -> list[Line]:
+    """A stored item's lines: the extractive chronicler's as it kept them, an LLM record's one
+    per line it holds (who it is about, what it says), anything else by sentence."""
+    from kioku.structure import is_structured, record_from_data
+
+    if is_structured(item.data):
+        return _record_lines(record_from_data(item.data), scenes_in(item.data))
     rows = item.data.get("lines") if isinstance(item.data, Mapping) else None
     if isinstance(rows, list) and rows and all(isinstance(r, Mapping) for r in rows):
         try:
@@ -308,14 +322,20 @@ def _item_lines(item: MemoryItem) -> list[Line]:
     return parsed or [Line(item.first_seq, "memory", t) for t in _sentences(item.text)]
 
 
+def _record_lines(record: Any, known: Mapping[int, Scene]) -> list[Line]:
+    rows = [(e.seq, e.by or "narration", e.text) for e in record.events]
+    rows += [(c.seq, c.speaker, c.claim) for c in record.claims]
+    rows += [(f.seq, f.by or "user", f.fact) for f in record.user_facts]
+    rows += [(k.seq, k.speaker, k.text) for k in record.key_lines]
+    starts = sorted(known)
+    lines = [
+        Line(q, who, text, None, scene_of(q, starts)) for q, who, text in rows if q is not None
+    ]
+    return sorted(lines, key=lambda ln: ln.seq)
+
+
 def _item_scenes(item: MemoryItem) -> dict[int, Scene]:
-    rows = item.data.get("scenes") if isinstance(item.data, Mapping) else None
-    out: dict[int, Scene] = {}
-    for r in rows if isinstance(rows, list) else ():
-        sc = Scene.from_json(r) if isinstance(r, Mapping) else None
-        if sc is not None:
-            out[sc.first_seq] = sc
-    return out
+    return scenes_in(item.data)
 
 
 def select_balanced(
@@ -360,7 +380,7 @@ class ExtractiveSummarizer:
         if task.kind == "synopsis":
             groups: list[tuple[int, Sequence[Line]]] = []
             for item in ([task.previous] if task.previous else []) + list(task.chapters):
-                groups.append((item.last_seq - item.first_seq + 1, _item_lines(item)))
+                groups.append((item.last_seq - item.first_seq + 1, stored_lines(item)))
                 known.update(_item_scenes(item))
             if task.entries:
                 groups.append((len(task.entries), attributed_lines(task.entries, lang)))

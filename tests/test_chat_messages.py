@@ -174,7 +174,7 @@ def test_the_chapter_prompt_explains_tools_and_images(lang: str) -> None:
     task = SummaryTask(kind="chapter", target_tokens=200, entries=tuple(exchange()), lang=lang)
     request, version = build_request(task, max_tokens=600)
     system, user = request.messages[0].content, request.messages[1].content
-    assert version.endswith("-v3")
+    assert version.endswith("-v4")
     label = {"en": "[tool result]", "ja": "[ツール結果]", "zh": "[工具结果]"}[lang]
     assert label in system and label in user
 

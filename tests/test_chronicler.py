@@ -449,14 +449,15 @@ def test_a_synopsis_line_the_records_do_not_hold_is_dropped() -> None:
     assert s.events.count("dropped_unsupported") == 1
 
 
-def test_compression_that_fails_keeps_the_whole_record_and_says_so() -> None:
+def test_compression_that_fails_says_so_and_the_record_keeps_whole_lines_within_target() -> None:
     bloated = boat_lines(10)
     model = ScriptedModel([bloated, "I'm sorry, I can't.", bloated])
     t = SummaryTask(kind="synopsis", target_tokens=30, chapters=(painted_boats(),), lang="en")
     s = chronicler(model).summarize(t)
     assert s.events == ("compress", "refusal", "compress", "over_target")
-    assert "purple boat" in s.text  # nothing cut off the end
-    assert s.source == "llm"
+    assert s.source == "llm" and s.tokens <= 30
+    story = [ln for ln in s.text.splitlines() if ln.startswith("- #")]
+    assert story and all(ln.endswith("boat by the pier.") for ln in story)  # none cut off
 
 
 # --- threads -----------------------------------------------------------------------------------
@@ -591,13 +592,14 @@ def test_key_lines_are_kept_verbatim_and_paraphrases_dropped() -> None:
     # the paraphrase cites #11, which never says it: dropped, a guard event, and why
     assert s.events == ("dropped_unsupported",)
     assert s.data["grounding"]["dropped"] == {"unsupported": 1}
-    assert '- #13 Aoi: "Then I\'ll wait for you at the shrine every Saturday"' in s.text
+    # the model's key line, or its whole message when that says more in the room: verbatim
+    assert "- #13 Aoi: \"Then I'll wait for you at the shrine every Saturday" in s.text
     assert "never ever" not in s.text
     memory_text, _ = render_memory(
         Memory(chapters=(MemoryItem("chapter", 10, 13, s.text, s.tokens, data=s.data),))
     )
     assert "Key lines (verbatim):" in memory_text
-    assert '#13 Aoi: "Then I\'ll wait for you at the shrine every Saturday"' in memory_text
+    assert "#13 Aoi: \"Then I'll wait for you at the shrine every Saturday" in memory_text
 
 
 def test_verbal_tics_are_named_in_the_prompt_and_kept_out_of_memory() -> None:
@@ -772,3 +774,108 @@ def test_real_model_output_is_stored_only_if_it_passes_the_guards(
         assert s.events[-1] == "fallback"
         assert s.events[0] in ("truncated", "unparseable", "refusal")
         assert "[11] Aoi: This is my first time here." in s.text  # "Never." says nothing alone
+
+
+# --- what a record keeps: the model's lines and the span's, chosen together -------------------
+
+
+def museum_day() -> tuple[LogEntry, ...]:
+    """Mel's day at the museum, said over four messages on 6 July, one of them with a date."""
+    day = datetime(2023, 7, 6, 18, 0)
+    said = [
+        ("Mel", "Yesterday I took the kids to the museum and they loved the dinosaur hall."),
+        ("Caro", "That sounds lovely, what did they like best?"),
+        ("Mel", "My son drew the dinosaur skeleton twice in his sketchbook."),
+        ("Caro", "I am going to a transgender conference this month."),
+    ]
+    return tuple(
+        LogEntry(
+            seq=20 + i,
+            message=Message.user(text, author=who, at=day + timedelta(minutes=i))
+            if who == "Caro"
+            else Message.assistant(text, author=who, at=day + timedelta(minutes=i)),
+            tokens=20,
+        )
+        for i, (who, text) in enumerate(said)
+    )
+
+
+def museum_task(**kw: Any) -> SummaryTask:
+    return task(**{"entries": museum_day(), "character": "Mel", "user_name": "Caro", **kw})
+
+
+def test_a_model_line_that_says_less_than_its_message_gives_its_place_to_the_message() -> None:
+    # "Mel went to the museum" is grounded, but its message says when and what the kids loved:
+    # in a room for three lines, the message's own words are kept and the paraphrase is not
+    model = ScriptedModel(["- Mel took the kids to the museum (#20)\n- Caro asked Mel (#21)"])
+    s = chronicler(model).summarize(museum_task(target_tokens=70))
+    assert s.source == "llm" and s.tokens <= 70
+    assert "Yesterday (5 July 2023)" in s.text
+    assert "dinosaur hall" in s.text
+    assert "Mel took the kids to the museum" not in s.text
+    assert s.data["grounding"]["trimmed"] >= 1
+    assert all(a["why"] == "filled" for a in s.data["added"])
+
+
+def test_a_short_line_of_the_model_is_kept_where_its_long_message_does_not_fit() -> None:
+    long_day = (
+        "Yesterday I took the kids to the museum, and after the dinosaur hall we walked along "
+        "the river, had ice cream at the old kiosk, missed our bus, and drove home in the rain."
+    )
+    entries = (
+        LogEntry(20, Message.assistant(long_day, author="Mel", at=datetime(2023, 7, 6)), 40),
+    )
+    model = ScriptedModel(["- Mel took the kids to the museum (#20)"])
+    s = chronicler(model).summarize(museum_task(entries=entries, target_tokens=30))
+    assert "- #20 Mel told Caro: took the kids to the museum" in s.text and s.tokens <= 30
+    assert s.data.get("added", []) == []
+
+
+def test_a_claim_the_story_belies_is_always_kept() -> None:
+    # what no single line of the span says (Aoi's words against her thought) goes first
+    s = chronicler(ScriptedModel([reply(GOOD)])).summarize(task(target_tokens=60))
+    assert "Ostensibly: Aoi told Ren: she has never been to this town. Actually:" in s.text
+
+
+def test_memory_shows_when_each_scene_of_a_model_chapter_was_said() -> None:
+    s = chronicler(ScriptedModel([reply(GOOD)])).summarize(task())
+    assert s.data["scenes"] == [{"seq": 10, "at": "2024-03-01T21:00:00", "who": ["Ren", "Aoi"]}]
+    item = MemoryItem("chapter", 10, 13, s.text, s.tokens, data=s.data)
+    text, _ = render_memory(Memory(chapters=(item,)))
+    chapter = text.split("## ⟦Chapter 1", 1)[1].split("## ⟦About the user")[0]
+    story = [ln for ln in chapter.splitlines() if ln.startswith(("—", "- #"))]
+    assert story[0] == "— 1 March 2024 · Ren, Aoi —"  # before the chapter's first line
+    # the facts about the user, gathered from every chapter, under the scene they were said in
+    facts = text.split("About the user (facts)", 1)[1].splitlines()
+    assert facts[1:3] == [
+        "— 1 March 2024 · Ren, Aoi —",
+        "- #12 Ren starts a new job in April and can visit only on weekends.",
+    ]
+
+
+def test_a_synopsis_keeps_the_lines_of_what_it_folds_when_the_model_writes_little() -> None:
+    ch2 = chapter_item(10, 13, GOOD)
+    model = ScriptedModel(["#0 Aoi: painted the red boat by the pier"])
+    t = SummaryTask(
+        kind="synopsis",
+        target_tokens=120,
+        chapters=(painted_boats(), ch2),
+        lang="en",
+        character="Aoi",
+        user_name="Ren",
+    )
+    s = chronicler(model).summarize(t)
+    assert s.source == "llm" and s.tokens <= 120
+    assert "red boat" in s.text
+    # the older part and the newer part each keep their share of the room
+    assert "boat by the pier" in s.text.replace("red boat by the pier", "")
+    assert "Ren" in s.text and "April" in s.text
+    assert {a["why"] for a in s.data["added"]} == {"filled"}
+
+
+def test_the_extractive_synopsis_reads_a_model_chapter_line_by_line() -> None:
+    ch2 = chapter_item(10, 13, GOOD)
+    t = SummaryTask(kind="synopsis", target_tokens=200, chapters=(ch2,), lang="en")
+    s = ExtractiveSummarizer(COUNTER).summarize(t)
+    assert "###" not in s.text and "memory:" not in s.text
+    assert "[12] Ren: Ren starts a new job in April" in s.text or "[12] user:" in s.text

@@ -94,7 +94,7 @@ def test_one_set_of_environment_variables_reaches_the_chronicler(tmp_path: Path)
     got = json.loads(r.stdout)
     row = got["summaries"][0]
     assert row["source"] == "llm" and row["grounding"]["share"] == 1.0
-    assert "- #0 Ren: planted 0 tulip bulbs on day 0" in row["text"]
+    assert "- #2 Ren: planted 2 tulip bulbs on day 2" in row["text"]  # the model's line
     # without the variable: the low default; --temperature wins over both
     r = invoke(
         ["summarize", "--data", str(chat_file(tmp_path)), "--model", up.url, "--temperature", "0.3"]

@@ -32,7 +32,7 @@ from kioku.chronicle_prompt import record_lines
 from kioku.datasets import Transcript, load
 from kioku.eval.answers import match
 from kioku.evidence import evidence_for
-from kioku.grounded import ground_record
+from kioku.grounded import ground_record, item_text
 from kioku.messages import LogEntry
 from kioku.profiles import Profile
 from kioku.rendering import render_record
@@ -92,10 +92,16 @@ def _model_only(data: Mapping[str, Any]) -> Record:
     """A stored record without what was added verbatim (replacements, fill)."""
     record = record_from_data(data)
     added = {(a["seq"], norm_text(a["text"])) for a in data.get("added", ())}
+
+    def mine(items: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(it for it in items if (it.seq, norm_text(item_text(it))) not in added)
+
     return replace(
         record,
-        events=tuple(e for e in record.events if (e.seq, norm_text(e.text)) not in added),
-        key_lines=tuple(k for k in record.key_lines if (k.seq, norm_text(k.text)) not in added),
+        events=mine(record.events),
+        claims=mine(record.claims),
+        user_facts=mine(record.user_facts),
+        key_lines=mine(record.key_lines),
     )
 
 
@@ -203,23 +209,25 @@ def recheck(result: TranscriptMemory, t: Transcript) -> dict[str, Any]:
 
 
 def samples(result: TranscriptMemory, t: Transcript, n: int, seed: int) -> list[dict[str, Any]]:
-    """`n` stored lines the model wrote (not those added verbatim), drawn at random, each next
-    to the message it cites."""
-    pool: list[tuple[str, int | None]] = []
+    """`n` stored lines of the model's chapters, drawn at random, each next to the message it
+    cites and marked `by` the model or by the span (a message's line, added verbatim)."""
+    pool: list[tuple[str, int | None, str]] = []
     for task, s in result.summaries:
         if s.source != "llm" or not is_structured(s.data) or task.kind == "synopsis":
             continue
-        record = _model_only(s.data)
-        for line in record_lines(record, t.lang, t.user):
+        mine = set(record_lines(_model_only(s.data), t.lang, t.user))
+        for line in record_lines(record_from_data(s.data), t.lang, t.user):
             head = line.removeprefix("QUOTE ").split(" ", 1)[0].removeprefix("#")
-            pool.append((line, int(head) if head.isdigit() else None))
+            cited = int(head) if head.isdigit() else None
+            pool.append((line, cited, "model" if line in mine else "span"))
     picked = random.Random(seed).sample(pool, min(n, len(pool)))
     out = []
-    for line, cited in picked:
+    for line, cited, by in picked:
         m = t.messages[cited] if cited is not None and 0 <= cited < len(t.messages) else None
         out.append(
             {
                 "line": line,
+                "by": by,
                 "seq": cited,
                 "source": f"{m.author}: {m.text}" if m is not None else None,
             }
