@@ -104,7 +104,7 @@ class ChroniclerConfig:
     system_role: bool = True
     min_grounded_share: float = MIN_SHARE  # below it a record is rejected
     replace_dropped: bool = True  # a dropped line about its message: that message's own words
-    fill: bool = True  # the room the model left: the span's most informative lines, verbatim
+    fill: bool = True  # chosen together with the lines it could keep (`grounded.choose`)
     window_margin: int = 64  # tokens kept free of prompt + max_tokens (the count may estimate)
 
 

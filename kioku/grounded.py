@@ -512,6 +512,13 @@ def _copied(a: str, b: str) -> bool:
     return bool(x and y) and SequenceMatcher(None, x, y, autojunk=False).ratio() >= _COPY_RATIO
 
 
+def _unnamed(sentence: str, who: str) -> str:
+    """A sentence without the writer's name put in front of their words ("CP マルタイ！")."""
+    if who and sentence.startswith(who):
+        return sentence[len(who) :].lstrip(" 　:：、,は")
+    return sentence
+
+
 def _unrepeated(
     mine: Sequence[tuple[Item, Line]], theirs: Sequence[tuple[Item, Line]], lang: str
 ) -> tuple[list[tuple[Item, Line]], list[tuple[Item, Line]]]:
@@ -528,7 +535,7 @@ def _unrepeated(
     kept: list[tuple[Item, Line]] = []
     for it, ln in mine:
         lines = said.get(ln.seq, [])
-        sentences = split_sentences(ln.text)
+        sentences = [_unnamed(x, ln.speaker) for x in split_sentences(ln.text)]
         copy = sentences and all(any(_copied(x, y) for y in lines) for x in sentences)
         if ln.must or not copy:
             kept.append((it, ln))
@@ -553,14 +560,16 @@ def _storylines(
     said: dict[int, list[str]] = {}
     for _, ln in candidates:
         said.setdefault(ln.seq, []).append(ln.text)
+    from kioku.summarizer import split_sentences
+
     everything = [x for xs in said.values() for x in xs]
-    return tuple(
-        t
-        for t in threads
-        if not any(
-            _copied(t.title, x) for x in (said.get(t.seq, []) if t.seq is not None else everything)
-        )
-    )
+
+    def copy(t: ThreadNote) -> bool:
+        lines = said.get(t.seq, []) if t.seq is not None else everything
+        sentences = split_sentences(t.title)
+        return bool(sentences) and all(any(_copied(x, y) for y in lines) for x in sentences)
+
+    return tuple(t for t in threads if not copy(t))
 
 
 def _with_items(record: Record, items: Sequence[Item]) -> Record:

@@ -45,6 +45,8 @@ _THREAD = re.compile(
     rf"(.+?)\s*(?:[(（]?{_SEQS}[)）]?)?\s*[.。]?$",
     re.IGNORECASE,
 )
+# a thread's keyword in front of a citation instead of a short id: the line is a fact
+_NUMBERED_THREAD = re.compile(r"^(?:OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+(#\s*\d.*)$", re.I)
 _QUOTE = re.compile(
     rf"^(?:QUOTE|KEY)\s*[:：]?\s*{_SEQS}\s+([^:：\n]{{1,48}}?)\s*[:：]\s*(.+)$", re.I
 )
@@ -166,6 +168,8 @@ def parse_lines(text: str) -> LineReply:
         if not bullet:
             about = ""  # a heading's facts are the bullets under it
         s = _clean(_WRAP.sub("", s, count=1))
+        if m := _NUMBERED_THREAD.match(s):  # "DONE #123: Caroline went …": a cited line
+            s = m.group(1)
         if not s.startswith("#") and (said := _inline(s)):
             lines += [ReplyLine(q, "", body, raw, who) for who, body, q in said]
             continue

@@ -879,3 +879,30 @@ def test_the_extractive_synopsis_reads_a_model_chapter_line_by_line() -> None:
     s = ExtractiveSummarizer(COUNTER).summarize(t)
     assert "###" not in s.text and "memory:" not in s.text
     assert "[12] Ren: Ren starts a new job in April" in s.text or "[12] user:" in s.text
+
+
+def test_a_thread_keyword_before_a_citation_is_read_as_a_cited_line() -> None:
+    from kioku.reply_format import parse_lines
+
+    got = parse_lines("DONE #12: Ren starts a new job in April.")
+    assert not got.threads and [(ln.seqs, ln.text) for ln in got.lines] == [
+        ((12,), "Ren starts a new job in April.")
+    ]
+
+
+def test_a_thread_that_copies_a_message_is_left_for_the_message() -> None:
+    # the 1.5B model wrote eight such "threads" for one chapter; threads always stay, so
+    # they took the room of the chapter's lines
+    copied = "DONE ren: I start a new job in April, so I can only visit on weekends."
+    storyline = "OPEN aoi-past: What Aoi hides about the town"
+    model = ScriptedModel([f"- Aoi said she has never been here (#11)\n{copied}\n{storyline}"])
+    s = chronicler(model).summarize(task())
+    assert "[resolved] ren" not in s.text and "[open] aoi-past: What Aoi hides" in s.text
+    assert "new job in April" in s.text  # the message itself, as a line
+
+
+def test_a_copied_message_with_its_writer_in_front_gives_way_to_the_message() -> None:
+    model = ScriptedModel(["- Aoi Then I'll wait for you at the shrine every Saturday, nya. (#13)"])
+    s = chronicler(model).summarize(task())
+    assert "Aoi Then" not in s.text
+    assert '#13 Aoi: "Then I\'ll wait for you at the shrine every Saturday, nya."' in s.text
