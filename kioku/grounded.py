@@ -476,7 +476,7 @@ def choose(
     known = scenes or {}
     drafts = drafted(record, lang, known)
     mine, theirs = _unrepeated(drafts, candidates, lang)
-    record = replace(record, threads=_storylines(record.threads, candidates))
+    record = replace(record, threads=_one_each(_storylines(record.threads, candidates)))
     pool = [ln for _, ln in mine] + [ln for _, ln in theirs]
     cost = {k: counter.count(marker(sc, None, lang)) for k, sc in known.items()}
     lab = render_labels(lang)
@@ -570,6 +570,19 @@ def _storylines(
         return bool(sentences) and all(any(_copied(x, y) for y in lines) for x in sentences)
 
     return tuple(t for t in threads if not copy(t))
+
+
+def _one_each(threads: Sequence[ThreadNote]) -> tuple[ThreadNote, ...]:
+    """One note per thread, as memory shows it (`structure.merge_threads`: its first title, the
+    status of its latest note): a thread opened and settled in one chapter costs one line."""
+    out: dict[str, ThreadNote] = {}
+    for t in threads:
+        cur = out.get(t.id)
+        if cur is None:
+            out[t.id] = t
+        elif t.seq is None or cur.seq is None or t.seq > cur.seq or t.status == "resolved":
+            out[t.id] = replace(cur, status=t.status, seq=t.seq if t.seq is not None else cur.seq)
+    return tuple(out.values())
 
 
 def _with_items(record: Record, items: Sequence[Item]) -> Record:
