@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
+from kioku.choice import Item, choose, drafted, item_text, span_candidates, trim
 from kioku.chronicle_prompt import (
     build_compress_request,
     build_request,
@@ -49,17 +50,11 @@ from kioku.evidence import known_threads, task_evidence
 from kioku.grounded import (
     MIN_SHARE,
     Grounding,
-    Item,
-    choose,
     cited,
-    drafted,
     ground_record,
     item_of_line,
-    item_text,
     record_from_reply,
     replace_dropped,
-    span_candidates,
-    trim,
 )
 from kioku.grounding import Evidence
 from kioku.models import ChatModel, ChatRequest, Completion
@@ -104,7 +99,7 @@ class ChroniclerConfig:
     system_role: bool = True
     min_grounded_share: float = MIN_SHARE  # below it a record is rejected
     replace_dropped: bool = True  # a dropped line about its message: that message's own words
-    fill: bool = True  # chosen together with the lines it could keep (`grounded.choose`)
+    fill: bool = True  # chosen together with the lines it could keep (`choice.choose`)
     window_margin: int = 64  # tokens kept free of prompt + max_tokens (the count may estimate)
 
 
@@ -336,7 +331,7 @@ def _complete(
     scenes: Mapping[int, Scene],
 ) -> tuple[Record, Grounding, list[dict[str, Any]]]:
     """The record chosen from the model's lines and the lines it could have kept: a chapter's
-    messages, a synopsis's folded items (`grounded.choose`); without `fill`, a chapter's
+    messages, a synopsis's folded items (`choice.choose`); without `fill`, a chapter's
     dropped lines replaced by their messages' words. Returns what was added, so the model's
     own part of the record stays known."""
     lang = resolve_lang(task.lang)

@@ -97,6 +97,21 @@ class Thread:
     changed_seq: int | None
 
 
+RecordLine = Event | Claim | UserFact | KeyLine
+
+
+def who_and_what(it: RecordLine) -> tuple[str, str]:
+    """(who, what) of one line of a record: a claim's speaker and claim, a fact's user (may be
+    "") and fact, a key line's speaker and words, an event's writer (or narration) and text."""
+    if isinstance(it, Claim):
+        return it.speaker, it.claim
+    if isinstance(it, UserFact):
+        return it.by, it.fact
+    if isinstance(it, KeyLine):
+        return it.speaker, it.text
+    return it.by or "narration", it.text
+
+
 @dataclass(frozen=True)
 class Record:
     events: tuple[Event, ...] = ()

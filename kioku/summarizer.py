@@ -86,10 +86,6 @@ _DEICTIC = re.compile(
 
 def split_sentences(text: str) -> list[str]:
     """A text's sentences (two characters or more), line by line."""
-    return _sentences(text)
-
-
-def _sentences(text: str) -> list[str]:
     out = []
     for line in text.splitlines():
         for piece in _SPLIT.split(line):
@@ -180,7 +176,7 @@ def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line
                 continue
             if part.kind == "tool_result":
                 who = f"{one_line(part.name or '') or author} (tool result)"
-                sents = _sentences(inert(part.text))
+                sents = split_sentences(inert(part.text))
                 out.extend(Line(e.seq, who, sent, on, scene) for sent in sents)
                 continue
             speaker = one_line(part.speaker or "") or author
@@ -193,7 +189,7 @@ def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line
             else:
                 who = author
             text = part.text if part.kind != "text" else render_parts((part,), author)
-            for sent in _sentences(inert(text)):
+            for sent in split_sentences(inert(text)):
                 out.append(Line(e.seq, who, resolve(sent, at, lang), on, scene))
     return out
 
@@ -319,23 +315,21 @@ def stored_lines(item: MemoryItem) -> list[Line]:
         except (KeyError, TypeError, ValueError):
             pass
     parsed = parse_lines(item.text)
-    return parsed or [Line(item.first_seq, "memory", t) for t in _sentences(item.text)]
+    return parsed or [Line(item.first_seq, "memory", t) for t in split_sentences(item.text)]
 
 
 def _record_lines(record: Any, known: Mapping[int, Scene]) -> list[Line]:
-    rows = [(e.seq, e.by or "narration", e.text) for e in record.events]
-    rows += [(c.seq, c.speaker, c.claim) for c in record.claims]
-    rows += [(f.seq, f.by or "user", f.fact) for f in record.user_facts]
-    rows += [(k.seq, k.speaker, k.text) for k in record.key_lines]
+    from kioku.structure import who_and_what
+
+    rows = []
+    for it in (*record.events, *record.claims, *record.user_facts, *record.key_lines):
+        who, text = who_and_what(it)
+        rows.append((it.seq, who or "user", text))  # a fact about the user may not name them
     starts = sorted(known)
     lines = [
         Line(q, who, text, None, scene_of(q, starts)) for q, who, text in rows if q is not None
     ]
     return sorted(lines, key=lambda ln: ln.seq)
-
-
-def _item_scenes(item: MemoryItem) -> dict[int, Scene]:
-    return scenes_in(item.data)
 
 
 def select_balanced(
@@ -381,7 +375,7 @@ class ExtractiveSummarizer:
             groups: list[tuple[int, Sequence[Line]]] = []
             for item in ([task.previous] if task.previous else []) + list(task.chapters):
                 groups.append((item.last_seq - item.first_seq + 1, stored_lines(item)))
-                known.update(_item_scenes(item))
+                known.update(scenes_in(item.data))
             if task.entries:
                 groups.append((len(task.entries), attributed_lines(task.entries, lang)))
                 known.update({sc.first_seq: sc for sc in scenes(task.entries)})

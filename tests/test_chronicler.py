@@ -407,19 +407,23 @@ def boat_lines(n: int, first: int = 0) -> str:
     )
 
 
-def test_bloated_synopsis_is_compressed_by_the_model_not_truncated() -> None:
-    ch2 = chapter_item(10, 13, GOOD)
-    bloated = boat_lines(10) + "\nOPEN aoi-past: What Aoi hides about the town"
-    short = "#0 Aoi: painted the red boat by the pier\nOPEN aoi-past: What Aoi hides about the town"
-    model = ScriptedModel([bloated, short])
-    t = SummaryTask(
+def boats_and_aoi_synopsis(target: int) -> SummaryTask:
+    """A synopsis folding the ten painted boats and Aoi's chapter (`GOOD`)."""
+    return SummaryTask(
         kind="synopsis",
-        target_tokens=40,
-        chapters=(painted_boats(), ch2),
+        target_tokens=target,
+        chapters=(painted_boats(), chapter_item(10, 13, GOOD)),
         lang="en",
         character="Aoi",
         user_name="Ren",
     )
+
+
+def test_bloated_synopsis_is_compressed_by_the_model_not_truncated() -> None:
+    bloated = boat_lines(10) + "\nOPEN aoi-past: What Aoi hides about the town"
+    short = "#0 Aoi: painted the red boat by the pier\nOPEN aoi-past: What Aoi hides about the town"
+    model = ScriptedModel([bloated, short])
+    t = boats_and_aoi_synopsis(40)
     s = chronicler(model).summarize(t)
     assert s.events == ("compress",)
     assert s.attempts == 2
@@ -854,16 +858,8 @@ def test_memory_shows_when_each_scene_of_a_model_chapter_was_said() -> None:
 
 
 def test_a_synopsis_keeps_the_lines_of_what_it_folds_when_the_model_writes_little() -> None:
-    ch2 = chapter_item(10, 13, GOOD)
     model = ScriptedModel(["#0 Aoi: painted the red boat by the pier"])
-    t = SummaryTask(
-        kind="synopsis",
-        target_tokens=120,
-        chapters=(painted_boats(), ch2),
-        lang="en",
-        character="Aoi",
-        user_name="Ren",
-    )
+    t = boats_and_aoi_synopsis(120)
     s = chronicler(model).summarize(t)
     assert s.source == "llm" and s.tokens <= 120
     assert "red boat" in s.text
