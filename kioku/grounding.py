@@ -274,6 +274,15 @@ class Evidence:
             return 0.0, f"the number {numbers[0]} is not in the cited message"
         if line.negated and not any(read(s.text, self.lang).negated for s in srcs):
             return 0.0, "it negates what the cited message says"
+        said = [read(t, self.lang) for s in srcs for p in s.pieces for t in (p.text, p.raw)]
+        foreign = sorted(line.foreign - {ch for r in said for ch in r.foreign})
+        if foreign:
+            return 0.0, f"{foreign[0]} is not Japanese"
+        done = frozenset().union(*(r.done for r in said))
+        undone = frozenset().union(*(r.undone for r in said))
+        planned = sorted((line.done & undone) - done)
+        if planned:  # "DONE フェス: 行きました" from 行きたいです
+            return 0.0, f"it tells {planned[0]} as done, the cited message does not"
         share = 1 - len(missing) / len(want)
         if len(want) < 2 and line.soft:  # one content word: what is done with it counts too
             light = {w for w in line.soft if not any(w in self._light_of(s) for s in srcs)}

@@ -28,6 +28,7 @@ _CAPITAL = re.compile(r"\b[A-Z][A-Za-z0-9'\u2019\-]*[A-Za-z0-9]\b")
 _KATAKANA = re.compile(r"[\u30a1-\u30fa\u30fc]{2,}")
 _HAN_RUN = re.compile(r"[\u4e00-\u9fff]{2,}")
 _KANA = re.compile(r"[\u3040-\u30ff]")
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
 
 # framing: how a line reports (who said, asked, shared), not what it reports
@@ -165,6 +166,55 @@ class Reading:
     # light verbs ("see", "got"): left out of a line's content, unless it has almost none
     # ("asked if she could see the painting" rests on "see" as much as on "painting")
     soft: frozenset[str] = frozenset()
+    # Japanese predicates by dictionary form: told as done (行きました, 行ってきた) and told
+    # otherwise (行きたい, 行く予定): a line that makes a plan of its message an event is false
+    done: frozenset[str] = frozenset()
+    undone: frozenset[str] = frozenset()
+    # characters no Japanese text uses (simplified Chinese 长, 这): a small model writing
+    # Japanese slips into Chinese, and the line then says what no message said
+    foreign: frozenset[str] = frozenset()
+
+
+_CHAIN_POS = (("助動詞",), ("助詞", "接続助詞"), ("動詞", "非自立可能"), ("形容詞", "非自立可能"))
+
+
+def ja_tenses(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The predicates of `text` told as done, and those told otherwise (dictionary forms).
+    A predicate is done when its chain of auxiliaries holds た: 行っ-て-き-まし-た."""
+    ws = morph.words(text)
+    done: set[str] = set()
+    undone: set[str] = set()
+    i = 0
+    while i < len(ws):
+        w = ws[i]
+        i += 1
+        if w.major not in ("動詞", "形容詞"):
+            continue
+        past = False
+        while i < len(ws) and any(ws[i].is_(*pos) for pos in _CHAIN_POS):
+            past = past or (ws[i].is_("助動詞") and ws[i].base == "た")
+            i += 1
+        (done if past else undone).add(w.base)
+    return frozenset(done), frozenset(undone)
+
+
+# Chinese words a Japanese sentence has no use for standing alone (我也, 是, 很)
+_CHINESE_WORDS = frozenset("我也是了吗你很呢吧")
+
+
+def foreign_han(text: str) -> frozenset[str]:
+    """The Chinese in a Japanese `text`: ideographs outside what Japanese writing encodes
+    (cp932: 长, 这, 们) and Chinese function words Sudachi reads as words of their own."""
+    out = set()
+    for ch in set(_HAN.findall(text)):
+        try:
+            ch.encode("cp932")
+        except UnicodeEncodeError:
+            out.add(ch)
+    for w in morph.words(text):
+        if w.surface in _CHINESE_WORDS and not w.is_("接尾辞") and not w.is_("接頭辞"):
+            out.add(w.surface)
+    return frozenset(out)
 
 
 def _ja_terms(text: str) -> tuple[set[str], set[str], set[str], bool]:
@@ -221,16 +271,30 @@ def read(text: str, lang: str = "en") -> Reading:
         terms.add(term)
     names = {m.group(0) for m in _CAPITAL.finditer(t) if m.group(0) not in _NOT_NAMES}
     names = {n.removesuffix("'s") for n in names}
+    done: frozenset[str] = frozenset()
+    undone: frozenset[str] = frozenset()
+    foreign: frozenset[str] = frozenset()
     if _KANA.search(t) or (lang == "ja" and _CJK.search(t)):
         jt, jn, jnum, jneg = _ja_terms(t)
         terms |= jt
         names |= jn
         numbers |= jnum
         negated = negated or jneg
+        done, undone = ja_tenses(t)
+        foreign = foreign_han(t)
     elif _CJK.search(t):
         terms |= _zh_terms(t)
         negated = negated or any(x in t for x in ("不", "没", "别"))
-    return Reading(frozenset(terms), frozenset(names), frozenset(numbers), negated, frozenset(soft))
+    return Reading(
+        frozenset(terms),
+        frozenset(names),
+        frozenset(numbers),
+        negated,
+        frozenset(soft),
+        done,
+        undone,
+        foreign,
+    )
 
 
 def name_key(name: str) -> str:

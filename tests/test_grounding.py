@@ -176,6 +176,8 @@ def test_japanese_lines_are_read_by_their_dictionary_forms() -> None:
     assert ja_check("九州に住んでいて、博多のラーメンが好き", (0,), "AC").ok
     assert ja_check("去年東京へ旅行に行った", (1,), "CP").ok  # 行きました → 行く
     assert ja_check("来月妹の結婚式で大阪へ行く", (2,), "AC").ok
+    assert ja_check("去年東京へ旅行に行ってきた", (1,), "CP").ok  # done, as the message tells it
+    assert ja_check("来月、妹の結婚式で大阪に行きたい", (2,), "AC").ok  # not done either
 
 
 @pytest.mark.parametrize(
@@ -187,6 +189,10 @@ def test_japanese_lines_are_read_by_their_dictionary_forms() -> None:
         ("妹の結婚式で大阪に行く予定", (2,), "CP", "author"),  # AC's plan as CP's
         ("来年、妹の結婚式に行く", (2,), "AC", "unsupported"),  # the wrong time
         ("九州に住んでいない", (0,), "AC", "unsupported"),  # turned around
+        ("来月、妹の結婚式で大阪に行きました", (2,), "AC", "unsupported"),  # a plan made done
+        ("妹の結婚式で大阪に行ってきた", (2,), "AC", "unsupported"),
+        ("九州に住んでいて、博多のラーメンが好きだ。长い", (0,), "AC", "unsupported"),  # Chinese
+        ("我也九州です", (1,), "CP", "unsupported"),  # 私も, in Chinese
     ],
 )
 def test_japanese_inventions_fail(
