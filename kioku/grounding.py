@@ -37,9 +37,22 @@ from kioku.dates import MONTHS, WEEKDAYS
 from kioku.prompts import resolve_lang
 from kioku.salience import carries_nothing
 from kioku.structure import norm_text
-from kioku.support import EMPTY_PROMPT, PLACEHOLDER, PromptText, Reading, fold, name_key, read
+from kioku.support import (
+    EMPTY_PROMPT,
+    PLACEHOLDER,
+    PromptText,
+    Reading,
+    first_person,
+    fold,
+    name_key,
+    phrases,
+    quoted_share,
+    read,
+)
 
 REASONS: tuple[str, ...] = ("seq", "prompt", "name", "author", "empty", "unsupported")
+QUOTED = 0.85  # of a first-person line's words that must stand, in order, in its message
+NEAR = 3  # messages either side of a cited one whose words a line may have borrowed
 # share of a line's content terms its cited messages must hold, per language (a paraphrase in
 # Japanese swaps more words than one in English; Chinese bigrams split words)
 MIN_SUPPORT = {"en": 0.75, "ja": 0.7, "zh": 0.6}
@@ -290,6 +303,42 @@ class Evidence:
                 return 0.0, ", ".join(sorted(light)[:4])
         return share, (", ".join(missing[:4]) if missing else "")
 
+    def _misquoted(self, st: Statement, cited: Sequence[Source]) -> str:
+        """A line in its writer's first person gives itself out as their words, so it must be
+        them, cut but not reworded: "#31 Caroline: I'm doing my best to make a family for kids"
+        stood for "I'm thrilled to make a family for kids" (the 1.5B model on LoCoMo)."""
+        text = st.text.removeprefix(st.author or "").lstrip(" :：")
+        best = max(
+            (quoted_share(text, t) for s in cited for p in s.pieces for t in (p.text, p.raw) if t),
+            default=0.0,
+        )
+        if best >= QUOTED:
+            return ""
+        return f"it gives itself out as #{cited[0].seq}'s words, which it rewords"
+
+    def _borrowed(self, line: str, cited: Sequence[Source], who: str | None) -> str:
+        """Words of the line that its messages lack and a neighbour's message by someone else
+        holds: the line has put that person's words in another mouth. The 1.5B model wrote
+        "AC 週3回水泳を通っています" citing AC's "水泳を週3回もやってたら、身体も引き締まりそう"
+        (if you swim three times a week…), from CP's "週に3回通っています" just before."""
+        have: set[str] = set()
+        for s in cited:
+            for p in s.pieces:
+                have |= phrases(p.text) | phrases(p.raw)
+        missing = phrases(line) - have
+        if not missing:
+            return ""
+        seqs = {s.seq for s in cited}
+        authors = {s.author for s in cited}
+        for seq in sorted({n for s in seqs for n in range(s - NEAR, s + NEAR + 1)} - seqs):
+            src = self.sources.get(seq)
+            if src is None or src.author in authors or (who and self.wrote(who, src)):
+                continue
+            theirs = set().union(*(phrases(p.text) | phrases(p.raw) for p in src.pieces))
+            if taken := sorted(missing & theirs):
+                return f'"{taken[0]}" is what {src.author} said at #{seq}'
+        return ""
+
     def _light_of(self, src: Source) -> frozenset[str]:
         return frozenset().union(
             *(read(t, self.lang).soft for p in src.pieces for t in (p.text, p.raw))
@@ -394,6 +443,10 @@ class Evidence:
         if share < need:
             why = f"#{cited[0].seq} does not say that ({missing})" if missing else ""
             return Verdict("unsupported", share, why or f"#{cited[0].seq} does not say that")
+        if st.author and first_person(st.text) and (said := self._misquoted(st, cited)):
+            return Verdict("unsupported", share, said)
+        if share < 1 and (taken := self._borrowed(st.text, cited, st.author or subject)):
+            return Verdict("author", share, taken)
         kind, best = self._best_part(line, cited)
         if len(cited) > 1 and not st.span_wide and best is not None:
             # the line is stored citing that one message, so that one must bear it out: two

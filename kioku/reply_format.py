@@ -47,6 +47,10 @@ _THREAD = re.compile(
 )
 # a thread's keyword in front of a citation instead of a short id: the line is a fact
 _NUMBERED_THREAD = re.compile(r"^(?:OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+(#\s*\d.*)$", re.I)
+# two keywords and no id ("DONE OPEN: …", as the 1.5B model wrote): a thread of no name
+_NAMELESS_THREAD = re.compile(
+    r"^(?:OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+(?:OPEN|DONE)\s*[:：]", re.I
+)
 _QUOTE = re.compile(
     rf"^(?:QUOTE|KEY)\s*[:：]?\s*{_SEQS}\s+([^:：\n]{{1,48}}?)\s*[:：]\s*(.+)$", re.I
 )
@@ -170,6 +174,9 @@ def parse_lines(text: str) -> LineReply:
         s = _clean(_WRAP.sub("", s, count=1))
         if m := _NUMBERED_THREAD.match(s):  # "DONE #123: Caroline went …": a cited line
             s = m.group(1)
+        if _NAMELESS_THREAD.match(s):
+            unread.append(raw.strip())
+            continue
         if not s.startswith("#") and (said := _inline(s)):
             lines += [ReplyLine(q, "", body, raw, who) for who, body, q in said]
             continue

@@ -297,6 +297,68 @@ def read(text: str, lang: str = "en") -> Reading:
     )
 
 
+_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff0-9０-９]+")
+_KANJI_OR_DIGIT = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff0-9]")
+_PHRASE_CHARS = 4
+
+
+@lru_cache(maxsize=32768)
+def phrases(text: str) -> frozenset[str]:
+    """The short runs of `text` a line copies when it copies words: four characters of
+    Japanese or Chinese holding an ideograph or a digit ("3回通っ"), or three English words
+    two of which carry content ("swim three times")."""
+    t = fold(text)
+    out: set[str] = set()
+    for run in _RUN.findall(t):
+        for i in range(len(run) - _PHRASE_CHARS + 1):
+            gram = run[i : i + _PHRASE_CHARS]
+            if _KANJI_OR_DIGIT.search(gram):
+                out.add(gram)
+    words = [w.lower() for w in _WORD.findall(t)]
+    for i in range(len(words) - 2):
+        three = words[i : i + 3]
+        if sum(en_term(w) is not None for w in three) >= 2:
+            out.add(" ".join(three))
+    return frozenset(out)
+
+
+_FIRST_PERSON = re.compile(
+    r"\b(?:I|I'm|I've|I'll|I'd|[Mm]y|me|mine|[Ww]e|[Ww]e're|[Ww]e've|[Oo]ur|us|i|i'm|i've|i'll|i'd)\b"
+    r"|私|僕|俺|あたし|わたし|ぼく|おれ|我"
+)
+
+
+def first_person(text: str) -> bool:
+    """The line speaks as its writer ("I'm thrilled…", 私も): it gives itself out as their words."""
+    return _FIRST_PERSON.search(fold(text)) is not None
+
+
+_QUOTE_TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s*")
+
+
+def quoted_share(line: str, said: str) -> float:
+    """How much of its least faithful sentence a line keeps, in order, of what was said
+    (words; characters in Japanese): 1.0 for a quote or a cut of one, less for each word put
+    in ("I'm doing my best to make a family" for "I'm thrilled to make a family")."""
+    from difflib import SequenceMatcher
+
+    theirs = _QUOTE_TOKEN.findall(fold(said).casefold())
+    worst = 1.0
+    for sentence in _SENTENCE_END.split(fold(line).casefold()):
+        mine = [
+            t
+            for t in _QUOTE_TOKEN.findall(sentence)
+            if not _FIRST_PERSON.fullmatch(t)
+            and t not in _FRAMING_EN  # "said: …" is no word of theirs
+        ]
+        if not mine:
+            continue
+        blocks = SequenceMatcher(None, mine, theirs, autojunk=False).get_matching_blocks()
+        worst = min(worst, sum(b.size for b in blocks) / len(mine))
+    return worst
+
+
 def name_key(name: str) -> str:
     return fold(name).casefold().strip()
 

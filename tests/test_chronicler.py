@@ -886,6 +886,15 @@ def test_a_thread_keyword_before_a_citation_is_read_as_a_cited_line() -> None:
     ]
 
 
+def test_a_thread_named_by_a_keyword_is_no_thread() -> None:
+    from kioku.reply_format import parse_lines
+
+    # the 1.5B model on RealPersonaChat DD: stored, it read "DONE open: …" in memory
+    got = parse_lines("DONE OPEN: 近所のエクササイズジムを探しています。\nOPEN gym: ジムを探す")
+    assert [th.id for th in got.threads] == ["gym"] and not got.lines
+    assert got.unread == ("DONE OPEN: 近所のエクササイズジムを探しています。",)
+
+
 def test_a_thread_that_copies_a_message_is_left_for_the_message() -> None:
     # the 1.5B model wrote eight such "threads" for one chapter; threads always stay, so
     # they took the room of the chapter's lines

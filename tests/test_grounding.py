@@ -202,6 +202,37 @@ def test_japanese_inventions_fail(
     assert not v.ok and v.reason == reason, v
 
 
+def test_a_line_in_its_writers_first_person_is_their_words_cut_not_reworded() -> None:
+    assert check("I'm keen on counseling.", (22,), "Caroline").ok  # a cut of the message
+    assert check("Caroline is keen on counseling and mental health work.", (22,), "Caroline").ok
+    # the 1.5B model on LoCoMo 0 #31: "doing my best" stood for "thrilled"
+    v = check("I'm doing my best at counseling or working in mental health.", (22,), "Caroline")
+    assert not v.ok and v.reason == "unsupported" and "rewords" in v.detail, v
+
+
+def test_a_line_that_puts_a_neighbours_words_in_another_mouth_fails() -> None:
+    # RealPersonaChat CP #46–#49: the 1.5B model made CP's swimming AC's, citing AC's reply
+    said = [
+        ("CP", "user", "近くのプールが1回200円なんですよ。"),
+        ("AC", "assistant", "激安ですね！200円なら、毎日通えちゃう。"),
+        ("CP", "user", "ええ。安いので週に3回通っています。続けたいです。"),
+        (
+            "AC",
+            "assistant",
+            "がんばってください！水泳を週3回もやってたら、身体もビシッと引き締まりそうですね。",
+        ),
+    ]
+    log = tuple(
+        LogEntry(i, Message(role, (Part("text", text),), author=who, at=AT))
+        for i, (who, role, text) in enumerate(said)
+    )
+    ev = evidence_for(log, lang="ja", user_name="CP", character="AC")
+    v = ev.check(Statement("line", "AC 週3回水泳を通っています。", (3,), "AC"))
+    assert not v.ok and v.reason == "author" and "CP said at #2" in v.detail, v
+    assert ev.check(Statement("line", "週に3回プールに通っている", (2,), "CP")).ok
+    assert ev.check(Statement("line", "水泳を週3回もやってたら引き締まりそう", (3,), "AC")).ok
+
+
 # --- the line format ----------------------------------------------------------------------------
 
 
