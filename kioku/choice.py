@@ -10,6 +10,7 @@ the least informative whole lines of a record over its target.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
@@ -202,10 +203,13 @@ def _storylines(
 
     def copy(t: ThreadNote) -> bool:
         lines = said.get(t.seq, []) if t.seq is not None else everything
-        sentences = split_sentences(t.title)
+        sentences = [_SAID_BY.sub("", x) for x in split_sentences(t.title)]
         return bool(sentences) and all(any(_copied(x, y) for y in lines) for x in sentences)
 
     return tuple(t for t in threads if not copy(t))
+
+
+_SAID_BY = re.compile(r"^[^:：\s]{1,24}\s*[:：]\s*")  # "Gina: It's a wild ride": her words
 
 
 def _one_each(threads: Sequence[ThreadNote]) -> tuple[ThreadNote, ...]:
@@ -218,7 +222,13 @@ def _one_each(threads: Sequence[ThreadNote]) -> tuple[ThreadNote, ...]:
             out[t.id] = t
         elif t.seq is None or cur.seq is None or t.seq > cur.seq or t.status == "resolved":
             out[t.id] = replace(cur, status=t.status, seq=t.seq if t.seq is not None else cur.seq)
-    return tuple(out.values())
+    titles: set[str] = set()
+    kept = []
+    for t in out.values():  # two ids, one note ("DONE 2: …", "DONE 5: …"): one storyline
+        if (title := norm_text(t.title).casefold()) not in titles:
+            titles.add(title)
+            kept.append(t)
+    return tuple(kept)
 
 
 def _with_items(record: Record, items: Sequence[Item]) -> Record:

@@ -303,11 +303,11 @@ class Evidence:
                 return 0.0, ", ".join(sorted(light)[:4])
         return share, (", ".join(missing[:4]) if missing else "")
 
-    def _misquoted(self, st: Statement, cited: Sequence[Source]) -> str:
+    def _misquoted(self, line: str, speaker: str, cited: Sequence[Source]) -> str:
         """A line in its writer's first person gives itself out as their words, so it must be
         them, cut but not reworded: "#31 Caroline: I'm doing my best to make a family for kids"
         stood for "I'm thrilled to make a family for kids" (the 1.5B model on LoCoMo)."""
-        text = st.text.removeprefix(st.author or "").lstrip(" :：")
+        text = line.removeprefix(speaker).lstrip(" :：")
         best = max(
             (quoted_share(text, t) for s in cited for p in s.pieces for t in (p.text, p.raw) if t),
             default=0.0,
@@ -443,7 +443,13 @@ class Evidence:
         if share < need:
             why = f"#{cited[0].seq} does not say that ({missing})" if missing else ""
             return Verdict("unsupported", share, why or f"#{cited[0].seq} does not say that")
-        if st.author and first_person(st.text) and (said := self._misquoted(st, cited)):
+        speaker = st.author or st.subject  # "- Jon: Thanks, …": a heading's name, a bullet's
+        if (
+            speaker
+            and first_person(st.text)
+            and any(self.wrote(speaker, s) for s in cited)
+            and (said := self._misquoted(st.text, speaker, cited))
+        ):
             return Verdict("unsupported", share, said)
         if share < 1 and (taken := self._borrowed(st.text, cited, st.author or subject)):
             return Verdict("author", share, taken)

@@ -906,6 +906,16 @@ def test_a_thread_that_copies_a_message_is_left_for_the_message() -> None:
     assert "new job in April" in s.text  # the message itself, as a line
 
 
+def test_a_thread_that_quotes_its_writer_is_a_copy_and_two_ids_of_one_note_are_one() -> None:
+    # the 1.5B model on LoCoMo 1: "DONE 5: Gina: It's a wild ride" and "DONE 2: …" the same
+    quoted = "DONE ren: Ren: I start a new job in April, so I can only visit on weekends."
+    twice = "OPEN 2: What Aoi hides about the town\nOPEN 5: What Aoi hides about the town"
+    model = ScriptedModel([f"- Aoi said she has never been here (#11)\n{quoted}\n{twice}"])
+    s = chronicler(model).summarize(task())
+    assert "[resolved] ren" not in s.text and "new job in April" in s.text
+    assert s.text.count("What Aoi hides about the town") == 1, s.text
+
+
 def test_a_copied_message_with_its_writer_in_front_gives_way_to_the_message() -> None:
     model = ScriptedModel(["- Aoi Then I'll wait for you at the shrine every Saturday, nya. (#13)"])
     s = chronicler(model).summarize(task())

@@ -208,6 +208,11 @@ def test_a_line_in_its_writers_first_person_is_their_words_cut_not_reworded() ->
     # the 1.5B model on LoCoMo 0 #31: "doing my best" stood for "thrilled"
     v = check("I'm doing my best at counseling or working in mental health.", (22,), "Caroline")
     assert not v.ok and v.reason == "unsupported" and "rewords" in v.detail, v
+    # under a heading of her name ("- Jon: Your help means so much" for "means a lot")
+    v = check(
+        "I'm doing my best at counseling or working in mental health.", (22,), subject="Caroline"
+    )
+    assert not v.ok and "rewords" in v.detail, v
 
 
 def test_a_line_that_puts_a_neighbours_words_in_another_mouth_fails() -> None:
