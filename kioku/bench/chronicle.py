@@ -14,7 +14,7 @@ or any `--span` — and reports, per chapter and in total:
   lies inside the span: the LLM chapters as stored, the model's own lines alone (without what
   was added verbatim: the ablation), the extractive chapters, and the span itself;
 - a re-check of every stored line by the grounding function (`stored_ungrounded`: 0 unless the
-  chronicler let one through), and `samples`: stored lines the model wrote, drawn at random,
+  chronicler let one through), and `samples`: stored lines of chapters and synopses, drawn at random,
   next to the message each cites, for a person to read.
 """
 
@@ -210,25 +210,27 @@ def recheck(result: TranscriptMemory, t: Transcript) -> dict[str, Any]:
 
 
 def samples(result: TranscriptMemory, t: Transcript, n: int, seed: int) -> list[dict[str, Any]]:
-    """`n` stored lines of the model's chapters, drawn at random, each next to the message it
-    cites and marked `by` the model or by the span (a message's line, added verbatim)."""
-    pool: list[tuple[str, int | None, str]] = []
+    """`n` stored lines of the model's chapters and synopses, drawn at random, each next to
+    the message it cites and marked `by` the model or by the span (a message's line, added
+    verbatim)."""
+    pool: list[tuple[str, int | None, str, str]] = []
     for task, s in result.summaries:
-        if s.source != "llm" or not is_structured(s.data) or task.kind == "synopsis":
+        if s.source != "llm" or not is_structured(s.data):
             continue
         mine = set(record_lines(_model_only(s.data), t.lang, t.user))
         for line in record_lines(record_from_data(s.data), t.lang, t.user):
             head = line.removeprefix("QUOTE ").split(" ", 1)[0].removeprefix("#")
             cited = int(head) if head.isdigit() else None
-            pool.append((line, cited, "model" if line in mine else "span"))
+            pool.append((line, cited, "model" if line in mine else "span", task.kind))
     picked = random.Random(seed).sample(pool, min(n, len(pool)))
     out = []
-    for line, cited, by in picked:
+    for line, cited, by, kind in picked:
         m = t.messages[cited] if cited is not None and 0 <= cited < len(t.messages) else None
         out.append(
             {
                 "line": line,
                 "by": by,
+                "in": kind,
                 "seq": cited,
                 "source": f"{m.author}: {m.text}" if m is not None else None,
             }
