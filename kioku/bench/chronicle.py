@@ -14,8 +14,8 @@ or any `--span` — and reports, per chapter and in total:
   lies inside the span: the LLM chapters as stored, the model's own lines alone (without what
   was added verbatim: the ablation), the extractive chapters, and the span itself;
 - a re-check of every stored line by the grounding function (`stored_ungrounded`: 0 unless the
-  chronicler let one through), and `samples`: stored lines of chapters and synopses, drawn at random,
-  next to the message each cites, for a person to read.
+  chronicler let one through), and `samples`: stored lines of chapters and synopses, drawn
+  at random, next to the message each cites, for a person to read.
 """
 
 from __future__ import annotations
