@@ -451,7 +451,7 @@ class Evidence:
             and (said := self._misquoted(st.text, speaker, cited))
         ):
             return Verdict("unsupported", share, said)
-        if share < 1 and (taken := self._borrowed(st.text, cited, st.author or subject)):
+        if taken := self._borrowed(st.text, cited, st.author or subject):
             return Verdict("author", share, taken)
         kind, best = self._best_part(line, cited)
         if len(cited) > 1 and not st.span_wide and best is not None:

@@ -298,15 +298,15 @@ def read(text: str, lang: str = "en") -> Reading:
 
 
 _RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff0-9０-９]+")
-_KANJI_OR_DIGIT = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff0-9]")
+_KANJI_OR_DIGIT = re.compile(r"[\u30a1-\u30fa\u3400-\u4dbf\u4e00-\u9fff0-9]")
 _PHRASE_CHARS = 4
 
 
 @lru_cache(maxsize=32768)
 def phrases(text: str) -> frozenset[str]:
     """The short runs of `text` a line copies when it copies words: four characters of
-    Japanese or Chinese holding an ideograph or a digit ("3回通っ"), or three English words
-    two of which carry content ("swim three times")."""
+    Japanese or Chinese holding an ideograph, katakana or a digit ("3回通っ", "シャいい"), or
+    three English words two of which carry content ("swim three times")."""
     t = fold(text)
     out: set[str] = set()
     for run in _RUN.findall(t):
@@ -334,6 +334,7 @@ def first_person(text: str) -> bool:
 
 
 _QUOTE_TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
+_MEDIA = re.compile(r"\[[^\[\]\n]*\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s*")
 
 
@@ -345,6 +346,7 @@ def quoted_share(line: str, said: str) -> float:
 
     theirs = _QUOTE_TOKEN.findall(fold(said).casefold())
     worst = 1.0
+    line = _MEDIA.sub(" ", line)  # "[image shared]": the model's word for a photo, not theirs
     for sentence in _SENTENCE_END.split(fold(line).casefold()):
         mine = [
             t

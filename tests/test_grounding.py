@@ -208,6 +208,7 @@ def test_a_line_in_its_writers_first_person_is_their_words_cut_not_reworded() ->
     # the 1.5B model on LoCoMo 0 #31: "doing my best" stood for "thrilled"
     v = check("I'm doing my best at counseling or working in mental health.", (22,), "Caroline")
     assert not v.ok and v.reason == "unsupported" and "rewords" in v.detail, v
+    assert check("I'm keen on counseling [image shared]", (22,), "Caroline").ok  # no word
     # under a heading of her name ("- Jon: Your help means so much" for "means a lot")
     v = check(
         "I'm doing my best at counseling or working in mental health.", (22,), subject="Caroline"
@@ -236,6 +237,18 @@ def test_a_line_that_puts_a_neighbours_words_in_another_mouth_fails() -> None:
     assert not v.ok and v.reason == "author" and "CP said at #2" in v.detail, v
     assert ev.check(Statement("line", "週に3回プールに通っている", (2,), "CP")).ok
     assert ev.check(Statement("line", "水泳を週3回もやってたら引き締まりそう", (3,), "AC")).ok
+    # DD #25–#26: FZ named Greece, DD answered "ギリシャいいですね"; every term is FZ's too
+    said = [
+        ("FZ", "user", "私はギリシャに行こうと思ってます"),
+        ("DD", "assistant", "ギリシャいいですね！"),
+    ]
+    log = tuple(
+        LogEntry(i, Message(role, (Part("text", text),), author=who, at=AT))
+        for i, (who, role, text) in enumerate(said)
+    )
+    ev = evidence_for(log, lang="ja", user_name="FZ", character="DD")
+    assert not ev.check(Statement("line", "ギリシャいいですね", (0,), "FZ")).ok
+    assert ev.check(Statement("line", "ギリシャいいですね", (1,), "DD")).ok
 
 
 # --- the line format ----------------------------------------------------------------------------
