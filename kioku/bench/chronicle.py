@@ -32,7 +32,7 @@ from kioku.choice import item_text
 from kioku.chronicle_prompt import record_lines
 from kioku.datasets import Transcript, load
 from kioku.eval.answers import match
-from kioku.evidence import evidence_for
+from kioku.evidence import evidence_for, task_evidence
 from kioku.grounded import ground_record
 from kioku.messages import LogEntry
 from kioku.profiles import Profile
@@ -195,12 +195,17 @@ def recheck(result: TranscriptMemory, t: Transcript) -> dict[str, Any]:
         if not is_structured(s.data):
             continue
         record = record_from_data(s.data)
-        if s.source != "llm" or task.kind == "synopsis":
+        if s.source != "llm":
             known.update({th.id: th.title for th in record.threads})
             continue
         first, last = task.span
-        ev = evidence_for(
-            entries[first : last + 1], lang=t.lang, user_name=t.user, character=t.character
+        # a synopsis is read against the chapters it folds, as the chronicler read it
+        ev = (
+            task_evidence(task)
+            if task.kind == "synopsis"
+            else evidence_for(
+                entries[first : last + 1], lang=t.lang, user_name=t.user, character=t.character
+            )
         )
         _, g = ground_record(record, ev, known)
         known.update({th.id: th.title for th in record.threads})
