@@ -890,9 +890,9 @@ def test_a_thread_named_by_a_keyword_is_no_thread() -> None:
     from kioku.reply_format import parse_lines
 
     # the 1.5B model on RealPersonaChat DD: stored, it read "DONE open: …" in memory
-    got = parse_lines("DONE OPEN: 近所のエクササイズジムを探しています。\nOPEN gym: ジムを探す")
+    got = parse_lines("DONE OPEN: ジムを探しています。\nOPEN gym: ジムを探す\nOPEN thread: 3段腹")
     assert [th.id for th in got.threads] == ["gym"] and not got.lines
-    assert got.unread == ("DONE OPEN: 近所のエクササイズジムを探しています。",)
+    assert got.unread == ("DONE OPEN: ジムを探しています。", "OPEN thread: 3段腹")
 
 
 def test_a_thread_that_copies_a_message_is_left_for_the_message() -> None:
