@@ -47,10 +47,11 @@ _THREAD = re.compile(
 )
 # a thread's keyword in front of a citation instead of a short id: the line is a fact
 _NUMBERED_THREAD = re.compile(r"^(?:OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+(#\s*\d.*)$", re.I)
-# a keyword or the format's own word for an id ("DONE OPEN: …", "OPEN thread: 3段腹", as the
-# 1.5B model wrote): a thread of no name, which memory would show as "[open] thread"
+# a keyword, the format's own word or a bare number for an id ("DONE OPEN: …", "OPEN thread:
+# 3段腹", "OPEN 1: …", as the 1.5B model wrote): a thread of no name, which memory would show
+# as "[open] thread" or "[open] 1"
 _NAMELESS_THREAD = re.compile(
-    r"^(?:OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+(?:OPEN|DONE|thread(?:-id)?|id)\d*\s*[:：]", re.I
+    r"^(?:OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+(?:OPEN|DONE|thread(?:-id)?|id)?\d*\s*[:：]", re.I
 )
 _QUOTE = re.compile(
     rf"^(?:QUOTE|KEY)\s*[:：]?\s*{_SEQS}\s+([^:：\n]{{1,48}}?)\s*[:：]\s*(.+)$", re.I

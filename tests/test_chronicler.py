@@ -890,9 +890,12 @@ def test_a_thread_named_by_a_keyword_is_no_thread() -> None:
     from kioku.reply_format import parse_lines
 
     # the 1.5B model on RealPersonaChat DD: stored, it read "DONE open: …" in memory
-    got = parse_lines("DONE OPEN: ジムを探しています。\nOPEN gym: ジムを探す\nOPEN thread: 3段腹")
+    text = (
+        "DONE OPEN: ジムを探しています。\nOPEN gym: ジムを探す\nOPEN thread: 3段腹\nOPEN 1: a trip"
+    )
+    got = parse_lines(text)
     assert [th.id for th in got.threads] == ["gym"] and not got.lines
-    assert got.unread == ("DONE OPEN: ジムを探しています。", "OPEN thread: 3段腹")
+    assert got.unread == ("DONE OPEN: ジムを探しています。", "OPEN thread: 3段腹", "OPEN 1: a trip")
 
 
 def test_a_thread_that_copies_a_message_is_left_for_the_message() -> None:
@@ -909,7 +912,7 @@ def test_a_thread_that_copies_a_message_is_left_for_the_message() -> None:
 def test_a_thread_that_quotes_its_writer_is_a_copy_and_two_ids_of_one_note_are_one() -> None:
     # the 1.5B model on LoCoMo 1: "DONE 5: Gina: It's a wild ride" and "DONE 2: …" the same
     quoted = "DONE ren: Ren: I start a new job in April, so I can only visit on weekends."
-    twice = "OPEN 2: What Aoi hides about the town\nOPEN 5: What Aoi hides about the town"
+    twice = "OPEN past: What Aoi hides about the town\nOPEN town: What Aoi hides about the town"
     model = ScriptedModel([f"- Aoi said she has never been here (#11)\n{quoted}\n{twice}"])
     s = chronicler(model).summarize(task())
     assert "[resolved] ren" not in s.text and "new job in April" in s.text
