@@ -339,6 +339,24 @@ class Evidence:
                 return f'"{taken[0]}" is what {src.author} said at #{seq}'
         return ""
 
+    def _asked(self, line: Reading, srcs: Sequence[Source]) -> int | None:
+        """The seq whose question the line turns into a statement, or None. The line's
+        content is best borne out by a question ("晩御飯はもう食べましたか？"), and the line
+        neither asks nor says that someone asked ("DV 晩御飯は食べました", the 1.5B model on
+        RealPersonaChat FZ)."""
+        if line.asks:
+            return None
+        best, seq, question = 0, None, False
+        for s in srcs:
+            for p in s.pieces:
+                for sentence in _SENTENCE.split(p.text):
+                    r = read(sentence, self.lang)
+                    n = len(line.terms & (r.terms | r.numbers))
+                    if n > best:
+                        # "?" only: "チョコバナナでしょうか。", "攻めようかな" answer or muse
+                        best, seq, question = n, s.seq, "?" in fold(sentence)[-3:]
+        return seq if question else None
+
     def _light_of(self, src: Source) -> frozenset[str]:
         return frozenset().union(
             *(read(t, self.lang).soft for p in src.pieces for t in (p.text, p.raw))
@@ -443,6 +461,9 @@ class Evidence:
         if share < need:
             why = f"#{cited[0].seq} does not say that ({missing})" if missing else ""
             return Verdict("unsupported", share, why or f"#{cited[0].seq} does not say that")
+        # a thread may name what a question left open; any other line must not answer it
+        if st.kind != "thread" and (asked := self._asked(line, cited)) is not None:
+            return Verdict("unsupported", share, f"it tells as said what #{asked} asks")
         speaker = st.author or st.subject  # "- Jon: Thanks, …": a heading's name, a bullet's
         if (
             speaker

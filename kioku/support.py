@@ -173,6 +173,8 @@ class Reading:
     # characters no Japanese text uses (simplified Chinese 长, 这): a small model writing
     # Japanese slips into Chinese, and the line then says what no message said
     foreign: frozenset[str] = frozenset()
+    # a question, or a line that says someone asked one ("asked whether", 尋ねた, 聞いた)
+    asks: bool = False
 
 
 _CHAIN_POS = (("助動詞",), ("助詞", "接続助詞"), ("動詞", "非自立可能"), ("形容詞", "非自立可能"))
@@ -246,6 +248,11 @@ def _zh_terms(text: str) -> set[str]:
 
 
 _CITATION = re.compile(r"#\s*\d+")
+_ASKING = re.compile(
+    r"\b(?:ask|asks|asked|asking|wonder|wonders|wondered|wondering|question|questions|"
+    r"inquire|inquires|inquired|whether)\b|尋ね|訊|聞い|聞き|聞く|質問|問い|かどうか|问",
+    re.I,
+)
 
 
 @lru_cache(maxsize=32768)
@@ -294,6 +301,7 @@ def read(text: str, lang: str = "en") -> Reading:
         done,
         undone,
         foreign,
+        "?" in t or "？" in t or _ASKING.search(t) is not None,
     )
 
 

@@ -216,6 +216,25 @@ def test_a_line_in_its_writers_first_person_is_their_words_cut_not_reworded() ->
     assert not v.ok and "rewords" in v.detail, v
 
 
+def test_a_line_that_answers_what_its_message_only_asks_fails() -> None:
+    # RealPersonaChat FZ #152: "晩御飯はもう食べましたか？" stored as "DV 晩御飯は食べました"
+    said = [
+        ("DV", "user", "こんばんは！晩御飯はもう食べましたか？"),
+        ("FZ", "assistant", "まだです。"),
+    ]
+    log = tuple(
+        LogEntry(i, Message(role, (Part("text", text),), author=who, at=AT))
+        for i, (who, role, text) in enumerate(said)
+    )
+    ev = evidence_for(log, lang="ja", user_name="DV", character="FZ")
+    v = ev.check(Statement("line", "DV 晩御飯は食べました。", (0,), "DV"))
+    assert not v.ok and v.reason == "unsupported" and "asks" in v.detail, v
+    assert ev.check(Statement("line", "DV は晩御飯を食べたか尋ねた", (0,), "DV")).ok
+    assert ev.check(Statement("line", "晩御飯はもう食べましたか？", (0,), "DV")).ok
+    assert check("Caroline asked Melanie whether this is her own painting.", (26,), "Caroline").ok
+    assert not check("Caroline has her own painting.", (26,), "Caroline").ok
+
+
 def test_a_line_that_puts_a_neighbours_words_in_another_mouth_fails() -> None:
     # RealPersonaChat CP #46–#49: the 1.5B model made CP's swimming AC's, citing AC's reply
     said = [
