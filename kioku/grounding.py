@@ -339,23 +339,26 @@ class Evidence:
                 return f'"{taken[0]}" is what {src.author} said at #{seq}'
         return ""
 
-    def _asked(self, line: Reading, srcs: Sequence[Source]) -> int | None:
-        """The seq whose question the line turns into a statement, or None. The line's
-        content is best borne out by a question ("晩御飯はもう食べましたか？"), and the line
-        neither asks nor says that someone asked ("DV 晩御飯は食べました", the 1.5B model on
-        RealPersonaChat FZ)."""
-        if line.asks:
-            return None
-        best, seq, question = 0, None, False
-        for s in srcs:
-            for p in s.pieces:
-                for sentence in _SENTENCE.split(p.text):
-                    r = read(sentence, self.lang)
-                    n = len(line.terms & (r.terms | r.numbers))
-                    if n > best:
-                        # "?" only: "チョコバナナでしょうか。", "攻めようかな" answer or muse
-                        best, seq, question = n, s.seq, "?" in fold(sentence)[-3:]
-        return seq if question else None
+    def _asked(self, text: str, srcs: Sequence[Source]) -> int | None:
+        """The seq whose question the line turns into a statement, or None: a sentence of the
+        line that neither asks nor says someone asked is best borne out by a question
+        ("DV 晩御飯は食べました" from "晩御飯はもう食べましたか？", "釣るやつです。" from
+        "水風船って、釣るやつですか？": the 1.5B model on RealPersonaChat FZ and CP)."""
+        for mine in _SENTENCE.split(text):
+            line = read(mine, self.lang)
+            if line.asks or not line.terms:
+                continue
+            best, seq, question = 0, None, False
+            for s in srcs:
+                for p in s.pieces:
+                    for sentence in _SENTENCE.split(p.text):
+                        n = len(line.terms & read(sentence, self.lang).terms)
+                        if n > best:
+                            # "?" only: "チョコバナナでしょうか。", "攻めようかな" answer or muse
+                            best, seq, question = n, s.seq, "?" in fold(sentence)[-3:]
+            if question:
+                return seq
+        return None
 
     def _light_of(self, src: Source) -> frozenset[str]:
         return frozenset().union(
@@ -462,7 +465,7 @@ class Evidence:
             why = f"#{cited[0].seq} does not say that ({missing})" if missing else ""
             return Verdict("unsupported", share, why or f"#{cited[0].seq} does not say that")
         # a thread may name what a question left open; any other line must not answer it
-        if st.kind != "thread" and (asked := self._asked(line, cited)) is not None:
+        if st.kind != "thread" and (asked := self._asked(st.text, cited)) is not None:
             return Verdict("unsupported", share, f"it tells as said what #{asked} asks")
         speaker = st.author or st.subject  # "- Jon: Thanks, …": a heading's name, a bullet's
         if (

@@ -231,6 +231,9 @@ def test_a_line_that_answers_what_its_message_only_asks_fails() -> None:
     assert not v.ok and v.reason == "unsupported" and "asks" in v.detail, v
     assert ev.check(Statement("line", "DV は晩御飯を食べたか尋ねた", (0,), "DV")).ok
     assert ev.check(Statement("line", "晩御飯はもう食べましたか？", (0,), "DV")).ok
+    # one sentence answers, the next asks (CP #205: "釣るやつです。水風船って、釣るやつですか？")
+    v = ev.check(Statement("line", "DV 食べました。晩御飯はもう食べましたか？", (0,), "DV"))
+    assert not v.ok and "asks" in v.detail, v
     assert check("Caroline asked Melanie whether this is her own painting.", (26,), "Caroline").ok
     assert not check("Caroline has her own painting.", (26,), "Caroline").ok
 
