@@ -40,8 +40,10 @@ from kioku.structure import norm_text
 from kioku.support import (
     EMPTY_PROMPT,
     PLACEHOLDER,
+    SENTENCE_END,
     PromptText,
     Reading,
+    asks,
     first_person,
     fold,
     name_key,
@@ -61,7 +63,6 @@ MIN_SUPPORT = {"en": 0.75, "ja": 0.7, "zh": 0.6}
 THREAD_SUPPORT = 0.5
 USER_WORDS = frozenset(["user", "the user", "ユーザー", "ユーザ", "用户", "使用者"])
 CHARACTER_WORDS = frozenset(["character", "the character", "キャラクター", "角色"])
-_SENTENCE = re.compile(r"(?<=[.!?。！？])\s*")
 # parts whose words are evidence of what happened (not only of what someone said)
 WITNESS = ("narration", "thought")
 
@@ -344,14 +345,14 @@ class Evidence:
         line that neither asks nor says someone asked is best borne out by a question
         ("DV 晩御飯は食べました" from "晩御飯はもう食べましたか？", "釣るやつです。" from
         "水風船って、釣るやつですか？": the 1.5B model on RealPersonaChat FZ and CP)."""
-        for mine in _SENTENCE.split(text):
+        for mine in SENTENCE_END.split(text):
             line = read(mine, self.lang)
-            if line.asks or not line.terms:
+            if asks(mine) or not line.terms:
                 continue
             best, seq, question = 0, None, False
             for s in srcs:
                 for p in s.pieces:
-                    for sentence in _SENTENCE.split(p.text):
+                    for sentence in SENTENCE_END.split(p.text):
                         n = len(line.terms & read(sentence, self.lang).terms)
                         if n > best:
                             # "?" only: "チョコバナナでしょうか。", "攻めようかな" answer or muse
@@ -399,7 +400,7 @@ class Evidence:
             for p in s.pieces:
                 if p.kind not in WITNESS:
                     continue
-                for sentence in _SENTENCE.split(p.text):
+                for sentence in SENTENCE_END.split(p.text):
                     r = read(sentence, self.lang)
                     have = r.terms | r.numbers
                     if r.negated != line.negated or len(want & have) < 2:

@@ -18,6 +18,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from functools import lru_cache
 
 from kioku import morph
@@ -173,8 +174,6 @@ class Reading:
     # characters no Japanese text uses (simplified Chinese 长, 这): a small model writing
     # Japanese slips into Chinese, and the line then says what no message said
     foreign: frozenset[str] = frozenset()
-    # a question, or a line that says someone asked one ("asked whether", 尋ねた, 聞いた)
-    asks: bool = False
 
 
 _CHAIN_POS = (("助動詞",), ("助詞", "接続助詞"), ("動詞", "非自立可能"), ("形容詞", "非自立可能"))
@@ -248,11 +247,6 @@ def _zh_terms(text: str) -> set[str]:
 
 
 _CITATION = re.compile(r"#\s*\d+")
-_ASKING = re.compile(
-    r"\b(?:ask|asks|asked|asking|wonder|wonders|wondered|wondering|question|questions|"
-    r"inquire|inquires|inquired|whether)\b|尋ね|訊|聞い|聞き|聞く|質問|問い|かどうか|问",
-    re.I,
-)
 
 
 @lru_cache(maxsize=32768)
@@ -301,8 +295,20 @@ def read(text: str, lang: str = "en") -> Reading:
         done,
         undone,
         foreign,
-        "?" in t or "？" in t or _ASKING.search(t) is not None,
     )
+
+
+_ASKING = re.compile(
+    r"\b(?:ask|asks|asked|asking|wonder|wonders|wondered|wondering|question|questions|"
+    r"inquire|inquires|inquired|whether)\b|尋ね|訊|聞い|聞き|聞く|質問|問い|かどうか|问",
+    re.I,
+)
+
+
+def asks(text: str) -> bool:
+    """A question, or a line that says someone asked one ("asked whether", 尋ねた, 聞いた)."""
+    t = fold(text)
+    return "?" in t or _ASKING.search(t) is not None
 
 
 _RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff0-9０-９]+")
@@ -331,7 +337,7 @@ def phrases(text: str) -> frozenset[str]:
 
 
 _FIRST_PERSON = re.compile(
-    r"\b(?:I|I'm|I've|I'll|I'd|[Mm]y|me|mine|[Ww]e|[Ww]e're|[Ww]e've|[Oo]ur|us|i|i'm|i've|i'll|i'd)\b"
+    r"\b(?:[Ii](?:'m|'ve|'ll|'d)?|[Mm]y|me|mine|[Ww]e(?:'re|'ve)?|[Oo]ur|us)\b"
     r"|私|僕|俺|あたし|わたし|ぼく|おれ|我"
 )
 
@@ -343,19 +349,17 @@ def first_person(text: str) -> bool:
 
 _QUOTE_TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
 _MEDIA = re.compile(r"\[[^\[\]\n]*\]")
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s*")
+SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s*")
 
 
 def quoted_share(line: str, said: str) -> float:
     """How much of its least faithful sentence a line keeps, in order, of what was said
     (words; characters in Japanese): 1.0 for a quote or a cut of one, less for each word put
     in ("I'm doing my best to make a family" for "I'm thrilled to make a family")."""
-    from difflib import SequenceMatcher
-
     theirs = _QUOTE_TOKEN.findall(fold(said).casefold())
     worst = 1.0
     line = _MEDIA.sub(" ", line)  # "[image shared]": the model's word for a photo, not theirs
-    for sentence in _SENTENCE_END.split(fold(line).casefold()):
+    for sentence in SENTENCE_END.split(fold(line).casefold()):
         mine = [
             t
             for t in _QUOTE_TOKEN.findall(sentence)

@@ -898,25 +898,28 @@ def test_a_thread_named_by_a_keyword_is_no_thread() -> None:
     assert got.unread == ("DONE OPEN: ジムを探しています。", "OPEN thread: 3段腹", "OPEN 1: a trip")
 
 
+def chapter_of(reply: str) -> str:
+    """The chapter the chronicler stores of `task()` when the model replies `reply`."""
+    return chronicler(ScriptedModel([reply])).summarize(task()).text
+
+
 def test_a_thread_that_copies_a_message_is_left_for_the_message() -> None:
     # the 1.5B model wrote eight such "threads" for one chapter; threads always stay, so
     # they took the room of the chapter's lines
     copied = "DONE ren: I start a new job in April, so I can only visit on weekends."
     storyline = "OPEN aoi-past: What Aoi hides about the town"
-    model = ScriptedModel([f"- Aoi said she has never been here (#11)\n{copied}\n{storyline}"])
-    s = chronicler(model).summarize(task())
-    assert "[resolved] ren" not in s.text and "[open] aoi-past: What Aoi hides" in s.text
-    assert "new job in April" in s.text  # the message itself, as a line
+    text = chapter_of(f"- Aoi said she has never been here (#11)\n{copied}\n{storyline}")
+    assert "[resolved] ren" not in text and "[open] aoi-past: What Aoi hides" in text
+    assert "new job in April" in text  # the message itself, as a line
 
 
 def test_a_thread_that_quotes_its_writer_is_a_copy_and_two_ids_of_one_note_are_one() -> None:
     # the 1.5B model on LoCoMo 1: "DONE 5: Gina: It's a wild ride" and "DONE 2: …" the same
     quoted = "DONE ren: Ren: I start a new job in April, so I can only visit on weekends."
     twice = "OPEN past: What Aoi hides about the town\nOPEN town: What Aoi hides about the town"
-    model = ScriptedModel([f"- Aoi said she has never been here (#11)\n{quoted}\n{twice}"])
-    s = chronicler(model).summarize(task())
-    assert "[resolved] ren" not in s.text and "new job in April" in s.text
-    assert s.text.count("What Aoi hides about the town") == 1, s.text
+    text = chapter_of(f"- Aoi said she has never been here (#11)\n{quoted}\n{twice}")
+    assert "[resolved] ren" not in text and "new job in April" in text
+    assert text.count("What Aoi hides about the town") == 1, text
 
 
 def test_a_copied_message_with_its_writer_in_front_gives_way_to_the_message() -> None:

@@ -161,6 +161,11 @@ def japanese() -> tuple[LogEntry, ...]:
         ("CP", "assistant", "私も九州です！　去年、東京へ旅行に行きました。"),
         ("AC", "user", "来月、妹の結婚式で大阪に行く予定です。"),
     ]
+    return log_of(said)
+
+
+def log_of(said: list[tuple[str, str, str]]) -> tuple[LogEntry, ...]:
+    """(writer, role, text) rows as a log, seq from 0."""
     return tuple(
         LogEntry(i, Message(role, (Part("text", text),), author=who, at=AT))
         for i, (who, role, text) in enumerate(said)
@@ -222,11 +227,7 @@ def test_a_line_that_answers_what_its_message_only_asks_fails() -> None:
         ("DV", "user", "こんばんは！晩御飯はもう食べましたか？"),
         ("FZ", "assistant", "まだです。"),
     ]
-    log = tuple(
-        LogEntry(i, Message(role, (Part("text", text),), author=who, at=AT))
-        for i, (who, role, text) in enumerate(said)
-    )
-    ev = evidence_for(log, lang="ja", user_name="DV", character="FZ")
+    ev = evidence_for(log_of(said), lang="ja", user_name="DV", character="FZ")
     v = ev.check(Statement("line", "DV 晩御飯は食べました。", (0,), "DV"))
     assert not v.ok and v.reason == "unsupported" and "asks" in v.detail, v
     assert ev.check(Statement("line", "DV は晩御飯を食べたか尋ねた", (0,), "DV")).ok
@@ -250,11 +251,7 @@ def test_a_line_that_puts_a_neighbours_words_in_another_mouth_fails() -> None:
             "がんばってください！水泳を週3回もやってたら、身体もビシッと引き締まりそうですね。",
         ),
     ]
-    log = tuple(
-        LogEntry(i, Message(role, (Part("text", text),), author=who, at=AT))
-        for i, (who, role, text) in enumerate(said)
-    )
-    ev = evidence_for(log, lang="ja", user_name="CP", character="AC")
+    ev = evidence_for(log_of(said), lang="ja", user_name="CP", character="AC")
     v = ev.check(Statement("line", "AC 週3回水泳を通っています。", (3,), "AC"))
     assert not v.ok and v.reason == "author" and "CP said at #2" in v.detail, v
     assert ev.check(Statement("line", "週に3回プールに通っている", (2,), "CP")).ok
@@ -264,11 +261,7 @@ def test_a_line_that_puts_a_neighbours_words_in_another_mouth_fails() -> None:
         ("FZ", "user", "私はギリシャに行こうと思ってます"),
         ("DD", "assistant", "ギリシャいいですね！"),
     ]
-    log = tuple(
-        LogEntry(i, Message(role, (Part("text", text),), author=who, at=AT))
-        for i, (who, role, text) in enumerate(said)
-    )
-    ev = evidence_for(log, lang="ja", user_name="FZ", character="DD")
+    ev = evidence_for(log_of(said), lang="ja", user_name="FZ", character="DD")
     assert not ev.check(Statement("line", "ギリシャいいですね", (0,), "FZ")).ok
     assert ev.check(Statement("line", "ギリシャいいですね", (1,), "DD")).ok
 
