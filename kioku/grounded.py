@@ -225,11 +225,22 @@ def record_from_reply(
             t.kept -= 1
             t.written -= 1
             continue
-        seen.add(key)
         src = ev.sources[v.seq if v.seq is not None else v.seqs[0]]
         who = ln.name or ln.about or src.author
-        # "yesterday" kept with the day it meant, as the transcript showed it
-        text = _without_name(resolve(ln.text, src.day, ev.lang), who)
+        # "yesterday" kept with the day it meant, as the transcript showed it; what is stored
+        # is grounded as stored: "昨年の同級生" from "昔私の同級生" passed as written, and was
+        # stored as "昨年(2021年)の同級生", a year the message never named (the 1.5B model on FZ)
+        stored = resolve(ln.text, src.day, ev.lang)
+        if stored != ln.text:
+            w = ev.check(replace(st, text=stored, seqs=(src.seq,)))
+            if not w.ok:
+                t.kept -= 1
+                t.dropped.append(
+                    Dropped(f"line {i}", stored, w.reason or "", w.detail, (src.seq,))
+                )
+                continue
+        seen.add(key)
+        text = _without_name(stored, who)
         if v.kind == "narration" or src.role not in ("user", "assistant"):
             events.append(Event(src.seq, text, ln.name or ln.about))
         elif v.kind == "thought":

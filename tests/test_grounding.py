@@ -266,6 +266,27 @@ def test_a_line_that_puts_a_neighbours_words_in_another_mouth_fails() -> None:
     assert ev.check(Statement("line", "ギリシャいいですね", (1,), "DD")).ok
 
 
+def test_a_line_is_grounded_as_it_is_stored_with_its_dates_resolved() -> None:
+    # RealPersonaChat FZ: "昨年" for the message's "昔" passed as written; stored with the year it
+    # means ("昨年(2021年)"), it names a year no message does
+    said = [
+        ("FZ", "user", "寒くても半袖で過ごす人っていますよね。"),
+        ("DV", "assistant", "昔私の同級生で年中半袖の子がいました。"),
+    ]
+    ev = evidence_for(log_of(said), lang="ja", user_name="FZ", character="DV")
+    reply = parse_lines("#1 DV: 昨年の同級生で年中半袖の子がいました\n#1 DV: 同級生で年中半袖の子がいました")
+    record, g = record_from_reply(reply, ev)
+    assert [c.claim for c in record.claims] == ["同級生で年中半袖の子がいました"]
+    assert [(d.reason, d.text) for d in g.dropped] == [
+        ("unsupported", f"昨年({AT.year - 1}年)の同級生で年中半袖の子がいました")
+    ]
+    # a day the message names itself is stored with its date and stays grounded
+    said = [("CP", "user", "昨日、友達と映画を観に行きました。")]
+    ev = evidence_for(log_of(said), lang="ja", user_name="CP", character="AC")
+    record, g = record_from_reply(parse_lines("#0 CP: 昨日友達と映画を観に行きました"), ev)
+    assert g.dropped == () and "5月7日" in record.user_facts[0].fact, record
+
+
 # --- the line format ----------------------------------------------------------------------------
 
 
