@@ -235,9 +235,7 @@ def record_from_reply(
             w = ev.check(replace(st, text=stored, seqs=(src.seq,)))
             if not w.ok:
                 t.kept -= 1
-                t.dropped.append(
-                    Dropped(f"line {i}", stored, w.reason or "", w.detail, (src.seq,))
-                )
+                t.dropped.append(Dropped(f"line {i}", stored, w.reason or "", w.detail, (src.seq,)))
                 continue
         seen.add(key)
         text = _without_name(stored, who)

@@ -597,13 +597,13 @@ def test_key_lines_are_kept_verbatim_and_paraphrases_dropped() -> None:
     assert s.events == ("dropped_unsupported",)
     assert s.data["grounding"]["dropped"] == {"unsupported": 1}
     # the model's key line, or its whole message when that says more in the room: verbatim
-    assert "- #13 Aoi: \"Then I'll wait for you at the shrine every Saturday" in s.text
+    assert "- #13 Aoi: Then I'll wait for you at the shrine every Saturday" in s.text
     assert "never ever" not in s.text
     memory_text, _ = render_memory(
         Memory(chapters=(MemoryItem("chapter", 10, 13, s.text, s.tokens, data=s.data),))
     )
     assert "Key lines (verbatim):" in memory_text
-    assert "#13 Aoi: \"Then I'll wait for you at the shrine every Saturday" in memory_text
+    assert "#13 Aoi: Then I'll wait for you at the shrine every Saturday" in memory_text
 
 
 def test_verbal_tics_are_named_in_the_prompt_and_kept_out_of_memory() -> None:
@@ -926,4 +926,4 @@ def test_a_copied_message_with_its_writer_in_front_gives_way_to_the_message() ->
     model = ScriptedModel(["- Aoi Then I'll wait for you at the shrine every Saturday, nya. (#13)"])
     s = chronicler(model).summarize(task())
     assert "Aoi Then" not in s.text
-    assert '#13 Aoi: "Then I\'ll wait for you at the shrine every Saturday, nya."' in s.text
+    assert "#13 Aoi: Then I'll wait for you at the shrine every Saturday, nya." in s.text

@@ -274,7 +274,9 @@ def test_a_line_is_grounded_as_it_is_stored_with_its_dates_resolved() -> None:
         ("DV", "assistant", "昔私の同級生で年中半袖の子がいました。"),
     ]
     ev = evidence_for(log_of(said), lang="ja", user_name="FZ", character="DV")
-    reply = parse_lines("#1 DV: 昨年の同級生で年中半袖の子がいました\n#1 DV: 同級生で年中半袖の子がいました")
+    reply = parse_lines(
+        "#1 DV: 昨年の同級生で年中半袖の子がいました\n#1 DV: 同級生で年中半袖の子がいました"
+    )
     record, g = record_from_reply(reply, ev)
     assert [c.claim for c in record.claims] == ["同級生で年中半袖の子がいました"]
     assert [(d.reason, d.text) for d in g.dropped] == [
@@ -434,7 +436,7 @@ def test_a_mostly_true_reply_keeps_its_true_lines_and_drops_the_rest() -> None:
     assert "Aoi" not in s.text and "harbour" not in s.text
     assert "- #23 Caroline" not in s.text
     # the dropped line about #23 is replaced by #23's own words, with its true author
-    assert "- #23 Melanie: \"I've been married to my husband for five years" in s.text
+    assert "- #23 Melanie: I've been married to my husband for five years" in s.text
     assert s.data["added"] == [
         {
             "seq": 23,
