@@ -30,7 +30,7 @@ from kioku.reply_format import LineReply
 from kioku.salience import carries_nothing
 from kioku.structure import Claim, Event, KeyLine, Record, ThreadNote, UserFact, norm_text
 from kioku.summarizer import Line, attributed_lines
-from kioku.support import read
+from kioku.support import read, with_captions
 
 if TYPE_CHECKING:
     from kioku.note import Note, NoteDraft
@@ -230,7 +230,7 @@ def record_from_reply(
         # "yesterday" kept with the day it meant, as the transcript showed it; what is stored
         # is grounded as stored: "昨年の同級生" from "昔私の同級生" passed as written, and was
         # stored as "昨年(2021年)の同級生", a year the message never named (the 1.5B model on FZ)
-        stored = resolve(ln.text, src.day, ev.lang)
+        stored = with_captions(resolve(ln.text, src.day, ev.lang), src.text)
         if stored != ln.text:
             w = ev.check(replace(st, text=stored, seqs=(src.seq,)))
             if not w.ok:

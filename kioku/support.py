@@ -348,8 +348,22 @@ def first_person(text: str) -> bool:
 
 
 _QUOTE_TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
-_MEDIA = re.compile(r"\[[^\[\]\n]*\]")
+MEDIA = re.compile(r"\[[^\[\]\n]*\]")  # "[shares a photo: a cup with a dog face]"
 SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s*")
+
+
+def with_captions(line: str, said: str) -> str:
+    """The line with each media marker the message does not have ("[shares a photo]") put
+    back as the message has it ("[shares a photo: a photo of a cup with a dog face on it]"):
+    the 1.5B model shortened LoCoMo 0 #138's marker, and with it the only place the answer to
+    "What kind of pot did Mel and her kids make?" was said."""
+    theirs = [m.group(0) for m in MEDIA.finditer(said)]
+    rest = [x for x in theirs if x not in line]
+
+    def caption(m: re.Match[str]) -> str:
+        return m.group(0) if m.group(0) in theirs or not rest else rest.pop(0)
+
+    return MEDIA.sub(caption, line)
 
 
 def quoted_share(line: str, said: str) -> float:
@@ -358,7 +372,7 @@ def quoted_share(line: str, said: str) -> float:
     in ("I'm doing my best to make a family" for "I'm thrilled to make a family")."""
     theirs = _QUOTE_TOKEN.findall(fold(said).casefold())
     worst = 1.0
-    line = _MEDIA.sub(" ", line)  # "[image shared]": the model's word for a photo, not theirs
+    line = MEDIA.sub(" ", line)  # "[image shared]": the model's word for a photo, not theirs
     for sentence in SENTENCE_END.split(fold(line).casefold()):
         mine = [
             t

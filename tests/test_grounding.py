@@ -289,6 +289,24 @@ def test_a_line_is_grounded_as_it_is_stored_with_its_dates_resolved() -> None:
     assert g.dropped == () and "5月7日" in record.user_facts[0].fact, record
 
 
+def test_a_shortened_media_marker_is_stored_as_the_message_has_it() -> None:
+    # LoCoMo 0 #138: the 1.5B model kept "[shares a photo]" and lost what the photo showed
+    said = [
+        (
+            "Melanie",
+            "assistant",
+            "They made this! [shares a photo: a photo of a cup with a dog face on it]",
+        )
+    ]
+    ev = evidence_for(log_of(said), user_name="Caroline", character="Melanie")
+    reply = parse_lines("#0 Melanie: They made this! [shares a photo]")
+    record, g = record_from_reply(reply, ev)
+    assert g.dropped == ()
+    assert record.claims[0].claim == (
+        "They made this! [shares a photo: a photo of a cup with a dog face on it]"
+    )
+
+
 # --- the line format ----------------------------------------------------------------------------
 
 
