@@ -17,6 +17,7 @@ replaced by its extractive counterpart: that message's own sentence, verbatim, w
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -197,10 +198,16 @@ def ground_record(
     return grounded, t.result()
 
 
+_AFTER_NAME = re.compile(r"\s*[:：]\s*|\s+(?=[^\x00-\x7f]|[a-z])")
+
+
 def _without_name(text: str, who: str) -> str:
-    """ "Caroline went to a support group", stored under Caroline: "went to a support group"."""
-    if who and text.startswith(who + " ") and text[len(who) + 1 : len(who) + 2].islower():
-        return text[len(who) + 1 :]
+    """ "Caroline went to a support group", stored under Caroline: "went to a support group";
+    "FQ 暗くなるのが…" and "FQ: 暗くなるのが…" under FQ: "暗くなるのが…" (the 1.5B model on
+    RealPersonaChat FZ put the writer's name before their words, and it was shown twice)."""
+    if who and text.startswith(who) and (m := _AFTER_NAME.match(text, len(who))):
+        rest = text[m.end() :]
+        return rest if rest.strip() else text
     return text
 
 

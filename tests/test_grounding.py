@@ -307,6 +307,23 @@ def test_a_shortened_media_marker_is_stored_as_the_message_has_it() -> None:
     )
 
 
+def test_a_line_that_opens_with_its_writers_name_stores_their_words_once() -> None:
+    # RealPersonaChat FZ: the 1.5B model wrote "- FQ 暗くなるのが早くなりましたね。", stored as
+    # "#63 FQ: FQ 暗くなるのが…", the name shown twice
+    said = [
+        ("FZ", "user", "最近寒くなってきましたね。"),
+        ("FQ", "assistant", "そうですね、暗くなるのが早くなりましたね。"),
+    ]
+    ev = evidence_for(log_of(said), lang="ja", user_name="FZ", character="FQ")
+    reply = parse_lines("- FQ 暗くなるのが早くなりましたね。\n- FZ：最近寒くなってきましたね。")
+    record, g = record_from_reply(reply, ev)
+    assert g.dropped == ()
+    assert [(c.speaker, c.claim) for c in record.claims] == [
+        ("FQ", "暗くなるのが早くなりましたね。")
+    ]
+    assert [(f.by, f.fact) for f in record.user_facts] == [("FZ", "最近寒くなってきましたね。")]
+
+
 # --- the line format ----------------------------------------------------------------------------
 
 
