@@ -168,11 +168,14 @@ def _unrepeated(
     """The model's lines and the candidates with each thing said once. A model line each of
     whose sentences is a line of its message copied (the 1.5B model copies whole messages as
     "facts") gives way to those lines, which the selection then weighs one by one; a
-    candidate the model's kept line of the same message mostly says is left out. `stored`:
-    the candidates are memory's lines (a synopsis folds them), so a model line that mostly
-    says what memory's lines of its message say gives way to them as well: on LoCoMo 2 the
-    1.5B model's synopsis restated lines and so pushed out "Been busy volunteering at the
-    homeless shelter", which the extractive synopsis of the same chapters kept."""
+    candidate the model's kept line of the same message mostly says is left out. A model's
+    story line that mostly says what its message's lines say gives way to them as well, and
+    in a synopsis (`stored`: the candidates are memory's lines) any model line does: on
+    LoCoMo 2 the 1.5B model's synopsis restated lines and so pushed out "Been busy
+    volunteering at the homeless shelter", which the extractive synopsis of the same
+    chapters kept, and on LoCoMo 0 its retelling of #72 in a chapter pushed out #70's "They
+    talked about different therapeutic methods". A fact about the user or a claim stays: it
+    says in the third person what the message says in the first ("Ren starts a new job")."""
     from kioku.salience import content_words
 
     said: dict[int, list[str]] = {}
@@ -183,7 +186,8 @@ def _unrepeated(
         lines = said.get(ln.seq, [])
         sentences = [_unnamed(x, ln.speaker) for x in split_sentences(ln.text)]
         copy = sentences and all(any(_copied(x, y) for y in lines) for x in sentences)
-        if stored and not copy and (words := content_words(ln.text, lang)):
+        mostly = stored or isinstance(it, Event)
+        if mostly and not copy and (words := content_words(ln.text, lang)):
             theirs_words = frozenset().union(*(content_words(y, lang) for y in lines))
             copy = len(words & theirs_words) >= _COPIED * len(words)
         if ln.must or not copy:

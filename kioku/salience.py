@@ -46,6 +46,12 @@ def _stop_en() -> frozenset[str]:
     return frozenset(w.lower() for w in STOPWORDS_EN_PLUS) | _FILLERS_EN | DEICTIC_EN
 
 
+# a greeting or thanks with only names after it ("Hey Melanie!", "Thanks, Caroline"): the
+# names are content words, but the line tells a later reader nothing
+_GREETING = re.compile(
+    r"(?i:hey|hi|hello|hiya|yo|bye|goodbye|good (?:morning|night|evening)|thanks|thank you)"
+    r"(?:[\s,!.~]+(?:[A-Z][a-z'\-]+|(?i:there|all|guys|so much)))*[\s,!.~]*"
+)
 _QUESTION_END = re.compile(r"(?:[?？]|(?:か|かな|かね|っけ|の)[。!！〜~ー…\s]*)$")
 
 
@@ -84,6 +90,8 @@ def carries_nothing(text: str, lang: str = "en") -> bool:
     words = content_words(text, lang)
     if not words or all(w[:1].isdigit() for w in words):
         return True  # nothing, or a number with nothing it counts
+    if _GREETING.fullmatch(text.strip()):
+        return True
     return is_question(text) and len(words) < 2
 
 

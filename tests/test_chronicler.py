@@ -927,3 +927,19 @@ def test_a_copied_message_with_its_writer_in_front_gives_way_to_the_message() ->
     s = chronicler(model).summarize(task())
     assert "Aoi Then" not in s.text
     assert "#13 Aoi: Then I'll wait for you at the shrine every Saturday, nya." in s.text
+
+
+def test_a_story_line_that_retells_its_message_gives_way_to_the_message() -> None:
+    # the 1.5B model on LoCoMo 0 retold #72 in a chapter, and the retelling took the room of
+    # #70's "They talked about different therapeutic methods", which answered a question
+    retold = (
+        "- Aoi looked away from the old lighthouse she climbed as a child, her first time (#11)"
+    )
+    s = chronicler(ScriptedModel([retold])).summarize(task())
+    assert "her first time" not in s.text, s.text
+    assert "Aoi looked away from the old lighthouse she had climbed as a child." in s.text
+
+
+def test_a_fact_about_the_user_in_the_third_person_stays_beside_its_message() -> None:
+    s = chronicler(ScriptedModel([reply(GOOD)])).summarize(task())
+    assert "- #12 Ren starts a new job in April and can visit only on weekends." in s.text

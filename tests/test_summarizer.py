@@ -31,9 +31,17 @@ def test_lines_that_carry_nothing_out_of_context_are_dropped() -> None:
         "Haha, yeah!",
         "What about you?",
         "(12)",
+        "Hey Melanie!",
+        "Thanks, Caroline!",
+        "Hi there~",
     ]:
         assert carries_nothing(line, "ja"), line
-    for line in ["近くのプールが1回200円なんですよ。", "I went to a support group yesterday."]:
+    for line in [
+        "近くのプールが1回200円なんですよ。",
+        "I went to a support group yesterday.",
+        "Hey Mel, I went to a support group yesterday.",
+        "Thanks, Caroline! The kids loved the pottery class.",
+    ]:
         assert not carries_nothing(line, "ja"), line
     es = [
         entry(0, "おはようございます！よろしくお願いします。", "AC", DAY1),
