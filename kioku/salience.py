@@ -2,10 +2,10 @@
 
 Memory is read long after the moment: "はい、またー！", "Haha, yeah!", "…アレですよ、アレ！" or
 "あなたは？" meant something only next to the lines around them. The extractive chronicler drops
-such lines (greetings, fillers, questions without content, lines whose only words point at
-something — あれ, that thing) and prefers lines that bring new content words. Japanese words
-come from the morphological analyzer (`kioku.morph`), Chinese from character bigrams, other
-scripts from words.
+such lines (greetings, with only names after them too: "Hey Melanie!"; fillers; questions
+without content; lines whose only words point at something — あれ, that thing) and prefers
+lines that bring new content words. Japanese words come from the morphological analyzer
+(`kioku.morph`), Chinese from character bigrams, other scripts from words.
 """
 
 from __future__ import annotations
