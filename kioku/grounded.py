@@ -163,6 +163,15 @@ def _threads(
     return kept
 
 
+def as_stored(item: Event | Claim | UserFact) -> Statement:
+    """The statement a stored item makes: its words, under whom memory shows as its writer."""
+    if isinstance(item, Event):
+        return Statement("event", item.text, _seqs(item.seq), item.by or None)
+    if isinstance(item, Claim):
+        return Statement("claim", item.claim, _seqs(item.seq), item.speaker)
+    return Statement("fact", item.fact, _seqs(item.seq), item.by or "user")
+
+
 def ground_record(
     record: Record, ev: Evidence, known_threads: Mapping[str, str] | None = None
 ) -> tuple[Record, Grounding]:
@@ -172,7 +181,7 @@ def ground_record(
     known = known_threads or {}
     events = []
     for i, e in enumerate(record.events):
-        v = t.check(f"events[{i}]", Statement("event", e.text, _seqs(e.seq), e.by or None))
+        v = t.check(f"events[{i}]", as_stored(e))
         if v.ok:
             events.append(replace(e, seq=v.seqs[0] if v.seqs else e.seq))
     claims = []
@@ -180,12 +189,12 @@ def ground_record(
         if c.listener and not ev.known_name(c.listener):
             t.drop(f"claims[{i}]", c.claim, "name", f"{c.listener} is not in the conversation")
             continue
-        v = t.check(f"claims[{i}]", Statement("claim", c.claim, _seqs(c.seq), c.speaker))
+        v = t.check(f"claims[{i}]", as_stored(c))
         if v.ok:
             claims.append(_checked_claim(replace(c, seq=v.seqs[0] if v.seqs else c.seq), t))
     facts = []
     for i, f in enumerate(record.user_facts):
-        v = t.check(f"user_facts[{i}]", Statement("fact", f.fact, _seqs(f.seq), f.by or "user"))
+        v = t.check(f"user_facts[{i}]", as_stored(f))
         if v.ok:
             facts.append(replace(f, seq=v.seqs[0] if v.seqs else f.seq))
     lines = []
@@ -198,13 +207,19 @@ def ground_record(
     return grounded, t.result()
 
 
-_AFTER_NAME = re.compile(r"\s*[:：]\s*|\s+(?=[^\x00-\x7f]|[a-z])")
+_AFTER_NAME = re.compile(
+    r"\s*[:：]\s*"
+    # "AC は、…", "AC は金閣寺を…": the topic particle; "AC はい。" and "AC はじめまして" are words
+    r"|\s*は(?:[、,]\s*|\s+|(?=[\u3400-\u9fff\u30a0-\u30ff]))"
+    r"|\s+(?=[^\x00-\x7f]|[a-z])"
+)
 
 
 def _without_name(text: str, who: str) -> str:
     """ "Caroline went to a support group", stored under Caroline: "went to a support group";
-    "FQ 暗くなるのが…" and "FQ: 暗くなるのが…" under FQ: "暗くなるのが…" (the 1.5B model on
-    RealPersonaChat FZ put the writer's name before their words, and it was shown twice)."""
+    "FQ 暗くなるのが…", "FQ: 暗くなるのが…" and "AC は、家事を…" under their writer: "暗くなるのが…",
+    "家事を…" (the 1.5B model on RealPersonaChat FZ and CP put the writer's name before their
+    words: it was shown twice, or "は、" was left in front of them)."""
     if who and text.startswith(who) and (m := _AFTER_NAME.match(text, len(who))):
         rest = text[m.end() :]
         return rest if rest.strip() else text
@@ -244,16 +259,29 @@ def record_from_reply(
                 t.kept -= 1
                 t.dropped.append(Dropped(f"line {i}", stored, w.reason or "", w.detail, (src.seq,)))
                 continue
-        seen.add(key)
         text = _without_name(stored, who)
+        item: Event | UserFact | Claim
         if v.kind == "narration" or src.role not in ("user", "assistant"):
-            events.append(Event(src.seq, text, ln.name or ln.about))
+            item = Event(src.seq, text, ln.name or ln.about)
         elif v.kind == "thought":
-            events.append(Event(src.seq, text, f"{who} (thought)"))
+            item = Event(src.seq, text, f"{who} (thought)")
         elif src.role == "user":
-            facts.append(UserFact(src.seq, text, who))
+            item = UserFact(src.seq, text, who)
         else:  # a character's words: a claim; what confirms it is a line of its own
-            claims.append(Claim(src.seq, who, text, listener))
+            item = Claim(src.seq, who, text, listener)
+        # and as the item it is stored as, under its writer: "FZ え！そんなことあるんですか！…"
+        # passed as a line of no one's, and was stored as FZ's words, which it rewords
+        if not (w := ev.check(as_stored(item))).ok:
+            t.kept -= 1
+            t.dropped.append(Dropped(f"line {i}", text, w.reason or "", w.detail, (src.seq,)))
+            continue
+        seen.add(key)
+        if isinstance(item, Event):
+            events.append(item)
+        elif isinstance(item, UserFact):
+            facts.append(item)
+        else:
+            claims.append(item)
     for raw in reply.unread:
         t.drop("unread", raw, "format", "not a line of the form #<number> <name>: <text>")
     notes = [ThreadNote(x.id, x.title, x.status, x.seq) for x in reply.threads]  # type: ignore[arg-type]

@@ -468,16 +468,17 @@ class Evidence:
         # a thread may name what a question left open; any other line must not answer it
         if st.kind != "thread" and (asked := self._asked(st.text, cited)) is not None:
             return Verdict("unsupported", share, f"it tells as said what #{asked} asks")
+        # words from a neighbour by someone else first: that says more than "reworded"
+        if taken := self._borrowed(st.text, cited, st.author or subject):
+            return Verdict("author", share, taken)
         speaker = st.author or st.subject  # "- Jon: Thanks, …": a heading's name, a bullet's
         if (
             speaker
-            and first_person(st.text)
+            and first_person(st.text, speaker)
             and any(self.wrote(speaker, s) for s in cited)
             and (said := self._misquoted(st.text, speaker, cited))
         ):
             return Verdict("unsupported", share, said)
-        if taken := self._borrowed(st.text, cited, st.author or subject):
-            return Verdict("author", share, taken)
         kind, best = self._best_part(line, cited)
         if len(cited) > 1 and not st.span_wide and best is not None:
             # the line is stored citing that one message, so that one must bear it out: two

@@ -342,9 +342,28 @@ _FIRST_PERSON = re.compile(
 )
 
 
-def first_person(text: str) -> bool:
-    """The line speaks as its writer ("I'm thrilled…", 私も): it gives itself out as their words."""
-    return _FIRST_PERSON.search(fold(text)) is not None
+# Japanese drops the 私: speech shows in its polite or spoken sentence ends ("…ヤバいです。",
+# "知らなかったですー!", "…思いますけどね。") and its exclamations; a summary is plain, or says
+# who and that they said it ("ACは…と言っています")
+_SPOKEN_JA = re.compile(
+    r"(?:です|ます|でした|ました|ません|ましょう|でしょう|けど|よね|かな)[ねよなわー〜~]*(?:[。.!?…]|$)"
+    r"|!"
+)
+_REPORTED_JA = re.compile(r"(?:と|って)(?:言|い[っいうわ]|話し|述べ|書い)|とのこと|そうです")
+
+
+def first_person(text: str, speaker: str = "") -> bool:
+    """The line speaks as its writer ("I'm thrilled…", 私も, "知らなかったですー!"): it gives
+    itself out as their words. `speaker`: a Japanese line that names them as its subject
+    ("ACは…") tells of them instead."""
+    t = fold(text)
+    if _FIRST_PERSON.search(t):
+        return True
+    if not _KANA.search(t) or _REPORTED_JA.search(t):
+        return False
+    if speaker and re.search(re.escape(fold(speaker)) + r"\s*[はが]", t):
+        return False
+    return _SPOKEN_JA.search(t) is not None
 
 
 _QUOTE_TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")

@@ -324,6 +324,41 @@ def test_a_line_that_opens_with_its_writers_name_stores_their_words_once() -> No
     assert [(f.by, f.fact) for f in record.user_facts] == [("FZ", "最近寒くなってきましたね。")]
 
 
+def test_a_japanese_line_in_its_writers_voice_must_be_their_words() -> None:
+    # RealPersonaChat CP #62: "- AC は、家事を好むために頑張らないと家の中がヤバいです。" was
+    # stored as AC's words; AC never said she likes housework (好む). Japanese speech drops the
+    # 私, so a polite or spoken ending gives a line out as its writer's words
+    said = [
+        ("CP", "user", "今日は何をしますか？"),
+        ("AC", "assistant", "さて、今日は家事をいい加減、頑張らないと家の中がヤバいです。"),
+    ]
+    ev = evidence_for(log_of(said), lang="ja", user_name="CP", character="AC")
+    v = ev.check(Statement("claim", "家事を好むために頑張らないと家の中がヤバいです。", (1,), "AC"))
+    assert not v.ok and v.reason == "unsupported" and "rewords" in v.detail, v
+    assert ev.check(Statement("claim", "家事を頑張らないと家の中がヤバいです。", (1,), "AC")).ok
+    # plain, it is a summary and is read for its terms ("ACは…と言う" too)
+    assert ev.check(Statement("claim", "今日は家事を頑張らないといけない", (1,), "AC")).ok
+    reply = parse_lines("- AC は、家事を好むために頑張らないと家の中がヤバいです。")
+    record, g = record_from_reply(reply, ev)
+    assert not record.claims and [d.reason for d in g.dropped] == ["unsupported"], g.dropped
+
+
+def test_a_line_is_grounded_as_it_is_stored_under_its_writer() -> None:
+    # FZ #24: "- FZ え！そんなことあるんですか！…" passed as a line of no one's, and was stored
+    # as FZ's words: "え！そんなことあるんですか！" is not what FZ said
+    said = [
+        ("FQ", "assistant", "マンガアプリは毎日無料で読めるんですよ。"),
+        ("FZ", "user", "すごい！それは知らなかったですー！いい情報聞けました！"),
+    ]
+    ev = evidence_for(log_of(said), lang="ja", user_name="FZ", character="FQ")
+    reply = parse_lines("- FZ え！そんなことあるんですか！知らなかったですー！いい情報聞けました！")
+    record, g = record_from_reply(reply, ev)
+    assert not record.user_facts and not record.claims, record
+    cut = parse_lines("- FZ それは知らなかったですー！いい情報聞けました！")
+    record, _ = record_from_reply(cut, ev)
+    assert [f.fact for f in record.user_facts] == ["それは知らなかったですー！いい情報聞けました！"]
+
+
 # --- the line format ----------------------------------------------------------------------------
 
 
