@@ -253,12 +253,6 @@ def record_from_reply(
         # is grounded as stored: "昨年の同級生" from "昔私の同級生" passed as written, and was
         # stored as "昨年(2021年)の同級生", a year the message never named (the 1.5B model on FZ)
         stored = with_captions(resolve(ln.text, src.day, ev.lang), src.text)
-        if stored != ln.text:
-            w = ev.check(replace(st, text=stored, seqs=(src.seq,)))
-            if not w.ok:
-                t.kept -= 1
-                t.dropped.append(Dropped(f"line {i}", stored, w.reason or "", w.detail, (src.seq,)))
-                continue
         text = _without_name(stored, who)
         item: Event | UserFact | Claim
         if v.kind == "narration" or src.role not in ("user", "assistant"):
@@ -269,8 +263,9 @@ def record_from_reply(
             item = UserFact(src.seq, text, who)
         else:  # a character's words: a claim; what confirms it is a line of its own
             item = Claim(src.seq, who, text, listener)
-        # and as the item it is stored as, under its writer: "FZ え！そんなことあるんですか！…"
-        # passed as a line of no one's, and was stored as FZ's words, which it rewords
+        # checked again as the item it is stored as: its day resolved, under its writer.
+        # "FZ え！そんなことあるんですか！…" passed as a line of no one's, and was stored as
+        # FZ's words, which it rewords
         if not (w := ev.check(as_stored(item))).ok:
             t.kept -= 1
             t.dropped.append(Dropped(f"line {i}", text, w.reason or "", w.detail, (src.seq,)))
