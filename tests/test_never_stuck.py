@@ -138,12 +138,14 @@ def test_a_heartbeat_keeps_a_long_summary_leased_past_its_lease(tmp_path: Path) 
     takes it over, and it is written once."""
     store = seeded(f"sqlite:///{tmp_path / 'k.db'}")
     store.enqueue_job("c", "chapter", 0, 9, run_after=0)
-    slow = Sleepy(1.2)
-    first = Worker(store, slow, PROFILE, lease_s=0.3)
+    # a lease long enough that a loaded 2-core CI machine does not miss a renewal (every third
+    # of it): at 0.3 s a stall of 0.2 s let the other worker take the job over
+    slow = Sleepy(4.0)
+    first = Worker(store, slow, PROFILE, lease_s=1.0)
     runner = threading.Thread(target=first.run_once)
     runner.start()
     assert slow.started.wait(10)
-    other = Worker(store, Sleepy(0), PROFILE, lease_s=0.3)
+    other = Worker(store, Sleepy(0), PROFILE, lease_s=1.0)
     takeovers = []
     while runner.is_alive():
         takeovers.append(other.run_once())
