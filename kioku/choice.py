@@ -57,7 +57,7 @@ def drafted(
     record: Record, lang: str, scenes: Mapping[int, Scene] | None = None
 ) -> list[tuple[Item, Line]]:
     """Every line of a record, each as a `Line` that costs what its rendering costs."""
-    from kioku.rendering import render_claim, render_labels
+    from kioku.rendering import quote, render_claim, render_labels
 
     lab = render_labels(lang)
     starts = sorted(scenes or {})
@@ -70,7 +70,7 @@ def drafted(
             if isinstance(it, Claim):
                 shown = at + render_claim(it, lab)
             elif isinstance(it, KeyLine):
-                shown = at + lab.quote.format(speaker=who, text=text)
+                shown = quote(it.seq, who, text)
             else:
                 by = it.by
                 shown = f"{at}{by}: {text}" if by else at + text

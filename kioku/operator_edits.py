@@ -7,6 +7,7 @@ rendering and the chronicler's input apply them with these functions, which need
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,13 +23,29 @@ def edits_in(data: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     return [dict(e) for e in (data or {}).get(OPERATOR_EDITS) or []]
 
 
+# where a line says it came from: "- #12 ", "[12] ", or nothing on a message's further line
+_FROM = re.compile(r"^(?:- )?(?:#\d+ |\[\d+\] )?")
+
+
+def _said(line: str) -> str:
+    return _FROM.sub("", line.strip(), count=1)
+
+
+def _find(lines: Sequence[str], target: str) -> int | None:
+    """The line an edit names: the same line, or else the same words under another way of
+    saying where they came from (memory once showed a message's further lines with the seq)."""
+    at = next((i for i, ln in enumerate(lines) if ln.strip() == target), None)
+    if at is None and (said := _said(target)):
+        at = next((i for i, ln in enumerate(lines) if _said(ln) == said), None)
+    return at
+
+
 def apply_edits(text: str, edits: Sequence[Edit]) -> str:
     """`text` with each edit applied in order: the line it names is replaced or removed; a
     corrected line whose original is gone is kept at the end (the operator's edit wins)."""
     lines = text.split("\n")
     for e in edits:
-        target = str(e["line"]).strip()
-        at = next((i for i, ln in enumerate(lines) if ln.strip() == target), None)
+        at = _find(lines, str(e["line"]).strip())
         new = e.get("text")
         if at is None:
             if new:

@@ -143,5 +143,10 @@ def test_the_operators_edit_outlives_a_re_summary() -> None:
     )
     kept = carry(old, again)
     assert kept.text == "[1] Ken: a2" and edits_of(kept) == edits_of(old)
+    # an edit of a line memory once showed with its seq finds it under its message's first
+    old = [{"line": "- #4 Ken: d", "text": None, "at": 1.0}]
+    assert (
+        apply_edits("- #4 Ken: c\n       Ken: d\n- #5 Mika: d", old) == "- #4 Ken: c\n- #5 Mika: d"
+    )
     fix = [{"line": "[3] Ken: c", "text": "[3] Ken: c, corrected", "at": 2.0}]
     assert apply_edits("[1] Ken: a", fix) == "[1] Ken: a\n[3] Ken: c, corrected"
