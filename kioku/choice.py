@@ -174,8 +174,11 @@ def _unrepeated(
     LoCoMo 2 the 1.5B model's synopsis restated lines and so pushed out "Been busy
     volunteering at the homeless shelter", which the extractive synopsis of the same
     chapters kept, and on LoCoMo 0 its retelling of #72 in a chapter pushed out #70's "They
-    talked about different therapeutic methods". A fact about the user or a claim stays: it
-    says in the third person what the message says in the first ("Ren starts a new job")."""
+    talked about different therapeutic methods". So does a claim the story neither bears out
+    nor belies: a speaker's words are as much their claim, in less room. In a chapter, a line
+    gives way only where the fewest of its message's lines that say as much are no longer
+    (`_cover`): a short line that sums up a long message stays. A fact about the user stays:
+    it says in the third person what the message says in the first ("Ren starts a new job")."""
     from kioku.salience import content_words
 
     said: dict[int, list[str]] = {}
@@ -186,10 +189,11 @@ def _unrepeated(
         lines = said.get(ln.seq, [])
         sentences = [_unnamed(x, ln.speaker) for x in split_sentences(ln.text)]
         copy = sentences and all(any(_copied(x, y) for y in lines) for x in sentences)
-        mostly = stored or isinstance(it, Event)
+        mostly = stored or isinstance(it, (Event, Claim))
         if mostly and not copy and (words := content_words(ln.text, lang)):
-            theirs_words = frozenset().union(*(content_words(y, lang) for y in lines))
-            copy = len(words & theirs_words) >= _COPIED * len(words)
+            cover = _cover(words, lines, lang)
+            # a short line that sums up a long message says it in less room: it stays
+            copy = cover is not None and (stored or len(ln.render()) >= sum(map(len, cover)))
         if ln.must or not copy:
             kept.append((it, ln))
     by_model: dict[int, list[frozenset[str]]] = {}
@@ -202,6 +206,23 @@ def _unrepeated(
             continue
         rest.append((it, ln))
     return kept, rest
+
+
+def _cover(words: frozenset[str], lines: Sequence[str], lang: str) -> list[str] | None:
+    """The fewest of `lines` that hold `_COPIED` of `words`, the most telling first; None
+    when all of them together do not."""
+    from kioku.salience import content_words
+
+    held = {y: words & content_words(y, lang) for y in lines}
+    cover: list[str] = []
+    got: frozenset[str] = frozenset()
+    while len(got) < _COPIED * len(words):
+        best = max(held, key=lambda y: (len(held[y] - got), -len(y)), default=None)
+        if best is None or not held[best] - got:
+            return None
+        cover.append(best)
+        got |= held.pop(best)
+    return cover
 
 
 def _storylines(

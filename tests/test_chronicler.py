@@ -984,6 +984,24 @@ def test_a_story_line_that_retells_its_message_gives_way_to_the_message() -> Non
     assert "Aoi looked away from the old lighthouse she had climbed as a child." in s.text
 
 
+def test_an_unconfirmed_claim_that_retells_its_message_gives_way_to_the_message() -> None:
+    # the 1.5B model on LoCoMo 0: "#63 Melanie told Caroline: mentioned that she went camping
+    # in the mountains last week … (claim, unconfirmed)", in more room than #63's own words,
+    # which are as much her claim; a claim the story bears out or belies stays (`GOOD`)
+    claim = {
+        "seq": 13,
+        "speaker": "Aoi",
+        "listener": "Ren",
+        "claim": "she will wait for Ren at the shrine every Saturday",
+        "supported_by": "none",
+    }
+    s = chronicler(ScriptedModel([reply({"claims": [claim]})])).summarize(task())
+    assert "told Ren" not in s.text, s.text
+    assert "#13 Aoi: Then I'll wait for you at the shrine every Saturday" in s.text
+    kept = chronicler(ScriptedModel([reply(GOOD)])).summarize(task())
+    assert "Aoi told Ren: she has never been to this town" in kept.text
+
+
 def test_a_fact_about_the_user_in_the_third_person_stays_beside_its_message() -> None:
     s = chronicler(ScriptedModel([reply(GOOD)])).summarize(task())
     assert "- #12 Ren starts a new job in April and can visit only on weekends." in s.text
