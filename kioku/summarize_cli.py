@@ -31,6 +31,7 @@ from kioku.cli import (
     either,
     settings,
 )
+from kioku.reply_log import ReplyLog
 from kioku.terminal import emit, plural
 
 if TYPE_CHECKING:
@@ -147,43 +148,15 @@ def token_counter(s: Settings) -> Any:
     return counter_from_spec(s.tokenizer)
 
 
-class ReplyLog:
-    """The chronicler's model with every request and reply appended to a JSONL file, in the
-    form of shared/fixtures/chronicler-small-model (purpose, max_tokens, temperature, messages,
-    text, finish_reason, secs): what a model wrote, to read beside what grounding kept."""
-
-    def __init__(self, model: Any, path: Path) -> None:
-        self.model = model
-        self.path = path
-
-    def complete(self, request: Any) -> Any:
-        import time
-
-        started = time.monotonic()
-        c = self.model.complete(request)
-        row = {
-            "purpose": request.purpose,
-            "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
-            "seqs": list(request.seqs),
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
-            "text": c.text,
-            "finish_reason": c.finish_reason,
-            "secs": round(time.monotonic() - started, 1),
-        }
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        return c
-
-
-def chronicler(s: Settings, replies: Path | None = None) -> Any:
+def chronicler(s: Settings, replies: Path | None = None, replayed: Any = None) -> Any:
     """The LLM chronicler the settings name, else the extractive one (said on stderr);
-    `replies`: a JSONL file every request and reply is appended to."""
+    `replies`: a JSONL file every request and reply is appended to; `replayed`: a model that
+    answers from such a file (`kioku.reply_log.Replayed`), in the place of the settings'."""
     from kioku.config import chronicler_config, chronicler_model
     from kioku.summarizer import ExtractiveSummarizer
 
     counter = token_counter(s)
-    chat = chronicler_model(s)
+    chat = replayed if replayed is not None else chronicler_model(s)
     if chat is None:
         terminal.note("no chronicler model (--model or KIOKU_SUMMARIZER_URL): extractive memory")
         return ExtractiveSummarizer(counter)

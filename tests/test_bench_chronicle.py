@@ -4,13 +4,19 @@ the span) come out of what the chronicler did, and a line the model invents neve
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from kioku.bench.chronicle import Span, run
 from kioku.chronicler import LLMChronicler
+from kioku.errors import InputError
 from kioku.models import ChatRequest, ScriptedModel
 from kioku.profiles import LOCAL_8K
+from kioku.reply_log import Replayed, ReplyLog
 from kioku.summarizer import ExtractiveSummarizer
 from tests.chronicle_requests import numbered, span
 from tests.conftest import shared_file
@@ -83,3 +89,70 @@ def test_a_chapter_that_falls_back_still_reports_what_the_model_wrote() -> None:
     assert every["lines"] == 2 * every["replies"] and every["grounded"] == 0
     assert every["dropped"].get("name", 0) >= every["replies"]  # Aoi, Kenji
     assert span["samples"] == [] and result["floors"]["stored_ungrounded"] == 0
+
+
+def test_a_kept_reply_log_replays_the_run_and_counts_what_it_lacks(tmp_path: Path) -> None:
+    """`--replies` then `--replay`: the same memory from what the model wrote, without it; a
+    request the log lacks gets an empty reply (the chapter falls back) and is counted."""
+    shared_file("datasets", "locomo")
+    counter = Counter4()
+    path = tmp_path / "replies.jsonl"
+    recorded = ReplyLog(ScriptedModel(default=half_true), path)
+    spans = [Span("locomo", "0", 60)]
+    live = run(
+        LLMChronicler(recorded, counter, ExtractiveSummarizer(counter)),
+        counter,
+        LOCAL_8K,
+        spans=spans,
+        n_samples=5,
+    )
+
+    replayed = Replayed(path)
+    again = run(
+        LLMChronicler(replayed, counter, ExtractiveSummarizer(counter)),
+        counter,
+        LOCAL_8K,
+        spans=spans,
+        n_samples=5,
+    )
+    assert replayed.misses == []
+    (a,), (b,) = live["spans"], again["spans"]
+    assert figures(a["chapters"]) == figures(b["chapters"]) and len(a["chapters"]) >= 2
+    assert a["answers"] == b["answers"] and a["samples"] == b["samples"]
+    answers = a["answers"]
+    for q in answers["differ"]:
+        assert q["llm"] != q["extractive"] and q["evidence"] and max(q["evidence"]) < 60
+    won = sum(q["llm"] for q in answers["differ"])
+    assert answers["llm"]["found"] - answers["extractive"]["found"] == 2 * won - len(
+        answers["differ"]
+    )
+
+    # the last chapter's reply lost: that chapter falls back, the others are as they were
+    rows = path.read_text(encoding="utf-8").splitlines()
+    assert json.loads(rows[-1])["purpose"] == "chapter"
+    path.write_text("\n".join(rows[:-1]) + "\n", encoding="utf-8")
+    short = Replayed(path)
+    partial = run(
+        LLMChronicler(short, counter, ExtractiveSummarizer(counter)),
+        counter,
+        LOCAL_8K,
+        spans=spans,
+        n_samples=5,
+    )
+    (c,) = partial["spans"]
+    assert short.misses and set(short.misses) == {"chapter"}
+    assert c["chapters"][-1]["source"] == "extractive" and c["totals"]["fallbacks"] == 1
+    assert figures(c["chapters"][:-1]) == figures(a["chapters"][:-1])
+
+
+def figures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+
+
+def test_a_reply_log_that_is_not_one_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "replies.jsonl"
+    bad.write_text('{"purpose": "chapter"}\n', encoding="utf-8")
+    with pytest.raises(InputError, match="line 1: not a reply log row"):
+        Replayed(bad)
+    with pytest.raises(InputError, match="--replay"):
+        Replayed(tmp_path / "missing.jsonl")

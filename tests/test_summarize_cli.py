@@ -240,7 +240,7 @@ def test_the_reply_log_keeps_each_request_and_what_the_model_wrote(tmp_path: Pat
     import json
 
     from kioku.models import ChatMessage, ChatRequest, Completion, ScriptedModel
-    from kioku.summarize_cli import ReplyLog
+    from kioku.reply_log import ReplyLog
 
     path = tmp_path / "replies.jsonl"
     model = ScriptedModel(["- Aoi reached the harbour town (#3)", Completion("- cut", "length")])

@@ -12,10 +12,16 @@ or any `--span` — and reports, per chapter and in total:
 - seconds per chapter, and tokens in and out;
 - for LoCoMo, strict answer-in-context (`kioku.eval.answers`) for the questions whose evidence
   lies inside the span: the LLM chapters as stored, the model's own lines alone (without what
-  was added verbatim: the ablation), the extractive chapters, and the span itself;
+  was added verbatim: the ablation), the extractive chapters, and the span itself; and the
+  questions on which the LLM and extractive memories differ (`differ`: a tie can hide a win
+  and a loss);
 - a re-check of every stored line by the grounding function (`stored_ungrounded`: 0 unless the
   chronicler let one through), and `samples`: stored lines of chapters and synopses, drawn
   at random, next to the message each cites, for a person to read.
+
+`--replies` keeps what the model wrote and `--replay` plays it back (`kioku.reply_log`): a
+change to grounding, choice or rendering measured on a live run's own replies, without the
+model.
 """
 
 from __future__ import annotations
@@ -263,14 +269,28 @@ def answers(
         "span": render_transcript(_entries(t), t.lang),
     }
     out: dict[str, Any] = {"questions": len(qs)}
+    strict: dict[str, list[bool]] = {}
     for name, text in contexts.items():
         found = [match(q.answer, text, q.category) for q in qs]
+        strict[name] = [m.strict for m in found]
         out[name] = {
             "answer_in_context": round(sum(m.strict for m in found) / len(qs), 3) if qs else None,
             "found": sum(m.strict for m in found),
             "f1": round(sum(m.f1 for m in found) / len(qs), 3) if qs else None,
             "context_chars": len(text),
         }
+    # where the totals come from: a tie can hide a win and a loss
+    out["differ"] = [
+        {
+            "question": q.text,
+            "answer": q.answer,
+            "evidence": list(q.evidence),
+            "llm": llm_found,
+            "extractive": ext_found,
+        }
+        for q, llm_found, ext_found in zip(qs, strict["llm"], strict["extractive"], strict=True)
+        if llm_found != ext_found
+    ]
     return out
 
 

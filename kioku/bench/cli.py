@@ -178,6 +178,14 @@ def bench_chronicle(
         Path | None,
         typer.Option("--replies", help="Append every request and reply here (JSONL)."),
     ] = None,
+    replay: Annotated[
+        Path | None,
+        typer.Option(
+            "--replay",
+            help="Answer each request with the reply a --replies file kept for it, in the "
+            "place of a model (a request it lacks gets an empty reply: counted in `replayed`).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The LLM chronicler on fixed spans: grounded share, lines dropped by reason, fallbacks,
@@ -187,22 +195,34 @@ def bench_chronicle(
     Example: kioku bench chronicle --model http://127.0.0.1:8080/v1 --json --out chronicle.json
     """
     import json
+    from collections import Counter
 
     from kioku.bench.chronicle import DEFAULT_SPANS, Span, run
+    from kioku.errors import InputError
+    from kioku.reply_log import Replayed
     from kioku.summarize_cli import chronicler, chronicler_settings, err_console, token_counter
 
+    if replay is not None and model is not None:
+        raise InputError("--replay answers in the model's place: give --replay or --model")
+    replayed = Replayed(replay) if replay is not None else None
     s = chronicler_settings(profile, window, model, model_id, summary_timeout, temperature)
     spans = [Span.parse(x) for x in span] if span else list(DEFAULT_SPANS)
     result = run(
-        chronicler(s, replies),
+        chronicler(s, replies, replayed),
         token_counter(s),
         s.profile_obj,
         spans=spans,
-        model=s.chronicler_url or "",
+        model=f"replay of {replay}" if replay is not None else s.chronicler_url or "",
         n_samples=n_samples,
         seed=seed,
         console=err_console(),
     )
+    if replayed is not None:
+        result["replayed"] = {
+            "replies": replayed.kept,
+            "misses": len(replayed.misses),
+            "misses_by_purpose": dict(Counter(replayed.misses)),
+        }
     if out is not None:
         out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     _result(result, as_json)
