@@ -31,7 +31,7 @@ from kioku.reply_format import LineReply
 from kioku.salience import carries_nothing
 from kioku.structure import Claim, Event, KeyLine, Record, ThreadNote, UserFact, norm_text
 from kioku.summarizer import Line, attributed_lines
-from kioku.support import read, with_captions
+from kioku.support import name_key, read, with_captions
 
 if TYPE_CHECKING:
     from kioku.note import Note, NoteDraft
@@ -155,6 +155,13 @@ def _threads(
     for i, n in enumerate(notes):
         if known.get(n.id) == n.title or (n.id in known and n.title == n.id):
             kept.append(replace(n, title=known[n.id]))  # memory's own thread, as memory has it
+            continue
+        if name_key(n.id) in t.ev.people:
+            # memory shows a thread as "id: title", so a person's name for an id makes the
+            # title read as their words ("ac: 何が爆弾というケーキですね？", which AC never said:
+            # the 1.5B model on RealPersonaChat CP)
+            detail = f"a thread named {n.id!r}, a person of the span, reads as their words"
+            t.drop(f"{where}[{i}]", n.title, "author", detail)
             continue
         seqs = _seqs(n.seq) if n.seq in t.ev.sources else ()
         v = t.check(f"{where}[{i}]", Statement("thread", n.title, seqs, span_wide=True))

@@ -966,6 +966,18 @@ def test_a_thread_that_quotes_its_writer_is_a_copy_and_two_ids_of_one_note_are_o
     assert text.count("What Aoi hides about the town") == 1, text
 
 
+def test_a_thread_named_for_a_person_is_dropped_as_their_words() -> None:
+    # the 1.5B model on RealPersonaChat CP: "DONE ac #141: 何が爆弾というケーキですね？",
+    # shown in memory as "[解決] ac: 何が爆弾…", a line AC never said
+    named = "OPEN aoi: Where Aoi grew up"
+    storyline = "OPEN aoi-past: What Aoi hides about the town"
+    text = f"- Aoi said she has never been here (#11)\n{named}\n{storyline}"
+    s = chronicler(ScriptedModel([text])).summarize(task())
+    assert s.source == "llm" and "Where Aoi grew up" not in s.text
+    assert "[open] aoi-past: What Aoi hides about the town" in s.text, s.text
+    assert s.data["grounding"]["dropped"].get("author") == 1, s.data["grounding"]
+
+
 def test_a_copied_message_with_its_writer_in_front_gives_way_to_the_message() -> None:
     model = ScriptedModel(["- Aoi Then I'll wait for you at the shrine every Saturday, nya. (#13)"])
     s = chronicler(model).summarize(task())
