@@ -218,15 +218,17 @@ _AFTER_NAME = re.compile(
     r"\s*[:：]\s*"
     # "AC は、…", "AC は金閣寺を…": the topic particle; "AC はい。" and "AC はじめまして" are words
     r"|\s*は(?:[、,]\s*|\s+|(?=[\u3400-\u9fff\u30a0-\u30ff]))"
-    r"|\s+(?=[^\x00-\x7f]|[a-z])"
+    # "Caroline went…", "FQ 暗くなる…", "AC 1年たったら…": a name before what is no name
+    r"|\s+(?=[^\x00-\x7f]|[a-z0-9])"
 )
 
 
 def _without_name(text: str, who: str) -> str:
     """ "Caroline went to a support group", stored under Caroline: "went to a support group";
-    "FQ 暗くなるのが…", "FQ: 暗くなるのが…" and "AC は、家事を…" under their writer: "暗くなるのが…",
-    "家事を…" (the 1.5B model on RealPersonaChat FZ and CP put the writer's name before their
-    words: it was shown twice, or "は、" was left in front of them)."""
+    "FQ 暗くなるのが…", "FQ: 暗くなるのが…", "AC は、家事を…" and "AC 1年たったら…" under their
+    writer: "暗くなるのが…", "家事を…", "1年たったら…" (the 1.5B model on RealPersonaChat FZ and CP
+    put the writer's name before their words: it was shown twice, or "は、" was left in front of
+    them)."""
     if who and text.startswith(who) and (m := _AFTER_NAME.match(text, len(who))):
         rest = text[m.end() :]
         return rest if rest.strip() else text

@@ -324,6 +324,21 @@ def test_a_line_that_opens_with_its_writers_name_stores_their_words_once() -> No
     assert [(f.by, f.fact) for f in record.user_facts] == [("FZ", "最近寒くなってきましたね。")]
 
 
+def test_a_writers_name_before_a_number_is_their_label_too() -> None:
+    # RealPersonaChat CP #51: the 1.5B model wrote "- AC 1年たった腹筋が…", stored as
+    # "#51 AC: AC 1年たった…"
+    said = [
+        ("CP", "user", "水泳を始めて半年です。"),
+        ("AC", "assistant", "あれれー？私は1年たったら、腹筋がシックスパックでした。"),
+    ]
+    ev = evidence_for(log_of(said), lang="ja", user_name="CP", character="AC")
+    record, g = record_from_reply(parse_lines("- AC 1年たったら、腹筋がシックスパックでした。"), ev)
+    assert g.dropped == ()
+    assert [(c.speaker, c.claim) for c in record.claims] == [
+        ("AC", "1年たったら、腹筋がシックスパックでした。")
+    ]
+
+
 def test_a_japanese_line_in_its_writers_voice_must_be_their_words() -> None:
     # RealPersonaChat CP #62: "- AC は、家事を好むために頑張らないと家の中がヤバいです。" was
     # stored as AC's words; AC never said she likes housework (好む). Japanese speech drops the
