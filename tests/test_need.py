@@ -38,6 +38,8 @@ def decide(text: str, hits: list[Hit], seen: set[int] = frozenset(), lang: str =
         ("先週話したカフェ、覚えてる？", "ja", "先週"),
         ("あの店の名前、なんだっけ？", "ja", "っけ？"),
         ("上次你说的那家店叫什么？", "zh", "上次"),
+        ("Did we ever go back to that café?", "en", "Did we ever"),
+        ("When did she move to Paris?", "en", "When did"),
     ],
 )
 def test_a_message_that_points_at_the_past_is_told_by_its_words(
@@ -54,6 +56,12 @@ def test_a_message_that_points_at_the_past_is_told_by_its_words(
         ("趣味や好きなことはなんですか？", "ja"),
         ("Do you like spicy food?", "en"),
         ("How's it going?", "en"),
+        # a tense, not a pointer: asked of what the talk just showed (LoCoMo 0 filled the room
+        # for "Did you make it?" with every bowl in the archive)
+        ("That bowl is gorgeous! Did you make it?", "en"),
+        ("Wow, what an amazing family pic! How long have you been married?", "en"),
+        ("Hey Mel! Good to see you! How have you been?", "en"),
+        ("Wow! Did they like the show?", "en"),
     ],
 )
 def test_small_talk_does_not_point_at_the_past(text: str, lang: str) -> None:
@@ -160,6 +168,38 @@ def test_a_question_about_the_past_is_shown_every_match() -> None:
     # messages): it asks about what was just said
     held = decide("When did we fly the kite?", hits, asks=True, in_view=0.9)
     assert not held.on and held.why.startswith("nothing stands out")
+
+
+def test_a_tense_with_a_pronoun_asks_about_the_talk_at_hand() -> None:
+    # LoCoMo 0: "Cool! What did it look like?" was shown every window with "look" in it
+    hits = [Hit(900, 2.2, 0.12), *flat(BACKGROUND_HITS - 1)]
+    thin = decide("Cool! What did it look like?", hits, asks=True, limit=5)
+    assert not thin.on and thin.why.startswith("nothing stands out") and not thin.cue
+    # judged as any other question: what stands out is still shown
+    standing_out = decide("Cool! What did it look like?", standing(8.0), asks=True)
+    assert standing_out.on and "asks about the past" not in standing_out.why
+    # a question that names what it asks about is still asked of the past
+    named = decide("Wow! What did you paint at the lake last summer?", hits, asks=True, limit=5)
+    assert named.on and named.why.startswith("it asks about the past")
+
+
+@pytest.mark.parametrize(
+    ("text", "at_hand"),
+    [
+        ("How was it? Anything fun?", True),
+        ("That bowl is gorgeous! Where did you find it?", True),
+        ("What did Caroline paint last week?", False),
+        ("What was the best part? Do you do it often with the kids?", False),
+        ("What did we do last weekend?", False),  # it names when
+        ("How did it go, remember?", False),
+        ("昨日は何してたっけ？", False),
+    ],
+)
+def test_what_a_question_about_the_past_names(text: str, at_hand: bool) -> None:
+    from kioku.recall.need import at_hand as names_nothing
+
+    lang = "ja" if any(ord(c) > 0x3000 for c in text) else "en"
+    assert names_nothing(text, cue(text, lang), lang) is at_hand
 
 
 def test_an_empty_archive_recalls_nothing() -> None:
