@@ -95,26 +95,12 @@ def test_a_kept_reply_log_replays_the_run_and_counts_what_it_lacks(tmp_path: Pat
     """`--replies` then `--replay`: the same memory from what the model wrote, without it; a
     request the log lacks gets an empty reply (the chapter falls back) and is counted."""
     shared_file("datasets", "locomo")
-    counter = Counter4()
     path = tmp_path / "replies.jsonl"
     recorded = ReplyLog(ScriptedModel(default=half_true), path)
-    spans = [Span("locomo", "0", 60)]
-    live = run(
-        LLMChronicler(recorded, counter, ExtractiveSummarizer(counter)),
-        counter,
-        LOCAL_8K,
-        spans=spans,
-        n_samples=5,
-    )
+    live = on_60_messages(recorded)
 
     replayed = Replayed(path)
-    again = run(
-        LLMChronicler(replayed, counter, ExtractiveSummarizer(counter)),
-        counter,
-        LOCAL_8K,
-        spans=spans,
-        n_samples=5,
-    )
+    again = on_60_messages(replayed)
     assert replayed.misses == []
     (a,), (b,) = live["spans"], again["spans"]
     assert figures(a["chapters"]) == figures(b["chapters"]) and len(a["chapters"]) >= 2
@@ -132,17 +118,18 @@ def test_a_kept_reply_log_replays_the_run_and_counts_what_it_lacks(tmp_path: Pat
     assert json.loads(rows[-1])["purpose"] == "chapter"
     path.write_text("\n".join(rows[:-1]) + "\n", encoding="utf-8")
     short = Replayed(path)
-    partial = run(
-        LLMChronicler(short, counter, ExtractiveSummarizer(counter)),
-        counter,
-        LOCAL_8K,
-        spans=spans,
-        n_samples=5,
-    )
+    partial = on_60_messages(short)
     (c,) = partial["spans"]
     assert short.misses and set(short.misses) == {"chapter"}
     assert c["chapters"][-1]["source"] == "extractive" and c["totals"]["fallbacks"] == 1
     assert figures(c["chapters"][:-1]) == figures(a["chapters"][:-1])
+
+
+def on_60_messages(model: Any) -> dict[str, Any]:
+    """The benchmark on LoCoMo 0's first 60 messages, `model` as the chronicler's."""
+    counter = Counter4()
+    chron = LLMChronicler(model, counter, ExtractiveSummarizer(counter))
+    return run(chron, counter, LOCAL_8K, spans=[Span("locomo", "0", 60)], n_samples=5)
 
 
 def figures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
