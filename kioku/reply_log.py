@@ -21,8 +21,9 @@ from kioku.errors import InputError
 from kioku.models import ChatRequest, Completion, Usage
 
 
-def _key(messages: Any) -> str:
-    return json.dumps([(m["role"], m["content"]) for m in messages], ensure_ascii=False)
+def _key(messages: list[tuple[str, str]]) -> str:
+    """A request's messages (role, content) as one lookup key."""
+    return json.dumps(messages, ensure_ascii=False)
 
 
 class ReplyLog:
@@ -78,7 +79,8 @@ class Replayed:
             try:
                 row = json.loads(line)
                 usage = row.get("usage") or {}
-                self.replies.setdefault(_key(row["messages"]), []).append(
+                asked = [(m["role"], m["content"]) for m in row["messages"]]
+                self.replies.setdefault(_key(asked), []).append(
                     Completion(
                         row["text"],
                         row.get("finish_reason") or "stop",
@@ -88,13 +90,16 @@ class Replayed:
             except (ValueError, KeyError, TypeError) as e:
                 raise InputError(f"--replay {path}, line {n}: not a reply log row ({e})") from None
 
-    @property
-    def kept(self) -> int:
-        """How many replies the log holds."""
-        return sum(len(r) for r in self.replies.values())
+    def to_json(self) -> dict[str, Any]:
+        """What the replay held and what it lacked (`kioku bench chronicle`'s `replayed`)."""
+        return {
+            "replies": sum(len(r) for r in self.replies.values()),
+            "misses": len(self.misses),
+            "misses_by_purpose": dict(Counter(self.misses)),
+        }
 
     def complete(self, request: ChatRequest) -> Completion:
-        key = _key([{"role": m.role, "content": m.content} for m in request.messages])
+        key = _key([(m.role, m.content) for m in request.messages])
         replies = self.replies.get(key)
         if not replies:
             self.misses.append(request.purpose)

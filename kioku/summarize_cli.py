@@ -31,7 +31,7 @@ from kioku.cli import (
     either,
     settings,
 )
-from kioku.reply_log import ReplyLog
+from kioku.reply_log import Replayed, ReplyLog
 from kioku.terminal import emit, plural
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def token_counter(s: Settings) -> Any:
     return counter_from_spec(s.tokenizer)
 
 
-def chronicler(s: Settings, replies: Path | None = None, replayed: Any = None) -> Any:
+def chronicler(s: Settings, replies: Path | None = None, replayed: Replayed | None = None) -> Any:
     """The LLM chronicler the settings name, else the extractive one (said on stderr);
     `replies`: a JSONL file every request and reply is appended to; `replayed`: a model that
     answers from such a file (`kioku.reply_log.Replayed`), in the place of the settings'."""
@@ -156,7 +156,7 @@ def chronicler(s: Settings, replies: Path | None = None, replayed: Any = None) -
     from kioku.summarizer import ExtractiveSummarizer
 
     counter = token_counter(s)
-    chat = replayed if replayed is not None else chronicler_model(s)
+    chat: Any = replayed if replayed is not None else chronicler_model(s)
     if chat is None:
         terminal.note("no chronicler model (--model or KIOKU_SUMMARIZER_URL): extractive memory")
         return ExtractiveSummarizer(counter)

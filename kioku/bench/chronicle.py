@@ -272,10 +272,10 @@ def answers(
     strict: dict[str, list[bool]] = {}
     for name, text in contexts.items():
         found = [match(q.answer, text, q.category) for q in qs]
-        strict[name] = [m.strict for m in found]
+        strict[name] = hits = [m.strict for m in found]
         out[name] = {
-            "answer_in_context": round(sum(m.strict for m in found) / len(qs), 3) if qs else None,
-            "found": sum(m.strict for m in found),
+            "answer_in_context": round(sum(hits) / len(qs), 3) if qs else None,
+            "found": sum(hits),
             "f1": round(sum(m.f1 for m in found) / len(qs), 3) if qs else None,
             "context_chars": len(text),
         }

@@ -195,7 +195,6 @@ def bench_chronicle(
     Example: kioku bench chronicle --model http://127.0.0.1:8080/v1 --json --out chronicle.json
     """
     import json
-    from collections import Counter
 
     from kioku.bench.chronicle import DEFAULT_SPANS, Span, run
     from kioku.errors import InputError
@@ -218,11 +217,7 @@ def bench_chronicle(
         console=err_console(),
     )
     if replayed is not None:
-        result["replayed"] = {
-            "replies": replayed.kept,
-            "misses": len(replayed.misses),
-            "misses_by_purpose": dict(Counter(replayed.misses)),
-        }
+        result["replayed"] = replayed.to_json()
     if out is not None:
         out.write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     _result(result, as_json)

@@ -55,6 +55,8 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from kioku.dates import MONTHS
+from kioku.salience import content_words, is_question
+from kioku.support import SENTENCE_END
 
 if TYPE_CHECKING:  # the archive pulls in bm25s (and scipy): not at import
     from kioku.recall.archive import Hit
@@ -81,7 +83,8 @@ _POINTER_EN = (
     r"the other (?:day|night)|back (?:then|when|in)|"
     rf"last (?:{_SEASONS}|{_WEEKDAYS}|{_MONTHS})|(?:in|on|since) (?:{_MONTHS})"
 )
-_TENSE = re.compile(rf"(?:{_TENSE_EN})", re.IGNORECASE)
+_TENSE = re.compile(_TENSE_EN, re.IGNORECASE)
+_POINTER = re.compile(rf"\b(?:{_POINTER_EN})\b", re.IGNORECASE)
 _CUES: Mapping[str, re.Pattern[str]] = {
     "en": re.compile(rf"\b(?:{_POINTER_EN}|{_TENSE_EN})\b", re.IGNORECASE),
     "ja": re.compile(
@@ -147,7 +150,6 @@ def _pointing(text: str, lang: str) -> str:
 
 
 STATEMENT = "a statement that does not point at the past: it asks nothing of it"
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s*")
 
 
 def at_hand(text: str, said: str, lang: str = "en") -> bool:
@@ -157,11 +159,9 @@ def at_hand(text: str, said: str, lang: str = "en") -> bool:
     like?"). It asks about the talk it answers, by a pronoun. On LoCoMo 43 of 211 such chat
     questions are, and none of its 623 evaluation questions that point at the past (they name
     who and what)."""
-    from kioku.salience import content_words, is_question
-
-    if not _TENSE.fullmatch(said) or re.search(rf"\b(?:{_POINTER_EN})\b", text, re.I):
+    if not _TENSE.fullmatch(said) or _POINTER.search(text):
         return False  # "last week", "remember", 昨日: they name when, or that it was said
-    sentences = [x for x in _SENTENCE_END.split(text.strip()) if x.strip()]
+    sentences = [x for x in SENTENCE_END.split(text.strip()) if x.strip()]
     asked = [x for x in sentences if is_question(x)] or sentences[-1:]
     words: set[str] = set()
     for x in asked:
@@ -173,7 +173,11 @@ def pointer(text: str, lang: str, holds: Callable[[str], bool]) -> str:
     """What in `text` points at the past: its cue, or else the first name `holds` says the
     prompt does not hold ("" when nothing does). A statement without one is shown nothing
     (`STATEMENT`), so the caller may ask this before it searches."""
-    return _pointing(text, lang) or next((n for n in names(text) if not holds(n)), "")
+    return _pointing(text, lang) or _unheld_name(text, holds)
+
+
+def _unheld_name(text: str, holds: Callable[[str], bool]) -> str:
+    return next((n for n in names(text) if not holds(n)), "")
 
 
 def judge(
@@ -196,11 +200,10 @@ def judge(
     line; `holds(name)`: the raw window or memory names it; `in_view`: the share of the
     message's meaning the raw window's own best match holds (for a question, its newest
     messages'); `asks`: the message is a user's question (`kioku.context.asks_something`)."""
-    pointed, worded = pointer(text, lang, holds), _pointing(text, lang)
+    worded = _pointing(text, lang)
     if asks and worded and at_hand(text, worded, lang):
-        # "How was it?": a tense, not a pointer; what it asks about is the talk it answers
-        worded = ""
-        pointed = next((n for n in names(text) if not holds(n)), "")
+        worded = ""  # "How was it?": a tense, not a pointer; it asks about the talk at hand
+    pointed = worded or _unheld_name(text, holds)
     if not asks and not pointed:
         return Need.off(STATEMENT)
     if not hits:
