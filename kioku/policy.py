@@ -17,7 +17,8 @@ The rules come from a production system that rebuilt its memory five times (seed
   fold, so the two share one cache break;
 - when that synopsis does not come (the summarizer slower than the chat, failing, its job
   stuck) and a fold would take the chapters a chapter past the threshold, an extractive synopsis
-  folds them in that same fold, and the model's is written later to replace it: memory never
+  folds them in that same fold, and the model's is written later to replace it at the next
+  fold (the stand-in is true, only plainer: not worth a cache break of its own): memory never
   outgrows its share of the window, whatever the summarizer does.
 
 Every size is the rendered prompt's (`kioku.budget`): `State.fixed` is what the prompt holds
@@ -216,7 +217,9 @@ def fold_ready(state: State, *, just_in_time: bool = True) -> Plan:
     activate, retire, discard, start, chapters, synopsis = _fold_ready(state, hold=hold)
     # a fold the turn's recollections asked for (the turn after would not have needed it)
     for_recall = bool(activate) and just_in_time and state.needs_room_for_recall
-    swapped, revised, dropped, chapters, synopsis = _swap_revisions(state, chapters, synopsis)
+    swapped, revised, dropped, chapters, synopsis = _swap_revisions(
+        state, chapters, synopsis, hold=hold and not activate
+    )
     activate += swapped
     discard += dropped
     reasons: list[str] = []
@@ -479,17 +482,23 @@ def _revises(item: MemoryItem, memory: Memory) -> bool:
 
 
 def _swap_revisions(
-    state: State, chapters: list[MemoryItem], synopsis: MemoryItem | None
+    state: State, chapters: list[MemoryItem], synopsis: MemoryItem | None, *, hold: bool = False
 ) -> tuple[list[int], list[int], list[int], list[MemoryItem], MemoryItem | None]:
     """Put ready revisions in place of the stale items they rewrite: (activate, revised,
-    discard, chapters, synopsis). The raw window does not move."""
+    discard, chapters, synopsis). The raw window does not move. `hold`: the turn folds nothing,
+    so the model's version of an extractive stand-in waits for the turn that does (the stand-in
+    is true, only plainer: swapping it now would be a cache break of its own); a revision after
+    an edit never waits, since the item it replaces says what the client took back."""
     activate: list[int] = []
     revised: list[int] = []
     discard: list[int] = []
+    stand_ins = {i.id for i in state.memory.items if i.data.get(STAND_IN) and not i.stale}
     for r in sorted(state.ready, key=lambda r: -(r.id or 0)):  # the newest revision wins
         if r.ready_at > state.now or r.id is None or not _revises(r, state.memory):
             continue
         old = r.replaces[0]
+        if hold and old in stand_ins:
+            continue
         if r.kind == "chapter" and any(c.id == old for c in chapters):
             chapters = [r if c.id == old else c for c in chapters]
         elif r.kind == "synopsis" and synopsis is not None and synopsis.id == old:

@@ -91,7 +91,18 @@ def test_the_models_major_gc_replaces_the_extractive_synopsis_that_stood_in_for_
     worker.run_until_idle("c")
     replacements = [t for t in model.tasks if t.kind == "synopsis" and t.span == stand_in.span]
     assert replacements, "the major GC the stand-in stood for was never written"
-    chat(kk, 1, first=300)  # the next turn swaps it in, as it does a revision
+    # it waits for the next fold, so the swap shares that fold's cache break
+    counters = kk.store.counters
+    turn, folded = 300, False
+    while not folded:
+        assert turn < 400, "no turn folded"
+        folds = counters("c").get("folds", 0)
+        chat(kk, 1, first=turn)
+        turn += 1
+        folded = counters("c").get("folds", 0) > folds
+        assert (stand_in.id in {i.id for i in kk.store.items("c", "active")}) is not folded
+        worker.run_until_idle("c")
+    assert turn > 302, "no turn waited"
     active = {i.id: i for i in kk.store.items("c", "active")}
     assert stand_in.id not in active
     (syn,) = [i for i in active.values() if i.kind == "synopsis"]

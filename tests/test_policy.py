@@ -358,6 +358,30 @@ def test_a_late_major_gc_is_folded_by_an_extractive_synopsis_with_the_fold_that_
     assert not decide(within).stand_in_synopsis
 
 
+def test_the_models_synopsis_waits_for_the_next_fold_to_replace_its_stand_in() -> None:
+    """The extractive stand-in a late major GC folded is true, only plainer: its replacement is
+    a cache break of its own on a turn that folds nothing (CP at 16k through kioku serve broke
+    twice in three turns), so it waits for the turn that folds. A revision after a client's
+    edit does not wait: the item it replaces says what the client took back."""
+    stand_in = replace(item(1, 0, 19, kind="synopsis"), data={"stand_in": True})
+    model = item(5, 0, 19, 90, kind="synopsis", replaces=(1,))
+    quiet = state(
+        raw_start=40,
+        raw=raw(40, 10),
+        memory=Memory(synopsis=stand_in, chapters=(item(2, 20, 39),)),
+        ready=[model],
+    )
+    assert decide(quiet) == Decision()
+    # the turn that folds a chapter swaps it in too: one break for both
+    folding = replace(quiet, raw=raw(40, 120), fixed=200, ready=[model, item(7, 40, 93)])
+    d = decide(folding)
+    assert set(d.activate) == {5, 7} and d.revised == (1,)
+    # a stand-in a client's edit made stale is revised at once, like any other item
+    edited = replace(quiet, memory=Memory(synopsis=replace(stand_in, stale=True)))
+    d = decide(edited)
+    assert d.activate == (5,) and d.revised == (1,) and d.raw_start is None
+
+
 def test_memory_past_the_ceiling_folds_whole_into_an_extractive_synopsis() -> None:
     """A prompt that cannot fit even with the raw window cut to the new message (memory of
     1,500 tokens under a 1,400 ceiling, as a stuck summary once left it): every item folds now,
