@@ -325,7 +325,9 @@ class Conversation:
         # chapter folds: worth a cache break), never held free on the turns that want none;
         # the rest take what room there is
         recall = self._recall(entry, view)
-        wants = recall.least + context.LABEL_TOKENS if recall and recall.least else 0
+        wants = 0
+        if recall and recall.least and recall.need.makes_room:
+            wants = recall.least + context.LABEL_TOKENS
         room = client.tokens(self.kioku.counter, template_of(self.kioku.counter).per_message)
         report, view = self._compact(view, squeeze=room, recall=wants)
         if self.kioku.fold_immediately and report.scheduled:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kioku.recall.archive import Hit
-from kioku.recall.need import BACKGROUND_HITS, cue, judge, names
+from kioku.recall.need import BACKGROUND_HITS, about, cue, judge, names
 
 GATE = dict(relevance=0.3, cued_relevance=0.2, standout=1.5, in_view_share=0.6, limit=8)
 
@@ -83,19 +83,65 @@ def test_a_hit_that_stands_out_is_recalled_and_the_search_background_is_not() ->
 
 
 def test_shared_words_alone_recall_nothing_and_say_why() -> None:
-    need = decide("Do you watch films on Netflix?", flat(), asks=True)
+    need = decide("Do you watch films on weekends?", flat(), asks=True)
     assert not need.on and not need.hits
     assert need.why.startswith("nothing stands out")
 
 
 def test_recollections_stop_where_the_scores_fall_into_the_background() -> None:
     # a weaker hit still above the background is evidence too; the background is not
-    need = decide("Which kite had a dragon on it?", standing(9.0, 8.5, 2.5), asks=True)
-    assert [h.seq for h in need.hits] == [500, 501, 502]
-    assert len(decide("Which kite?", standing(*[9.0] * 20), limit=5, asks=True).hits) == 5
+    told = "I remember the kite that had a dragon on it."
+    need = decide(told, standing(9.0, 8.5, 2.5))
+    assert [h.seq for h in need.hits] == [500, 501, 502] and need.makes_room
+    assert len(decide(told, standing(*[9.0] * 20), limit=5).hits) == 5
     # few windows match at all: the background is of windows that match nothing
     few = [Hit(7, 6.0, 0.6), Hit(9, 1.0, 0.1)]
-    assert [h.seq for h in decide("Which kite?", few, asks=True).hits] == [7, 9]
+    assert [h.seq for h in decide(told, few).hits] == [7, 9]
+
+
+def test_a_question_about_the_talk_at_hand_is_shown_the_few_that_stand_out_most() -> None:
+    # LoCoMo 0: "Cool! Got any fav tunes?" was shown the 23 windows above the background, and
+    # RealPersonaChat CP "ご趣味は何かありますか？" 1,089 tokens: asked of the one it speaks to,
+    # the few best are enough, and no chapter folds to make room for them
+    hits = standing(9.0, 8.5, 8.0, 7.5, 4.0, 3.5)
+    chat = decide("Wow, Mel! Got any fav tunes?", hits, asks=True)
+    assert [h.seq for h in chat.hits] == [500, 501, 502] and not chat.makes_room
+    assert chat.why.startswith("it asks about the talk at hand")
+    ja = decide("ご趣味は何かありますか？", hits, asks=True, lang="ja")
+    assert len(ja.hits) == 3 and not ja.makes_room
+    # none below half the best one's score
+    assert [h.seq for h in decide("Got any fav tunes?", standing(9.0, 4.0), asks=True).hits] == [
+        500
+    ]
+    # one that asks about someone by name asks what the conversation knows of them: every
+    # window that shares its words, up to the room, for which a ready chapter folds
+    named = decide("What tunes does Melanie like?", hits, asks=True)
+    assert len(named.hits) == GATE["limit"] and named.makes_room
+    assert named.why.startswith("it asks about 'Melanie'")
+    assert decide("お母さんは元気？", hits, asks=True, lang="ja").makes_room
+    # unless the talk it answers holds as much as the archive's best ("How's Oliver?" after
+    # news of him); a question about the past in words is held back by less
+    assert not decide("What tunes does Melanie like?", hits, asks=True, in_view=0.9).on
+    assert decide("What tunes does Melanie like?", hits, asks=True, in_view=0.8).on
+    assert not decide("When did we hear those tunes?", hits, asks=True, in_view=0.8).on
+
+
+@pytest.mark.parametrize(
+    ("text", "whom"),
+    [
+        ("What has Melanie painted?", "Melanie"),
+        ("What kind of beer does McGee's bar serve?", "McGee"),
+        ("How's Oliver?", "Oliver"),
+        ("Wow, Mel! Any more paintings coming up?", ""),  # asked of Mel
+        ("Thanks, Melanie! That plate is awesome! Did you make it?", ""),
+        ("Hey Caroline, how are you?", ""),
+        ("What are you up to, Mel?", ""),
+        ("ハナコさんは元気？", "ハナコさん"),
+        ("ご趣味は何かありますか？", ""),
+    ],
+)
+def test_whom_a_question_asks_about(text: str, whom: str) -> None:
+    assert about(text) == whom
 
 
 def test_what_the_prompt_shows_already_is_no_evidence() -> None:
@@ -189,7 +235,10 @@ def test_a_tense_with_a_pronoun_asks_about_the_talk_at_hand() -> None:
         ("How was it? Anything fun?", True),
         ("That bowl is gorgeous! Where did you find it?", True),
         ("What did Caroline paint last week?", False),
-        ("What was the best part? Do you do it often with the kids?", False),
+        # LoCoMo 0, after a story of a camping trip: asked of the story just told
+        ("What was the best part? Do you do it often with the kids?", True),
+        ("What did Caroline paint?", False),  # it names whom
+        ("When did we fly the kite?", False),  # a past the user shared
         ("What did we do last weekend?", False),  # it names when
         ("How did it go, remember?", False),
         ("昨日は何してたっけ？", False),
@@ -199,7 +248,7 @@ def test_what_a_question_about_the_past_names(text: str, at_hand: bool) -> None:
     from kioku.recall.need import at_hand as names_nothing
 
     lang = "ja" if any(ord(c) > 0x3000 for c in text) else "en"
-    assert names_nothing(text, cue(text, lang), lang) is at_hand
+    assert names_nothing(text, cue(text, lang)) is at_hand
 
 
 def test_an_empty_archive_recalls_nothing() -> None:

@@ -2,27 +2,37 @@
 
 A recollection costs the turn its tokens: prefilled on that turn, and in a full window the room
 a ready chapter must be folded for. Filling whatever room a question finds made every question
-pay that, and in companion chat most questions are small talk ("do you watch Netflix?"), not a
+pay that, and in companion chat most questions are small talk ("do you watch films?"), not a
 request for the past: on RealPersonaChat FZ at 16k, 133 turns each prefilled 2,000–3,800 tokens
 of excerpts that shared a word with the message and nothing more. So the past comes when the
 turn gives evidence that it is wanted, and in the amount that evidence supports:
 
 - **the message points at the past** (`cue`): "remember", "last week", "when did", 覚えてる,
   この前, っけ, 还记得, 上次…, or a name the raw window and memory do not hold.
-  - A question that does in words ("when did we…?", "what did Hanako say?", 覚えてる？) asks
-    for the past outright: every window that shares its words is shown, best first, up to the
-    room, unless the talk it answers holds as much ("how did they take it?" after the story).
-    One that names nothing of that past ("How was it?", "Did you make it?": a tense and a
-    pronoun, `at_hand`) asks about the talk it answers, and is judged as any other question.
-    A name alone is weaker evidence (a capitalized word may be new, not old).
+  - A question that does in words ("when did we…?", "what did you cook last week?", 覚えてる？)
+    asks for the past outright: every window that shares its words is shown, best first, up to
+    the room, unless the talk it answers holds as much ("how did they take it?" after the
+    story). One that points by a tense alone and names no one, no time and no past the user
+    shared ("How was it?", "Did you make it?", `at_hand`) asks about the talk it answers.
   - A statement that does ("I went back to that café from last spring"), or a question that
     names what the prompt does not hold, is shown what stands out, on weaker evidence
-    (`Profile.recall_cued_relevance`).
+    (`Profile.recall_cued_relevance`). A name alone is weaker evidence (a capitalized word may
+    be new, not old).
   - A statement that does not is shown nothing, whatever it shares with the archive: it asks
     nothing, and what it is shown stays in front of it, in the window, until the next fold
     (on LoCoMo 0 at 8k, in process, those recollections cost 0.007 of prefix reuse).
+- **whom a question asks about** (`about`). One that names someone ("what has Melanie
+  painted?", "how's Oliver?", ハナコさんは？), not the one it speaks to ("…, Mel?"), asks what
+  the conversation knows of them: it is shown as a question about the past in words is, held
+  back only when the talk it answers holds as much as the archive's best. One that names no
+  one asks the one it speaks to about the talk at hand ("Got any fav tunes?", ご趣味は？): it
+  is shown the few windows that stand out most (`SMALL_TALK_HITS`, none under
+  `SMALL_TALK_FALLOFF` of the best one's score) and makes no room for them (`Need.makes_room`).
+  On LoCoMo 1,532 of the 1,540 evaluation questions name whom they ask about, and 38 of the
+  1,312 questions in its chats do; on LoCoMo 0 at 8k, questions to the one spoken to had taken
+  25 windows each ("Did you see that band?") and cost 0.0035 of prefix reuse.
 - **retrieval's own evidence**, for a question that does not point at the past ("what books
-  does she like?"). The background is the median score of the search's best
+  do you like?"). The background is the median score of the search's best
   `BACKGROUND_HITS` windows (those that matched nothing count 0): what a window gets for sharing
   the message's common words. Words every window shares (a name, "ですか") lift every window
   alike, so they lift the background too. The best hit must stand `Profile.recall_standout`
@@ -37,7 +47,7 @@ turn gives evidence that it is wanted, and in the amount that evidence supports:
   does not hold a question back, which wants the older mentions too.
 - **sized by the evidence.** Recollections are taken best first while they stand above the
   background, and stop where the scores fall into it, not where the room ends (a question
-  about the past excepted: it asked).
+  about the past or about someone excepted: it asked).
 
 `judge` is pure: `kioku.layers.Layers` searches, calls it and builds the recollections it
 names; the engine makes room for the best of them (a ready chapter folds: `policy.State.recall`)
@@ -55,7 +65,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from kioku.dates import MONTHS
-from kioku.salience import content_words, is_question
+from kioku.salience import is_question
 from kioku.support import SENTENCE_END
 
 if TYPE_CHECKING:  # the archive pulls in bm25s (and scipy): not at import
@@ -63,10 +73,22 @@ if TYPE_CHECKING:  # the archive pulls in bm25s (and scipy): not at import
     from kioku.recall.recollection import Recollection
 
 BACKGROUND_HITS = 50  # the hits a search returns: "the background" is their median score
+# A question about the talk at hand is shown the few hits that stand out most, never less than
+# this share of the best one's score; it makes no room for them (`Need.makes_room`)
+SMALL_TALK_HITS = 3
+SMALL_TALK_FALLOFF = 0.5
 MAX_LIFT = 99.0  # a hit among windows that match nothing stands out without measure
 # a name is a capitalized word inside a sentence: what "I", sentence starts and a message's
 # first word would confuse for one is left out
-_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b(?:[A-Z][a-z]{2,}|[A-Z][a-z]+[A-Z][a-z]+)\b")  # McGee
+# whom a message speaks to by name ("…, Mel?", "Thanks, Melanie!", "Hey Caroline, …"): not
+# whom it asks about
+_VOCATIVE = re.compile(
+    r"(?:,\s*|\b(?i:hey|hi|hello|thanks|thank you|dear|oh|wow|yo)\s+)"
+    r"([A-Z][a-z]+(?:[A-Z][a-z]+)?)(?=\s*(?:[,!?.]|$))"
+)
+# a Japanese name is told by its honorific (ハナコさん, 田中くん, お母さん)
+_HONORIFIC = re.compile(r"[\u4e00-\u9fff\u30a0-\u30ff々]{1,6}(?:さん|ちゃん|くん|様)")
 _MONTHS = "|".join(m.lower() for m in MONTHS)
 _WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _SEASONS = "spring|summer|autumn|fall|winter|weekend|night|time|week|month|year"
@@ -84,6 +106,7 @@ _POINTER_EN = (
     rf"last (?:{_SEASONS}|{_WEEKDAYS}|{_MONTHS})|(?:in|on|since) (?:{_MONTHS})"
 )
 _TENSE = re.compile(_TENSE_EN, re.IGNORECASE)
+_SHARED = re.compile(r"\b(?:did|have|had) (?:i|we)\b", re.IGNORECASE)  # a past the user shared
 _POINTER = re.compile(rf"\b(?:{_POINTER_EN})\b", re.IGNORECASE)
 _CUES: Mapping[str, re.Pattern[str]] = {
     "en": re.compile(rf"\b(?:{_POINTER_EN}|{_TENSE_EN})\b", re.IGNORECASE),
@@ -123,6 +146,9 @@ class Need:
     hits: tuple[Hit, ...] = ()
     background: float = 0.0  # the median score of the search's best hits
     standout: float = 0.0  # the best unseen hit's score ÷ the background (0: none)
+    # a ready chapter folds for the best of them when the turn has no room (a cache break): not
+    # for a question about the talk at hand, which takes what room there is
+    makes_room: bool = True
 
     @classmethod
     def off(cls, why: str) -> Need:
@@ -152,21 +178,30 @@ def _pointing(text: str, lang: str) -> str:
 STATEMENT = "a statement that does not point at the past: it asks nothing of it"
 
 
-def at_hand(text: str, said: str, lang: str = "en") -> bool:
-    """Whether a question that points at the past by a tense alone (`said`: its cue, "what
-    did", "how was") names nothing of that past: fewer than two content words in its question
-    sentences beside the cue ("How was it?", "Where did you find it?", "What did it look
-    like?"). It asks about the talk it answers, by a pronoun. On LoCoMo 43 of 211 such chat
-    questions are, and none of its 623 evaluation questions that point at the past (they name
-    who and what)."""
-    if not _TENSE.fullmatch(said) or _POINTER.search(text):
-        return False  # "last week", "remember", 昨日: they name when, or that it was said
+def about(text: str) -> str:
+    """Whom a question asks about by name ("" when no one): the first person its question
+    sentences name besides the one it speaks to. "What has Melanie painted?" asks about
+    Melanie; "Wow, Mel! Any more paintings coming up?" asks Mel about the talk at hand."""
     sentences = [x for x in SENTENCE_END.split(text.strip()) if x.strip()]
-    asked = [x for x in sentences if is_question(x)] or sentences[-1:]
-    words: set[str] = set()
-    for x in asked:
-        words |= content_words(x, lang)
-    return len(words - content_words(said, lang)) < 2
+    for x in [x for x in sentences if is_question(x)] or sentences[-1:]:
+        spoken_to = set(_VOCATIVE.findall(x))
+        if named := [n for n in names(x) if n not in spoken_to]:
+            return named[0]
+        if m := _HONORIFIC.search(x):
+            return m.group(0)
+    return ""
+
+
+def at_hand(text: str, said: str) -> bool:
+    """Whether a question that points at the past by a tense alone (`said`: its cue, "what
+    did", "how was") asks about the talk it answers: it names no one and no time, and the past
+    is not one the user shared ("did we", "have I"). "How was it?", "Where did you find it?",
+    "What was the best part? Do you do it often with the kids?" are; "What did Caroline
+    paint?", "When did we fly the kite?", "What did you cook last week?" are not. None of
+    LoCoMo's 1,540 evaluation questions is (they name whom they ask about)."""
+    if not _TENSE.fullmatch(said) or _POINTER.search(text) or _SHARED.search(text):
+        return False
+    return not about(text)
 
 
 def pointer(text: str, lang: str, holds: Callable[[str], bool]) -> str:
@@ -177,7 +212,8 @@ def pointer(text: str, lang: str, holds: Callable[[str], bool]) -> str:
 
 
 def _unheld_name(text: str, holds: Callable[[str], bool]) -> str:
-    return next((n for n in names(text) if not holds(n)), "")
+    spoken_to = set(_VOCATIVE.findall(text))  # whom it speaks to is no pointer at the past
+    return next((n for n in names(text) if n not in spoken_to and not holds(n)), "")
 
 
 def judge(
@@ -201,9 +237,13 @@ def judge(
     message's meaning the raw window's own best match holds (for a question, its newest
     messages'); `asks`: the message is a user's question (`kioku.context.asks_something`)."""
     worded = _pointing(text, lang)
-    if asks and worded and at_hand(text, worded, lang):
+    if asks and worded and at_hand(text, worded):
         worded = ""  # "How was it?": a tense, not a pointer; it asks about the talk at hand
     pointed = worded or _unheld_name(text, holds)
+    # a question that names no one and points at no past asks whom it speaks to about the
+    # talk at hand ("Got any fav tunes?", ご趣味は？): the few hits that stand out most
+    whom = about(text) if asks else ""
+    chat = asks and not pointed and not whom
     if not asks and not pointed:
         return Need.off(STATEMENT)
     if not hits:
@@ -217,11 +257,13 @@ def judge(
     if best is None:
         return Need(False, "what it finds is in view already", pointed, background=background)
     lift = min(best.score / background, MAX_LIFT) if background > 0 else MAX_LIFT
-    if asks and worded and in_view < in_view_share * best.relevance:
-        # it asked for the past in words (a name alone may be new): any window that shares
-        # its words may hold the answer
+    # it asks for the past in words, or what the conversation knows of someone it names: any
+    # window that shares its words may hold the answer, unless the talk it answers holds as
+    # much (of someone named, as much as the archive's best: "How's Oliver?" after news of him)
+    if asks and (worded or whom) and in_view < (1.0 if whom else in_view_share) * best.relevance:
         matched = (best, *islice((h for h in fresh if h.score > 0), limit - 1))
-        why = f"it asks about the past ({worded!r}); {len(matched)} match"
+        asked = f"the past ({worded!r})" if worded else repr(whom)
+        why = f"it asks about {asked}; {len(matched)} match"
         return Need(True, why, pointed, matched, background, lift)
     if best.relevance < floor or lift < standout:
         why = (
@@ -237,15 +279,20 @@ def judge(
         return Need(False, why, pointed, background=background, standout=lift)
     # sized by the evidence: hits are taken, best first, while they stand above the
     # background; where the scores fall into it, recollections stop (not where room ends)
+    most, least = (
+        (min(limit, SMALL_TALK_HITS), SMALL_TALK_FALLOFF * best.score) if chat else (limit, 0)
+    )
     taken: list[Hit] = [best]
     for h in fresh:
-        if len(taken) >= limit or h.score <= background:
+        if len(taken) >= most or h.score <= background or h.score < least:
             break
         taken.append(h)
     why = f"{len(taken)} stand out ({lift:.1f}× the background)"
     if pointed:
         why = f"it points at the past ({pointed!r}); {why}"
-    return Need(True, why, pointed, tuple(taken), background, lift)
+    elif chat:
+        why = f"it asks about the talk at hand: the {why}"
+    return Need(True, why, pointed, tuple(taken), background, lift, makes_room=not chat)
 
 
 @dataclass(frozen=True)
