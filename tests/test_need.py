@@ -136,6 +136,8 @@ def test_a_question_about_the_talk_at_hand_is_shown_the_few_that_stand_out_most(
         ("Thanks, Melanie! That plate is awesome! Did you make it?", ""),
         ("Hey Caroline, how are you?", ""),
         ("What are you up to, Mel?", ""),
+        ("*hugs Seraphina tightly* Are you okay?", ""),  # a role-play action names her
+        ("*sits down* How is Lily doing?", "Lily"),
         ("ハナコさんは元気？", "ハナコさん"),
         ("ご趣味は何かありますか？", ""),
     ],

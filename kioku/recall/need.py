@@ -87,6 +87,8 @@ _VOCATIVE = re.compile(
     r"(?:,\s*|\b(?i:hey|hi|hello|thanks|thank you|dear|oh|wow|yo)\s+)"
     r"([A-Z][a-z]+(?:[A-Z][a-z]+)?)(?=\s*(?:[,!?.]|$))"
 )
+# what a role-play message narrates between asterisks ("*hugs Seraphina*"): not what it asks
+_ACTION = re.compile(r"\*[^*\n]+\*")
 # a Japanese name is told by its honorific (ハナコさん, 田中くん, お母さん)
 _HONORIFIC = re.compile(r"[\u4e00-\u9fff\u30a0-\u30ff々]{1,6}(?:さん|ちゃん|くん|様)")
 _MONTHS = "|".join(m.lower() for m in MONTHS)
@@ -181,8 +183,10 @@ STATEMENT = "a statement that does not point at the past: it asks nothing of it"
 def about(text: str) -> str:
     """Whom a question asks about by name ("" when no one): the first person its question
     sentences name besides the one it speaks to. "What has Melanie painted?" asks about
-    Melanie; "Wow, Mel! Any more paintings coming up?" asks Mel about the talk at hand."""
-    sentences = [x for x in SENTENCE_END.split(text.strip()) if x.strip()]
+    Melanie; "Wow, Mel! Any more paintings coming up?" asks Mel about the talk at hand, and
+    "*hugs Seraphina* Are you okay?" asks her, the name being in its narration."""
+    said = _ACTION.sub(" ", text).strip()
+    sentences = [x for x in SENTENCE_END.split(said) if x.strip()]
     for x in [x for x in sentences if is_question(x)] or sentences[-1:]:
         spoken_to = set(_VOCATIVE.findall(x))
         if named := [n for n in names(x) if n not in spoken_to]:
