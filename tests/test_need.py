@@ -73,6 +73,17 @@ def test_names_are_the_capitalized_words_inside_a_sentence() -> None:
         "Hanako",
         "Kurohama",
     )
+    assert names(' Gardening is really amazing. "Plants" too.') == ()
+
+
+def test_the_past_a_message_tells_is_not_what_its_question_asks() -> None:
+    # LoCoMo 7: "…last Friday. How about you, how are things going in that area?" was shown
+    # 49 windows as a question about the past
+    hits = [Hit(900, 2.2, 0.12), *flat(BACKGROUND_HITS - 1)]
+    told = decide("I went hiking last Friday. How about you, how are things?", hits, asks=True)
+    assert not told.on and not told.cue
+    asked = decide("How was the hike last Friday?", hits, asks=True)
+    assert asked.on and asked.why.startswith("it asks about the past")
 
 
 def test_a_hit_that_stands_out_is_recalled_and_the_search_background_is_not() -> None:
@@ -138,6 +149,9 @@ def test_a_question_about_the_talk_at_hand_is_shown_the_few_that_stand_out_most(
         ("What are you up to, Mel?", ""),
         ("*hugs Seraphina tightly* Are you okay?", ""),  # a role-play action names her
         ("*sits down* How is Lily doing?", "Lily"),
+        # a sentence's first word is no name, after a quote either (LoCoMo 7)
+        ('My favourite is a track called "Savana." What songs do you like?', ""),
+        ("It's inspiring, huh Jolene? Have you thought about the steps?", ""),
         ("ハナコさんは元気？", "ハナコさん"),
         ("ご趣味は何かありますか？", ""),
     ],

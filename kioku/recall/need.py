@@ -10,10 +10,12 @@ turn gives evidence that it is wanted, and in the amount that evidence supports:
 - **the message points at the past** (`cue`): "remember", "last week", "when did", 覚えてる,
   この前, っけ, 还记得, 上次…, or a name the raw window and memory do not hold.
   - A question that does in words ("when did we…?", "what did you cook last week?", 覚えてる？)
-    asks for the past outright: every window that shares its words is shown, best first, up to
-    the room, unless the talk it answers holds as much ("how did they take it?" after the
-    story). One that points by a tense alone and names no one, no time and no past the user
-    shared ("How was it?", "Did you make it?", `at_hand`) asks about the talk it answers.
+    in what it asks (not in a sentence that tells: "I went hiking last Friday. How about
+    you?") asks for the past outright: every window that shares its words is shown, best
+    first, up to the room, unless the talk it answers holds as much ("how did they take it?"
+    after the story). One that points by a tense alone and names no one, no time and no
+    past the user shared ("How was it?", "Did you make it?", `at_hand`) asks about the talk
+    it answers.
   - A statement that does ("I went back to that café from last spring"), or a question that
     names what the prompt does not hold, is shown what stands out, on weaker evidence
     (`Profile.recall_cued_relevance`). A name alone is weaker evidence (a capitalized word may
@@ -28,7 +30,7 @@ turn gives evidence that it is wanted, and in the amount that evidence supports:
   one asks the one it speaks to about the talk at hand ("Got any fav tunes?", ご趣味は？): it
   is shown the few windows that stand out most (`SMALL_TALK_HITS`, none under
   `SMALL_TALK_FALLOFF` of the best one's score) and makes no room for them (`Need.makes_room`).
-  On LoCoMo 1,532 of the 1,540 evaluation questions name whom they ask about, and 38 of the
+  On LoCoMo 1,532 of the 1,540 evaluation questions name whom they ask about, and 36 of the
   1,312 questions in its chats do; on LoCoMo 0 at 8k, questions to the one spoken to had taken
   25 windows each ("Did you see that band?") and cost 0.0035 of prefix reuse.
 - **retrieval's own evidence**, for a question that does not point at the past ("what books
@@ -80,11 +82,14 @@ SMALL_TALK_FALLOFF = 0.5
 MAX_LIFT = 99.0  # a hit among windows that match nothing stands out without measure
 # a name is a capitalized word inside a sentence: what "I", sentence starts and a message's
 # first word would confuse for one is left out
-_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b(?:[A-Z][a-z]{2,}|[A-Z][a-z]+[A-Z][a-z]+)\b")  # McGee
+_NAME = re.compile(
+    r"(?<![.!?]\s)(?<![.!?][\"'”’)]\s)(?<![.!?]\s[\"'“‘(])(?<!^)(?<!^[\"'“‘(])"
+    r"\b(?:[A-Z][a-z]{2,}|[A-Z][a-z]+[A-Z][a-z]+)\b"
+)  # McGee too; not a sentence's first word, after a closing quote either
 # whom a message speaks to by name ("…, Mel?", "Thanks, Melanie!", "Hey Caroline, …"): not
 # whom it asks about
 _VOCATIVE = re.compile(
-    r"(?:,\s*|\b(?i:hey|hi|hello|thanks|thank you|dear|oh|wow|yo)\s+)"
+    r"(?:,\s*|\b(?i:hey|hi|hello|thanks|thank you|dear|oh|wow|yo|huh|eh)\s+)"
     r"([A-Z][a-z]+(?:[A-Z][a-z]+)?)(?=\s*(?:[,!?.]|$))"
 )
 # what a role-play message narrates between asterisks ("*hugs Seraphina*"): not what it asks
@@ -108,6 +113,12 @@ _POINTER_EN = (
     rf"last (?:{_SEASONS}|{_WEEKDAYS}|{_MONTHS})|(?:in|on|since) (?:{_MONTHS})"
 )
 _TENSE = re.compile(_TENSE_EN, re.IGNORECASE)
+# days and months are capitalized, and name no one ("Tues", "last Friday" is a time cue)
+_DAYS = frozenset(
+    [*_MONTHS.split("|"), *_WEEKDAYS.split("|"), *(d[:3] for d in _WEEKDAYS.split("|"))]
+    + [m[:3] for m in _MONTHS.split("|")]
+    + ["tues", "thur", "thurs", "sept"]
+)
 _SHARED = re.compile(r"\b(?:did|have|had) (?:i|we)\b", re.IGNORECASE)  # a past the user shared
 _POINTER = re.compile(rf"\b(?:{_POINTER_EN})\b", re.IGNORECASE)
 _CUES: Mapping[str, re.Pattern[str]] = {
@@ -135,7 +146,7 @@ def cue(text: str, lang: str = "en") -> str:
 
 def names(text: str) -> tuple[str, ...]:
     """Capitalized words inside a sentence: the people and places an English message names."""
-    return tuple(dict.fromkeys(_NAME.findall(text)))
+    return tuple(n for n in dict.fromkeys(_NAME.findall(text.strip())) if n.lower() not in _DAYS)
 
 
 @dataclass(frozen=True)
@@ -180,14 +191,20 @@ def _pointing(text: str, lang: str) -> str:
 STATEMENT = "a statement that does not point at the past: it asks nothing of it"
 
 
+def _asked(text: str) -> list[str]:
+    """The sentences of a message that ask (its last when none does), without role-play
+    narration between asterisks or the quotes a sentence opens on."""
+    said = _ACTION.sub(" ", text).strip()
+    sentences = [x.lstrip(" \"'“”‘’)") for x in SENTENCE_END.split(said) if x.strip()]
+    return [x for x in sentences if is_question(x)] or sentences[-1:]
+
+
 def about(text: str) -> str:
     """Whom a question asks about by name ("" when no one): the first person its question
     sentences name besides the one it speaks to. "What has Melanie painted?" asks about
     Melanie; "Wow, Mel! Any more paintings coming up?" asks Mel about the talk at hand, and
     "*hugs Seraphina* Are you okay?" asks her, the name being in its narration."""
-    said = _ACTION.sub(" ", text).strip()
-    sentences = [x for x in SENTENCE_END.split(said) if x.strip()]
-    for x in [x for x in sentences if is_question(x)] or sentences[-1:]:
+    for x in _asked(text):
         spoken_to = set(_VOCATIVE.findall(x))
         if named := [n for n in names(x) if n not in spoken_to]:
             return named[0]
@@ -241,8 +258,10 @@ def judge(
     message's meaning the raw window's own best match holds (for a question, its newest
     messages'); `asks`: the message is a user's question (`kioku.context.asks_something`)."""
     worded = _pointing(text, lang)
-    if asks and worded and at_hand(text, worded):
-        worded = ""  # "How was it?": a tense, not a pointer; it asks about the talk at hand
+    if asks and worded and (at_hand(text, worded) or not _pointing(" ".join(_asked(text)), lang)):
+        # "How was it?": a tense, not a pointer; "I went hiking last Friday. How about you?":
+        # the past is told, what it asks is about the talk at hand
+        worded = ""
     pointed = worded or _unheld_name(text, holds)
     # a question that names no one and points at no past asks whom it speaks to about the
     # talk at hand ("Got any fav tunes?", ご趣味は？): the few hits that stand out most
