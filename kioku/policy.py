@@ -492,7 +492,11 @@ def _swap_revisions(
     activate: list[int] = []
     revised: list[int] = []
     discard: list[int] = []
-    stand_ins = {i.id for i in state.memory.items if i.data.get(STAND_IN) and not i.stale}
+    stand_ins = (
+        {i.id for i in state.memory.items if i.data.get(STAND_IN) and not i.stale}
+        if hold
+        else set()
+    )
     for r in sorted(state.ready, key=lambda r: -(r.id or 0)):  # the newest revision wins
         if r.ready_at > state.now or r.id is None or not _revises(r, state.memory):
             continue

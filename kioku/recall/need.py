@@ -114,11 +114,8 @@ _POINTER_EN = (
 )
 _TENSE = re.compile(_TENSE_EN, re.IGNORECASE)
 # days and months are capitalized, and name no one ("Tues", "last Friday" is a time cue)
-_DAYS = frozenset(
-    [*_MONTHS.split("|"), *_WEEKDAYS.split("|"), *(d[:3] for d in _WEEKDAYS.split("|"))]
-    + [m[:3] for m in _MONTHS.split("|")]
-    + ["tues", "thur", "thurs", "sept"]
-)
+_DAY_WORDS = (*_MONTHS.split("|"), *_WEEKDAYS.split("|"))
+_DAYS = frozenset([*_DAY_WORDS, *(d[:3] for d in _DAY_WORDS), "tues", "thur", "thurs", "sept"])
 _SHARED = re.compile(r"\b(?:did|have|had) (?:i|we)\b", re.IGNORECASE)  # a past the user shared
 _POINTER = re.compile(rf"\b(?:{_POINTER_EN})\b", re.IGNORECASE)
 _CUES: Mapping[str, re.Pattern[str]] = {
@@ -204,7 +201,11 @@ def about(text: str) -> str:
     sentences name besides the one it speaks to. "What has Melanie painted?" asks about
     Melanie; "Wow, Mel! Any more paintings coming up?" asks Mel about the talk at hand, and
     "*hugs Seraphina* Are you okay?" asks her, the name being in its narration."""
-    for x in _asked(text):
+    return _whom(_asked(text))
+
+
+def _whom(asked: list[str]) -> str:
+    for x in asked:
         spoken_to = set(_VOCATIVE.findall(x))
         if named := [n for n in names(x) if n not in spoken_to]:
             return named[0]
@@ -220,9 +221,13 @@ def at_hand(text: str, said: str) -> bool:
     "What was the best part? Do you do it often with the kids?" are; "What did Caroline
     paint?", "When did we fly the kite?", "What did you cook last week?" are not. None of
     LoCoMo's 1,540 evaluation questions is (they name whom they ask about)."""
-    if not _TENSE.fullmatch(said) or _POINTER.search(text) or _SHARED.search(text):
-        return False
-    return not about(text)
+    return _by_tense_alone(text, said) and not about(text)
+
+
+def _by_tense_alone(text: str, said: str) -> bool:
+    """`said` is a tense ("what did"), and nothing else in `text` names a time, a memory or a
+    past the user shared."""
+    return bool(_TENSE.fullmatch(said)) and not _POINTER.search(text) and not _SHARED.search(text)
 
 
 def pointer(text: str, lang: str, holds: Callable[[str], bool]) -> str:
@@ -257,15 +262,20 @@ def judge(
     line; `holds(name)`: the raw window or memory names it; `in_view`: the share of the
     message's meaning the raw window's own best match holds (for a question, its newest
     messages'); `asks`: the message is a user's question (`kioku.context.asks_something`)."""
+    asked = _asked(text) if asks else []
+    whom = _whom(asked)
     worded = _pointing(text, lang)
-    if asks and worded and (at_hand(text, worded) or not _pointing(" ".join(_asked(text)), lang)):
-        # "How was it?": a tense, not a pointer; "I went hiking last Friday. How about you?":
-        # the past is told, what it asks is about the talk at hand
+    if (
+        worded
+        and asks
+        and (_by_tense_alone(text, worded) and not whom or not _pointing(" ".join(asked), lang))
+    ):
+        # "How was it?": a tense, not a pointer (`at_hand`); "I went hiking last Friday. How
+        # about you?": the past is told, what it asks is about the talk at hand
         worded = ""
     pointed = worded or _unheld_name(text, holds)
     # a question that names no one and points at no past asks whom it speaks to about the
     # talk at hand ("Got any fav tunes?", ご趣味は？): the few hits that stand out most
-    whom = about(text) if asks else ""
     chat = asks and not pointed and not whom
     if not asks and not pointed:
         return Need.off(STATEMENT)
@@ -285,8 +295,8 @@ def judge(
     # much (of someone named, as much as the archive's best: "How's Oliver?" after news of him)
     if asks and (worded or whom) and in_view < (1.0 if whom else in_view_share) * best.relevance:
         matched = (best, *islice((h for h in fresh if h.score > 0), limit - 1))
-        asked = f"the past ({worded!r})" if worded else repr(whom)
-        why = f"it asks about {asked}; {len(matched)} match"
+        subject = f"the past ({worded!r})" if worded else repr(whom)
+        why = f"it asks about {subject}; {len(matched)} match"
         return Need(True, why, pointed, matched, background, lift)
     if best.relevance < floor or lift < standout:
         why = (
