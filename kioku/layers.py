@@ -118,6 +118,14 @@ class Layers:
             line = lookup(hit.seq, hit.seq)
             return bool(line) and view.line(line[0])
 
+        def names(hit: Hit, name: str) -> bool:
+            # the hit's window as it is recalled (±1 turn): said, or the speaker ("Deb" is
+            # Deborah)
+            return any(
+                name in e.message.text or name in e.message.author
+                for e in lookup(max(0, hit.seq - 1), hit.seq + 1)
+            )
+
         need = judge(
             text,
             hits,
@@ -131,6 +139,7 @@ class Layers:
             in_view=in_view,
             limit=limit,
             asks=asks,
+            names=names,
         )
         if not need.on:
             return Recall(need)

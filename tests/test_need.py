@@ -137,6 +137,35 @@ def test_a_question_about_the_talk_at_hand_is_shown_the_few_that_stand_out_most(
     assert not decide("When did we hear those tunes?", hits, asks=True, in_view=0.8).on
 
 
+def test_what_the_conversation_knows_of_someone_is_in_the_windows_that_name_them() -> None:
+    hits = standing(9.0, 8.5, 8.0, 7.5, 4.0, 3.5)
+    on_mel = {501, 503}  # the windows that name Melanie (in what was said, or as its speaker)
+
+    def names(hit: Hit, name: str) -> bool:
+        return name == "Melanie" and hit.seq in on_mel
+
+    named = decide("What tunes does Melanie like?", hits, asks=True, names=names)
+    assert [h.seq for h in named.hits] == [501, 503] and named.makes_room
+    assert named.why.startswith("it asks about 'Melanie'")
+    # a name no window holds was never spoken of ("Do you watch Netflix?", the issue's
+    # ネットフリックス): the question asks about the talk at hand, not the past
+    brand = decide("Do you watch Netflix?", hits, asks=True, names=names)
+    assert [h.seq for h in brand.hits] == [500, 501, 502] and not brand.makes_room
+    assert brand.why.startswith("it asks about the talk at hand")
+    # what names her is in view already: nothing else is shown in its place
+    shown = decide("What tunes does Melanie like?", hits, seen=on_mel, asks=True, names=names)
+    assert not shown.on and shown.why == "what it finds of 'Melanie' is in view already"
+    # spoken of as ハナコ, asked of as ハナコさん
+    ja = decide(
+        "ハナコさんは元気？",
+        hits,
+        asks=True,
+        lang="ja",
+        names=lambda h, n: n == "ハナコ" and h.seq == 502,
+    )
+    assert [h.seq for h in ja.hits] == [502] and ja.makes_room
+
+
 @pytest.mark.parametrize(
     ("text", "whom"),
     [

@@ -233,3 +233,34 @@ def test_a_question_is_held_back_by_the_talk_it_answers_not_by_the_whole_window(
     asked = far.prepare(question)
     assert asked.recall is not None and asked.recall["on"], asked.recall
     assert asked.recall["got"][0][0] <= 0 <= asked.recall["got"][0][1]
+
+
+def test_a_name_the_conversation_never_spoke_of_asks_about_the_talk_at_hand() -> None:
+    """The issue's ネットフリックス: "Do you watch Netflix?" named a brand nobody had spoken of,
+    and was shown every window that shares "watch", up to the room (1,358 tokens of bird
+    watching here). Whom a question names is asked about where the archive's windows name
+    them; a name none does asks about the talk at hand."""
+    kk, conv, clock = mika("brand", Vague())
+    for i in range(120):
+        clock.advance(30)
+        who = "Hanako and I" if i % 10 == 0 else "We"
+        conv.prepare(f"{who} watch the {word(i)} birds by the river at dawn. {FILLER[i % 3]}")
+        conv.record(f"I love to watch them too. {FILLER[(i + 1) % 3]}")
+        kk.worker.run_until_idle()
+    for i in range(200):
+        clock.advance(30)
+        conv.prepare(f"{FILLER[i % 3]} {word(i + 40).title()} came by.")
+        conv.record(f"{FILLER[(i + 1) % 3]} {word(i + 47).title()} waved.")
+        kk.worker.run_until_idle()
+    assert conv.info().raw_start > 240  # the birds are archived
+    brand = conv.prepare("Do you watch Netflix?")
+    assert brand.recall is not None and "Netflix" not in brand.recall["why"], brand.recall
+    assert brand.account.recollections == 0 or len(brand.recall["got"]) <= 3
+    conv.record("Sometimes.")
+    # someone the archive speaks of is asked about by name: the windows that name her
+    clock.advance(30)
+    named = conv.prepare("Which birds does Hanako like to watch?")
+    assert named.recall is not None and named.recall["on"], named.recall
+    assert named.recall["why"].startswith("it asks about 'Hanako'")
+    got = named.recall["got"]
+    assert 1 < len(got) <= 12 and all(lo // 2 % 10 == 0 or hi // 2 % 10 == 0 for lo, hi in got)

@@ -25,9 +25,12 @@ turn gives evidence that it is wanted, and in the amount that evidence supports:
     (on LoCoMo 0 at 8k, in process, those recollections cost 0.007 of prefix reuse).
 - **whom a question asks about** (`about`). One that names someone ("what has Melanie
   painted?", "how's Oliver?", ハナコさんは？), not the one it speaks to ("…, Mel?"), asks what
-  the conversation knows of them: it is shown as a question about the past in words is, held
-  back only when the talk it answers holds as much as the archive's best. One that names no
-  one asks the one it speaks to about the talk at hand ("Got any fav tunes?", ご趣味は？): it
+  the conversation knows of them: it is shown the windows that name them (in what was said, or
+  as the speaker: "Deb" is Deborah), best first, up to the room, held back only when the talk
+  it answers holds as much as the best of them. A name no window names was never spoken of
+  ("Do you watch Netflix?" with no Netflix in the archive had been shown every window sharing
+  "watch"): it is no one the conversation knows, and no pointer at the past either. One that
+  names no one asks the one it speaks to about the talk at hand ("Got any fav tunes?", ご趣味は？): it
   is shown the few windows that stand out most (`SMALL_TALK_HITS`, none under
   `SMALL_TALK_FALLOFF` of the best one's score) and makes no room for them (`Need.makes_room`).
   On LoCoMo 1,532 of the 1,540 evaluation questions name whom they ask about, and 36 of the
@@ -96,6 +99,7 @@ _VOCATIVE = re.compile(
 _ACTION = re.compile(r"\*[^*\n]+\*")
 # a Japanese name is told by its honorific (ハナコさん, 田中くん, お母さん)
 _HONORIFIC = re.compile(r"[\u4e00-\u9fff\u30a0-\u30ff々]{1,6}(?:さん|ちゃん|くん|様)")
+_HONORIFIC_END = re.compile(r"(?:さん|ちゃん|くん|様)$")
 _MONTHS = "|".join(m.lower() for m in MONTHS)
 _WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _SEASONS = "spring|summer|autumn|fall|winter|weekend|night|time|week|month|year"
@@ -242,6 +246,15 @@ def _unheld_name(text: str, holds: Callable[[str], bool]) -> str:
     return next((n for n in names(text) if n not in spoken_to and not holds(n)), "")
 
 
+def _bare(name: str) -> str:
+    """The name as a message says it of someone: ハナコさん is spoken of as ハナコ too."""
+    return _HONORIFIC_END.sub("", name)
+
+
+def _named(hits: Sequence[Hit], name: str, names: Callable[[Hit, str], bool]) -> bool:
+    return any(h.score > 0 and names(h, name) for h in hits)
+
+
 def judge(
     text: str,
     hits: Sequence[Hit],
@@ -256,14 +269,22 @@ def judge(
     limit: int,
     in_view: float = 0.0,
     asks: bool = False,
+    names: Callable[[Hit, str], bool] | None = None,
 ) -> Need:
     """Decide from `hits` (the archive's best for the message `text`, best first) whether the
     past is wanted, and which hits to show. `seen(hit)`: the prompt already shows the hit's
     line; `holds(name)`: the raw window or memory names it; `in_view`: the share of the
     message's meaning the raw window's own best match holds (for a question, its newest
-    messages'); `asks`: the message is a user's question (`kioku.context.asks_something`)."""
+    messages'); `asks`: the message is a user's question (`kioku.context.asks_something`);
+    `names(hit, name)`: the hit's window names `name` (in what was said, or as who said it).
+    What the conversation knows of someone a question names is in the windows that name
+    them: a name none of the hits holds ("Do you watch Netflix?", never spoken of) asks about
+    the talk at hand, and a named question's matches are the windows that name them."""
     asked = _asked(text) if asks else []
     whom = _whom(asked)
+    bare = _bare(whom)
+    if whom and names is not None and not _named(hits, bare, names):
+        whom = ""
     worded = _pointing(text, lang)
     if (
         worded
@@ -273,7 +294,10 @@ def judge(
         # "How was it?": a tense, not a pointer (`at_hand`); "I went hiking last Friday. How
         # about you?": the past is told, what it asks is about the talk at hand
         worded = ""
-    pointed = worded or _unheld_name(text, holds)
+    unheld = _unheld_name(text, holds)
+    if unheld and names is not None and not _named(hits, _bare(unheld), names):
+        unheld = ""  # no window names it either: no past the conversation has
+    pointed = worded or unheld
     # a question that names no one and points at no past asks whom it speaks to about the
     # talk at hand ("Got any fav tunes?", ご趣味は？): the few hits that stand out most
     chat = asks and not pointed and not whom
@@ -293,6 +317,13 @@ def judge(
     # it asks for the past in words, or what the conversation knows of someone it names: any
     # window that shares its words may hold the answer, unless the talk it answers holds as
     # much (of someone named, as much as the archive's best: "How's Oliver?" after news of him)
+    if whom and not worded and names is not None:
+        on_them = (h for h in hits if h.score > 0 and names(h, bare) and not seen(h))
+        first = next(on_them, None)
+        if first is None:
+            why = f"what it finds of {whom!r} is in view already"
+            return Need(False, why, pointed, background=background)
+        best, fresh = first, on_them
     if asks and (worded or whom) and in_view < (1.0 if whom else in_view_share) * best.relevance:
         matched = (best, *islice((h for h in fresh if h.score > 0), limit - 1))
         subject = f"the past ({worded!r})" if worded else repr(whom)
