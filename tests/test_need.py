@@ -152,6 +152,14 @@ def test_what_the_conversation_knows_of_someone_is_in_the_windows_that_name_them
     brand = decide("Do you watch Netflix?", hits, asks=True, names=names)
     assert [h.seq for h in brand.hits] == [500, 501, 502] and not brand.makes_room
     assert brand.why.startswith("it asks about the talk at hand")
+    # of everyone it names, a window that names any (LoCoMo 4: Tim names the city, not Ireland)
+    city = decide(
+        "Which city in Ireland will Tim be staying in?",
+        hits,
+        asks=True,
+        names=lambda h, n: n == "Tim" and h.seq == 502,
+    )
+    assert [h.seq for h in city.hits] == [502] and city.makes_room
     # what names her is in view already: nothing else is shown in its place
     shown = decide("What tunes does Melanie like?", hits, seen=on_mel, asks=True, names=names)
     assert not shown.on and shown.why == "what it finds of 'Melanie' is in view already"

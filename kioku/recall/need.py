@@ -209,13 +209,18 @@ def about(text: str) -> str:
 
 
 def _whom(asked: list[str]) -> str:
+    return next(iter(_named_in(asked)), "")
+
+
+def _named_in(asked: list[str]) -> list[str]:
+    """Everyone the asking sentences name besides the one they speak to, first named first
+    ("Which city in Ireland will Tim stay in?": Ireland, Tim)."""
+    out: list[str] = []
     for x in asked:
         spoken_to = set(_VOCATIVE.findall(x))
-        if named := [n for n in names(x) if n not in spoken_to]:
-            return named[0]
-        if m := _HONORIFIC.search(x):
-            return m.group(0)
-    return ""
+        out += [n for n in names(x) if n not in spoken_to and n not in out]
+        out += [m for m in _HONORIFIC.findall(x) if m not in out]
+    return out
 
 
 def at_hand(text: str, said: str) -> bool:
@@ -282,8 +287,14 @@ def judge(
     the talk at hand, and a named question's matches are the windows that name them."""
     asked = _asked(text) if asks else []
     whom = _whom(asked)
-    bare = _bare(whom)
-    if whom and names is not None and not _named(hits, bare, names):
+    # a window that names any of them holds what the conversation knows of whom it asks
+    # about: "Which city in Ireland will Tim stay in?" is answered where Tim names Galway
+    bare = [_bare(n) for n in _named_in(asked)]
+
+    def on_them(h: Hit) -> bool:
+        return names is not None and any(names(h, n) for n in bare)
+
+    if whom and names is not None and not any(h.score > 0 and on_them(h) for h in hits):
         whom = ""
     worded = _pointing(text, lang)
     if (
@@ -318,12 +329,12 @@ def judge(
     # window that shares its words may hold the answer, unless the talk it answers holds as
     # much (of someone named, as much as the archive's best: "How's Oliver?" after news of him)
     if whom and not worded and names is not None:
-        on_them = (h for h in hits if h.score > 0 and names(h, bare) and not seen(h))
-        first = next(on_them, None)
+        theirs = (h for h in hits if h.score > 0 and on_them(h) and not seen(h))
+        first = next(theirs, None)
         if first is None:
             why = f"what it finds of {whom!r} is in view already"
             return Need(False, why, pointed, background=background)
-        best, fresh = first, on_them
+        best, fresh = first, theirs
     if asks and (worded or whom) and in_view < (1.0 if whom else in_view_share) * best.relevance:
         matched = (best, *islice((h for h in fresh if h.score > 0), limit - 1))
         subject = f"the past ({worded!r})" if worded else repr(whom)
