@@ -256,8 +256,9 @@ def _bare(name: str) -> str:
     return _HONORIFIC_END.sub("", name)
 
 
-def _named(hits: Sequence[Hit], name: str, names: Callable[[Hit, str], bool]) -> bool:
-    return any(h.score > 0 and names(h, name) for h in hits)
+def _named(hits: Sequence[Hit], who: Sequence[str], names: Callable[[Hit, str], bool]) -> bool:
+    """Some window among `hits` names one of `who`."""
+    return any(h.score > 0 and any(names(h, n) for n in who) for h in hits)
 
 
 def judge(
@@ -288,13 +289,9 @@ def judge(
     asked = _asked(text) if asks else []
     whom = _whom(asked)
     # a window that names any of them holds what the conversation knows of whom it asks
-    # about: "Which city in Ireland will Tim stay in?" is answered where Tim names Galway
-    bare = [_bare(n) for n in _named_in(asked)]
-
-    def on_them(h: Hit) -> bool:
-        return names is not None and any(names(h, n) for n in bare)
-
-    if whom and names is not None and not any(h.score > 0 and on_them(h) for h in hits):
+    # about: "Which city in Ireland will Tim stay in?" is answered where Tim names the city
+    them = [_bare(n) for n in _named_in(asked)]
+    if whom and names is not None and not _named(hits, them, names):
         whom = ""
     worded = _pointing(text, lang)
     if (
@@ -306,7 +303,7 @@ def judge(
         # about you?": the past is told, what it asks is about the talk at hand
         worded = ""
     unheld = _unheld_name(text, holds)
-    if unheld and names is not None and not _named(hits, _bare(unheld), names):
+    if unheld and names is not None and not _named(hits, [_bare(unheld)], names):
         unheld = ""  # no window names it either: no past the conversation has
     pointed = worded or unheld
     # a question that names no one and points at no past asks whom it speaks to about the
@@ -326,10 +323,11 @@ def judge(
         return Need(False, "what it finds is in view already", pointed, background=background)
     lift = min(best.score / background, MAX_LIFT) if background > 0 else MAX_LIFT
     # it asks for the past in words, or what the conversation knows of someone it names: any
-    # window that shares its words may hold the answer, unless the talk it answers holds as
-    # much (of someone named, as much as the archive's best: "How's Oliver?" after news of him)
+    # window that shares its words may hold the answer (of someone named, any that names
+    # them), unless the talk it answers holds as much (of someone named, as much as the best
+    # of those: "How's Oliver?" after news of him)
     if whom and not worded and names is not None:
-        theirs = (h for h in hits if h.score > 0 and on_them(h) and not seen(h))
+        theirs = (h for h in hits if h.score > 0 and _named([h], them, names) and not seen(h))
         first = next(theirs, None)
         if first is None:
             why = f"what it finds of {whom!r} is in view already"
