@@ -66,10 +66,10 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import islice
+from itertools import chain, islice
 from typing import TYPE_CHECKING, Any
 
-from kioku.dates import MONTHS
+from kioku.dates import MONTHS, WEEKDAYS
 from kioku.salience import is_question
 from kioku.support import SENTENCE_END
 
@@ -98,10 +98,11 @@ _VOCATIVE = re.compile(
 # what a role-play message narrates between asterisks ("*hugs Seraphina*"): not what it asks
 _ACTION = re.compile(r"\*[^*\n]+\*")
 # a Japanese name is told by its honorific (ハナコさん, 田中くん, お母さん)
-_HONORIFIC = re.compile(r"[\u4e00-\u9fff\u30a0-\u30ff々]{1,6}(?:さん|ちゃん|くん|様)")
-_HONORIFIC_END = re.compile(r"(?:さん|ちゃん|くん|様)$")
+_HONORIFICS = "さん|ちゃん|くん|様"
+_HONORIFIC = re.compile(rf"[\u4e00-\u9fff\u30a0-\u30ff々]{{1,6}}(?:{_HONORIFICS})")
+_HONORIFIC_END = re.compile(rf"(?:{_HONORIFICS})$")
 _MONTHS = "|".join(m.lower() for m in MONTHS)
-_WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_WEEKDAYS = "|".join(d.lower() for d in WEEKDAYS["en"])
 _SEASONS = "spring|summer|autumn|fall|winter|weekend|night|time|week|month|year"
 # a past tense in a question ("what did", "how was"): it points at the past only with
 # something of that past named beside it (`at_hand`)
@@ -118,7 +119,7 @@ _POINTER_EN = (
 )
 _TENSE = re.compile(_TENSE_EN, re.IGNORECASE)
 # days and months are capitalized, and name no one ("Tues", "last Friday" is a time cue)
-_DAY_WORDS = (*_MONTHS.split("|"), *_WEEKDAYS.split("|"))
+_DAY_WORDS = tuple(d.lower() for d in (*MONTHS, *WEEKDAYS["en"]))
 _DAYS = frozenset([*_DAY_WORDS, *(d[:3] for d in _DAY_WORDS), "tues", "thur", "thurs", "sept"])
 _SHARED = re.compile(r"\b(?:did|have|had) (?:i|we)\b", re.IGNORECASE)  # a past the user shared
 _POINTER = re.compile(rf"\b(?:{_POINTER_EN})\b", re.IGNORECASE)
@@ -287,10 +288,11 @@ def judge(
     them: a name none of the hits holds ("Do you watch Netflix?", never spoken of) asks about
     the talk at hand, and a named question's matches are the windows that name them."""
     asked = _asked(text) if asks else []
-    whom = _whom(asked)
+    named = _named_in(asked)
+    whom = named[0] if named else ""
     # a window that names any of them holds what the conversation knows of whom it asks
     # about: "Which city in Ireland will Tim stay in?" is answered where Tim names the city
-    them = [_bare(n) for n in _named_in(asked)]
+    them = [_bare(n) for n in named]
     if whom and names is not None and not _named(hits, them, names):
         whom = ""
     worded = _pointing(text, lang)
@@ -327,7 +329,8 @@ def judge(
     # them), unless the talk it answers holds as much (of someone named, as much as the best
     # of those: "How's Oliver?" after news of him)
     if whom and not worded and names is not None:
-        theirs = (h for h in hits if h.score > 0 and _named([h], them, names) and not seen(h))
+        # the unseen hits, from the best on (those before it were all seen)
+        theirs = (h for h in chain((best,), fresh) if h.score > 0 and _named([h], them, names))
         first = next(theirs, None)
         if first is None:
             why = f"what it finds of {whom!r} is in view already"
