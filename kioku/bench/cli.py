@@ -60,6 +60,15 @@ def bench_prefix(
             help="Recall, notes and the tic guard on (as shipped) or off (the ablation).",
         ),
     ] = True,
+    time_on: Annotated[
+        str | None,
+        typer.Option(
+            "--time-on",
+            help="An OpenAI-compatible API root (a llama.cpp server's …/v1): after the replay, "
+            "time kioku's prompts and the sliding window's on it (max_tokens 1, one arm after "
+            "the other), as prefill_time.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Prefix-cache reuse and window use of kioku's prompts against sliding window,
@@ -81,6 +90,7 @@ def bench_prefix(
             max_messages=either(messages, legacy_max_messages),
             via=via,
             layers=layers,
+            time_on=time_on,
         ),
         as_json,
     )

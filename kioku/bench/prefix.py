@@ -303,6 +303,15 @@ def sliding_driver(t: Transcript, profile: Profile, counter: ChatMLTokens) -> Dr
     return drive
 
 
+def _timed(url: str, arms: dict[str, list[list[ChatMessage]]]) -> dict[str, Any]:
+    from kioku.bench.prefill import time_arms
+
+    total = sum(len(p) for p in arms.values())
+    with Progress(console=None, transient=True, disable=not sys.stderr.isatty()) as progress:
+        task = progress.add_task(f"timing prompts on {url}", total=total)
+        return time_arms(url, arms, advance=lambda: progress.advance(task))
+
+
 def run(
     data: Path | None = None,
     fmt: str = "realpersonachat",
@@ -317,12 +326,18 @@ def run(
     baselines: bool = True,
     layers: bool = True,
     via: str = "process",
+    time_on: str | None = None,
 ) -> dict[str, Any]:
     """Replay one conversation; `via` "serve" measures a real `kioku serve` (stateless and
     stateful clients) beside the in-process engine; `layers` False is the ablation without
-    recall, notes and the tic guard."""
+    recall, notes and the tic guard; `time_on` (an OpenAI-compatible API root) times kioku's
+    prompts and the sliding window's on that serving engine (`kioku.bench.prefill`)."""
     if via not in ("process", "serve"):
         raise ConfigError(f"unknown --via {via!r}; use process or serve")
+    if time_on:
+        from kioku.bench.prefill import check_reachable
+
+        check_reachable(time_on)
     prof = get_profile(profile, window)
     transcript = load(data, fmt, speaker=speaker, conversation=conversation)
     if max_messages:
@@ -364,6 +379,9 @@ def run(
         )
     tallies = {name: Tally(prof.prompt_budget) for name in drivers}
     sent: dict[str, list[list[ChatMessage]]] = {"stateless": [], "stateful": []}
+    main = "stateless" if via == "serve" else "kioku"
+    timed = [main, "sliding_window"] if time_on else []
+    kept: dict[str, list[list[ChatMessage]]] = {name: [] for name in timed if name in drivers}
     try:
         with Progress(console=None, transient=True, disable=not sys.stderr.isatty()) as progress:
             task = progress.add_task(f"replaying ({via})", total=len(turns))
@@ -373,6 +391,8 @@ def run(
                     shown = drive(turn)
                     if name in sent:
                         sent[name].append(shown.messages)
+                    if name in kept:  # a failed turn sent nothing
+                        kept[name].append([] if shown.failed else shown.messages)
                     reply_ids = tok.tok.encode(shown.reply) if shown.reply else []
                     own = len(tok.message("user", _joined(turn[0]).text)) + len(tok.gen_prompt)
                     tallies[name].add(
@@ -400,7 +420,6 @@ def run(
             out["recall_breaks"] += tallies[name].recall_breaks
             return out
 
-        main = "stateless" if via == "serve" else "kioku"
         out: dict[str, Any] = {
             "data": str(data or fmt),
             "format": fmt,
@@ -427,6 +446,8 @@ def run(
             r.close()
         for kk in engines.values():
             kk.close()
+    if time_on:
+        out["prefill_time"] = _timed(time_on, kept)
     k = out
     floors = {
         "overflows==0": k["overflows"] == 0,
