@@ -262,3 +262,23 @@ def test_evidence_age() -> None:
     assert locomo.evidence_age(["D:11:26"], 20) is None or True  # malformed ids are tolerated
     assert locomo.evidence_age([], 20) is None
     assert locomo.age_bucket(0) == "0-2" and locomo.age_bucket(25) == "20+"
+
+
+@pytest.mark.slow
+def test_a_replay_that_starts_later_keeps_the_questions_and_loses_what_came_before(
+    data: Path,
+) -> None:
+    # three sessions of twelve messages: the folds fall elsewhere for kioku
+    r = locomo.run(
+        data,
+        _options(strategies=("generational", "retrieval", "full"), start_at=36, samples=0),
+        counter=ScriptEstimator(),
+        progress=False,
+    )
+    assert r["start_at"] == 36
+    assert r["questions"] == 2 * SESSIONS  # the questions stay
+    s = r["strategies"]
+    # what sessions 1-3 said is gone for every arm, the reference too
+    assert s["full"]["answer_in_context"] == pytest.approx((SESSIONS - 3) / SESSIONS)
+    for arm in ("generational", "retrieval"):
+        assert s[arm]["answer_in_context"] <= s["full"]["answer_in_context"]

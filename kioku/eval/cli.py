@@ -276,6 +276,15 @@ def locomo(
     ] = 20,
     tokenizer: TokenizerOpt = "qwen2.5",
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the replay.")] = 0,
+    start_at: Annotated[
+        int,
+        typer.Option(
+            "--start-at",
+            min=0,
+            help="Replay each conversation from its Nth message (every arm): the folds fall "
+            "elsewhere, so the question meets another fold phase.",
+        ),
+    ] = 0,
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
     report: ReportOpt = None,
@@ -303,6 +312,7 @@ def locomo(
             limit_questions=limit_questions,
             samples=samples,
             seed=seed,
+            start_at=start_at,
         ),
         models=Models(answer=chat, judge=judge),
         log=lambda s: err.print(s, highlight=False),

@@ -29,7 +29,7 @@ import re
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,10 @@ class Options:
     limit_questions: int | None = None
     samples: int = DEFAULT_SAMPLES  # questions shown with each arm's context around the answer
     seed: int = 0
+    # Replay each conversation from this message on, for every arm: the folds fall elsewhere,
+    # so the question meets kioku in another fold phase (what room it has at the end depends
+    # on it). The questions stay; evidence before it is gone for every arm alike.
+    start_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -420,6 +424,9 @@ def run(
         overall = bar.add_task("LoCoMo", total=len(options.conversations))
         for index in options.conversations:
             t = load_locomo(data, index)
+            if options.start_at:
+                k = options.start_at
+                t = replace(t, messages=t.messages[k:], meta=t.meta[k:])
             questions = questions_of(t, index, options.limit_questions)
             conv = ConversationRun(index, t, questions, _sampled(options, index, questions))
             task = bar.add_task(f"  conv {index} replay", total=None)
@@ -460,6 +467,7 @@ def run(
     return {
         "kind": KIND,
         "budget": options.budget,
+        "start_at": options.start_at,
         "profile": asdict(profile),
         "profile_fitted": fitted,
         "old_age": OLD_AGE,
