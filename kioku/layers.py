@@ -118,13 +118,17 @@ class Layers:
             line = lookup(hit.seq, hit.seq)
             return bool(line) and view.line(line[0])
 
+        windows: dict[int, str] = {}  # judge asks of the same hits for each name it weighs
+
         def names(hit: Hit, name: str) -> bool:
             # the hit's window as it is recalled (±1 turn): said, or the speaker ("Deb" is
-            # Deborah)
-            return any(
-                name in e.message.text or name in e.message.author
-                for e in lookup(max(0, hit.seq - 1), hit.seq + 1)
-            )
+            # Deborah); one line each, so a name never spans two of them
+            if (said := windows.get(hit.seq)) is None:
+                said = windows[hit.seq] = "\n".join(
+                    f"{e.message.author}\n{e.message.text}"
+                    for e in lookup(max(0, hit.seq - 1), hit.seq + 1)
+                )
+            return name in said
 
         need = judge(
             text,

@@ -13,12 +13,14 @@ run: read the arms' ratio, not the seconds.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from rich.progress import Progress
 
 from kioku.errors import ConfigError
 from kioku.models import ChatMessage
@@ -51,12 +53,16 @@ class Timed:
         }
 
 
+def _unreachable(url: str, e: httpx.HTTPError) -> ConfigError:
+    return ConfigError(f"--time-on {url}: {type(e).__name__}: {e}")
+
+
 def check_reachable(url: str, timeout_s: float = 10.0) -> None:
     """Fail before a long replay, not after it: any HTTP answer will do."""
     try:
         httpx.get(f"{url.rstrip('/')}/models", timeout=timeout_s)
     except httpx.HTTPError as e:
-        raise ConfigError(f"--time-on {url}: {type(e).__name__}: {e}") from None
+        raise _unreachable(url, e) from None
 
 
 def time_prompts(
@@ -70,6 +76,7 @@ def time_prompts(
     failed (no prompt) and one the server refuses count as failed and are not timed; a server
     that cannot be reached is a ConfigError."""
     out = Timed()
+    endpoint = f"{url.rstrip('/')}/chat/completions"
     with httpx.Client(timeout=timeout_s) as client:
         for messages in prompts:
             if not messages:
@@ -83,9 +90,9 @@ def time_prompts(
             }
             start = time.perf_counter()
             try:
-                r = client.post(f"{url.rstrip('/')}/chat/completions", json=body)
+                r = client.post(endpoint, json=body)
             except httpx.HTTPError as e:  # the engine is not there: no figure to give
-                raise ConfigError(f"--time-on {url}: {type(e).__name__}: {e}") from None
+                raise _unreachable(url, e) from None
             took = time.perf_counter() - start
             if advance:
                 advance()
@@ -102,11 +109,16 @@ def time_arms(
     arms: Mapping[str, Sequence[Sequence[ChatMessage]]],
     *,
     baseline: str = "sliding_window",
-    advance: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Each arm timed on `url`, one after the other; `<arm>_vs_<baseline>`: its total time over
-    the baseline's."""
-    timed = {name: time_prompts(url, prompts, advance=advance) for name, prompts in arms.items()}
+    """Each arm timed on `url`, one after the other, with a progress bar; `<arm>_vs_<baseline>`:
+    its total time over the baseline's."""
+    total = sum(len(p) for p in arms.values())
+    with Progress(console=None, transient=True, disable=not sys.stderr.isatty()) as progress:
+        task = progress.add_task(f"timing prompts on {url}", total=total)
+        timed = {
+            name: time_prompts(url, prompts, advance=lambda: progress.advance(task))
+            for name, prompts in arms.items()
+        }
     out: dict[str, Any] = {"url": url, **{name: t.summary() for name, t in timed.items()}}
     base = sum(timed[baseline].seconds) if baseline in timed else 0.0
     for name, t in timed.items():

@@ -303,15 +303,6 @@ def sliding_driver(t: Transcript, profile: Profile, counter: ChatMLTokens) -> Dr
     return drive
 
 
-def _timed(url: str, arms: dict[str, list[list[ChatMessage]]]) -> dict[str, Any]:
-    from kioku.bench.prefill import time_arms
-
-    total = sum(len(p) for p in arms.values())
-    with Progress(console=None, transient=True, disable=not sys.stderr.isatty()) as progress:
-        task = progress.add_task(f"timing prompts on {url}", total=total)
-        return time_arms(url, arms, advance=lambda: progress.advance(task))
-
-
 def run(
     data: Path | None = None,
     fmt: str = "realpersonachat",
@@ -337,7 +328,7 @@ def run(
     if time_on:
         from kioku.bench.prefill import check_reachable
 
-        check_reachable(time_on)
+        check_reachable(time_on)  # before the replay, not after it
     prof = get_profile(profile, window)
     transcript = load(data, fmt, speaker=speaker, conversation=conversation)
     if max_messages:
@@ -380,8 +371,10 @@ def run(
     tallies = {name: Tally(prof.prompt_budget) for name in drivers}
     sent: dict[str, list[list[ChatMessage]]] = {"stateless": [], "stateful": []}
     main = "stateless" if via == "serve" else "kioku"
-    timed = [main, "sliding_window"] if time_on else []
-    kept: dict[str, list[list[ChatMessage]]] = {name: [] for name in timed if name in drivers}
+    # the prompts --time-on sends again: kioku's and the sliding window's
+    kept: dict[str, list[list[ChatMessage]]] = {
+        name: [] for name in (main, "sliding_window") if time_on and name in drivers
+    }
     try:
         with Progress(console=None, transient=True, disable=not sys.stderr.isatty()) as progress:
             task = progress.add_task(f"replaying ({via})", total=len(turns))
@@ -447,7 +440,9 @@ def run(
         for kk in engines.values():
             kk.close()
     if time_on:
-        out["prefill_time"] = _timed(time_on, kept)
+        from kioku.bench.prefill import time_arms
+
+        out["prefill_time"] = time_arms(time_on, kept)
     k = out
     floors = {
         "overflows==0": k["overflows"] == 0,

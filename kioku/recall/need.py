@@ -206,11 +206,7 @@ def about(text: str) -> str:
     sentences name besides the one it speaks to. "What has Melanie painted?" asks about
     Melanie; "Wow, Mel! Any more paintings coming up?" asks Mel about the talk at hand, and
     "*hugs Seraphina* Are you okay?" asks her, the name being in its narration."""
-    return _whom(_asked(text))
-
-
-def _whom(asked: list[str]) -> str:
-    return next(iter(_named_in(asked)), "")
+    return next(iter(_named_in(_asked(text))), "")
 
 
 def _named_in(asked: list[str]) -> list[str]:
