@@ -19,7 +19,7 @@ from kioku.eval.strategies import (
 from kioku.memory import Memory, MemoryItem
 from kioku.messages import Message
 from kioku.policy import PendingJob, State, decide
-from kioku.profiles import LOCAL_8K, get_profile
+from kioku.profiles import LOCAL_8K, Profile, get_profile
 from kioku.store import Store
 from kioku.story import story
 from kioku.summarizer import ExtractiveSummarizer
@@ -54,8 +54,30 @@ def test_fit_profile_leaves_room_for_memory_and_the_minimum_raw_window() -> None
     assert p.synopsis_tokens + p.major_gc + p.chapter_tokens > p.trigger - p.min_raw
     fitted, changed = fit_profile(p)
     assert fitted.synopsis_tokens + fitted.major_gc + fitted.chapter_tokens <= p.trigger - p.min_raw
-    assert set(changed) == {"chapter_tokens", "synopsis_tokens", "major_gc"}
+    assert set(changed) == {"chapter_tokens", "synopsis_tokens", "major_gc", "notes_tokens"}
     assert fit_profile(get_profile("local-64k")) == (get_profile("local-64k"), {})
+
+
+def memory_of(p: Profile) -> int:
+    return p.synopsis_tokens + p.major_gc + p.chapter_tokens + p.notes_tokens
+
+
+def test_a_small_window_keeps_memory_within_its_share_of_the_ceiling() -> None:
+    # the readability floors that `scaled` keeps would take 58% of a 4,096 ceiling
+    p = get_profile("local-64k", 4096)
+    assert memory_of(p) <= p.memory_share * p.ceiling
+    assert (
+        memory_of(replace(get_profile("local-64k"), memory_share=1.0).scaled(4096))
+        > 0.55 * p.ceiling
+    )
+    # the four shrink together, each still large enough to say something
+    assert p.chapter_tokens < 300 and p.synopsis_tokens < 600 and p.major_gc < 1200
+    assert min(p.chapter_tokens, p.synopsis_tokens) >= 64
+    # where memory fits its share, nothing moves: 16k, and every named profile as written
+    assert fit_profile(get_profile("local-64k", 16384))[1] == {}
+    for name in ("local-64k", "local-8k", "cloud-1m"):
+        named = get_profile(name)
+        assert named.scaled(named.window) == named
 
 
 @pytest.mark.slow

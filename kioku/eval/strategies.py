@@ -99,13 +99,15 @@ def fit_profile(profile: Profile) -> tuple[Profile, dict[str, Any]]:
     sizes; at a small window (4,096) those floors add up to more than the room under the
     trigger, and every turn then ends in a forced cut (or, for a long rolling summary, an
     overflow). The three are scaled down together until synopsis + major GC + one chapter fit
-    in trigger − min_raw. Returns the profile and what changed (empty when nothing did)."""
+    in trigger − min_raw, and memory takes at most `Profile.memory_share` of the ceiling
+    (`Profile.fitted`). Returns the profile and what changed (empty when nothing did)."""
     fitted = profile.fitted()
     if fitted == profile:
         return profile, {}
     changed = {
         k: [getattr(profile, k), getattr(fitted, k)]
-        for k in ("chapter_tokens", "synopsis_tokens", "major_gc")
+        for k in ("chapter_tokens", "synopsis_tokens", "major_gc", "notes_tokens")
+        if getattr(profile, k) != getattr(fitted, k)
     }
     return fitted, changed
 
