@@ -138,7 +138,8 @@ def kk_with(model: ScriptedModel | None = None, summarizer: Summarizer | None = 
     store = Store.open("sqlite://")
     return Kioku(
         store,
-        profile=replace(LOCAL_8K.scaled(2048), summary_delay_s=0.0),
+        # memory as large as 2,048 allows (not its 0.4 share): a chapter holds a whole forgery
+        profile=replace(replace(LOCAL_8K, memory_share=1.0).scaled(2048), summary_delay_s=0.0),
         layers=Layers(store),
         reply_model=model,
         summarizer=summarizer,
