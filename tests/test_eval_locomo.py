@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from typer.testing import CliRunner
 
 from kioku.datasets import load_locomo
 from kioku.errors import ContextOverflow
-from kioku.eval import locomo
+from kioku.eval import locomo, phases
 from kioku.eval.answers import normalize
 from kioku.eval.cli import HEADLINE_DEFAULT, register
 from kioku.eval.plots import answer_by_age
@@ -282,3 +283,68 @@ def test_a_replay_that_starts_later_keeps_the_questions_and_loses_what_came_befo
     assert s["full"]["answer_in_context"] == pytest.approx((SESSIONS - 3) / SESSIONS)
     for arm in ("generational", "retrieval"):
         assert s[arm]["answer_in_context"] <= s["full"]["answer_in_context"]
+
+
+def _phase(start: int, dev: float | None, heldout: float) -> dict:
+    return {
+        "start_at": start,
+        "budget": 4096,
+        "arms": ["generational", "retrieval"],
+        "margins": {
+            "dev": {"minus_retrieval": dev},
+            "heldout": {"minus_retrieval": heldout, "share_of_full": 0.9},
+        },
+        "strategies": {
+            "generational": {
+                "dev": {"answer_in_context": 0.4},
+                "heldout": {"answer_in_context": 0.5},
+            },
+            "retrieval": {"heldout": {"answer_in_context": 0.48}},
+        },
+    }
+
+
+def test_phases_read_each_margin_as_its_mean_and_its_worst() -> None:
+    out = phases.summarize([_phase(0, 0.01, 0.03), _phase(8, None, 0.01), _phase(16, 0.02, 0.02)])
+    assert out["start_at"] == [0, 8, 16]
+    assert out["margins_mean"]["heldout"] == {"minus_retrieval": 0.02, "share_of_full": 0.9}
+    assert out["margins_min"]["heldout"]["minus_retrieval"] == 0.01
+    # a margin one phase could not measure is no mean at all, not the mean of the others
+    assert "dev" not in out["margins_mean"] and "dev" not in out["margins_min"]
+    assert out["phases"][1]["answer_in_context"]["retrieval"] == {"heldout": 0.48}
+
+
+@pytest.mark.slow
+def test_phases_are_whole_runs_from_each_start(data: Path) -> None:
+    opts = _options(strategies=("generational", "retrieval"), samples=3)
+    out = phases.over_phases(data, opts, [0, 36], counter=ScriptEstimator(), progress=False)
+    alone = locomo.run(
+        data, replace(opts, start_at=36, samples=0), counter=ScriptEstimator(), progress=False
+    )
+    assert out["kind"] == "locomo-phases" and out["start_at"] == [0, 36]
+    assert out["phases"][1]["margins"] == alone["margins"]
+    both = [p["margins"]["heldout"]["minus_retrieval"] for p in out["phases"]]
+    assert out["margins_mean"]["heldout"]["minus_retrieval"] == pytest.approx(
+        sum(both) / 2, abs=1e-4
+    )
+    assert out["margins_min"]["heldout"]["minus_retrieval"] == min(both)
+
+
+@pytest.mark.slow
+def test_the_cli_reads_phases_and_refuses_what_they_cannot_mean(data: Path, tmp_path: Path) -> None:
+    app = typer.Typer()
+    register(app)
+    base = ["eval", "locomo", "--data", str(data), "--budget", "2048", "--conversations", "5"]
+    base += ["--strategies", "generational,retrieval"]
+    res = CliRunner().invoke(app, [*base, "--phases", "0,24", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["start_at"] == [0, 24]
+    for extra, said in (
+        (["--phases", "0,24", "--start-at", "8"], "--start-at"),
+        (["--phases", "0,24", "--plot", str(tmp_path / "p.png")], "--plot"),
+        (["--phases", "0,x"], "0,x"),
+        (["--phases", "0,-8"], "0,-8"),
+        (["--phases", ","], "one or more"),
+    ):
+        res = CliRunner().invoke(app, [*base, *extra])
+        assert res.exit_code != 0 and said in str(res.exception), (extra, res.output)

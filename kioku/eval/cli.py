@@ -10,7 +10,7 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -29,6 +29,9 @@ from kioku.cli import (
 )
 from kioku.config import Settings, from_env
 from kioku.errors import InputError
+
+if TYPE_CHECKING:
+    from kioku.eval.locomo import Models, Options
 
 eval_app = typer.Typer(
     no_args_is_help=True,
@@ -285,6 +288,14 @@ def locomo(
             "elsewhere, so the question meets another fold phase.",
         ),
     ] = 0,
+    phases: Annotated[
+        str | None,
+        typer.Option(
+            "--phases",
+            help="Comma-separated --start-at values, e.g. 0,8,16,24,32,40: a whole run from "
+            "each, and each margin's mean and worst over them (JSON: margins_mean, margins_min).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
     report: ReportOpt = None,
@@ -302,18 +313,22 @@ def locomo(
     judge = _chat_model(judge_model, judge_model_id, settings) if judge_model else None
     if judge is not None and chat is None:
         raise InputError("--judge-model grades answers: pass --model for the answers too")
+    options = Options(
+        budget=budget,
+        conversations=_conversations(conversations),
+        strategies=_strategies(strategies),
+        tokenizer=tokenizer,
+        limit_questions=limit_questions,
+        samples=samples,
+        seed=seed,
+        start_at=start_at,
+    )
+    if phases is not None:
+        _phases(data, options, phases, Models(answer=chat, judge=judge), plot or report, as_json)
+        return
     result = run(
         data,
-        Options(
-            budget=budget,
-            conversations=_conversations(conversations),
-            strategies=_strategies(strategies),
-            tokenizer=tokenizer,
-            limit_questions=limit_questions,
-            samples=samples,
-            seed=seed,
-            start_at=start_at,
-        ),
+        options,
         models=Models(answer=chat, judge=judge),
         log=lambda s: err.print(s, highlight=False),
     )
@@ -336,6 +351,49 @@ def locomo(
                     f"{d['context_tokens']:.0f}",
                 )
     out.print(table)
+
+
+def _phases(
+    data: Path | None,
+    options: Options,
+    spec: str,
+    models: Models,
+    written: Path | None,
+    as_json: bool,
+) -> None:
+    """`kioku eval locomo --phases`: one run per start, read as each margin's mean and worst."""
+    from kioku.eval.phases import over_phases
+
+    if options.start_at:
+        raise InputError("--phases sets where each run starts: leave out --start-at")
+    if written:
+        raise InputError("--phases reads margins only: --plot and --report take one run")
+    try:
+        starts = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--phases takes message indexes like 0,8,16, not {spec!r}") from None
+    if any(n < 0 for n in starts):
+        raise InputError(f"--phases takes message indexes of 0 or more, not {spec!r}")
+    result = over_phases(
+        data, options, starts, models=models, log=lambda s: err.print(s, highlight=False)
+    )
+    if as_json:
+        emit(result)
+        return
+    table = Table("from message", "split", "margin", "value")
+    for p in result["phases"]:
+        for split, row in p["margins"].items():
+            for key, v in row.items():
+                table.add_row(str(p["start_at"]), split, key, _signed(v))
+    for label, key in (("mean", "margins_mean"), ("worst", "margins_min")):
+        for split, row in result[key].items():
+            for k, v in row.items():
+                table.add_row(label, split, k, _signed(v))
+    out.print(table)
+
+
+def _signed(v: float | None) -> str:
+    return "–" if v is None else f"{v:+.4f}"
 
 
 @eval_app.command("audit")
