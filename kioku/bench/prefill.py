@@ -12,7 +12,6 @@ run: read the arms' ratio, not the seconds.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import numpy as np
 from rich.progress import Progress
 
 from kioku.errors import ConfigError
@@ -27,9 +27,7 @@ from kioku.models import ChatMessage
 
 
 def _q(values: list[float], share: float) -> float:
-    if len(values) < 2:
-        return values[0] if values else 0.0
-    return statistics.quantiles(values, n=100, method="inclusive")[round(share * 100) - 1]
+    return float(np.percentile(values, 100 * share)) if values else 0.0
 
 
 @dataclass

@@ -323,15 +323,11 @@ def locomo(
         seed=seed,
         start_at=start_at,
     )
+    models = Models(answer=chat, judge=judge)
     if phases is not None:
-        _phases(data, options, phases, Models(answer=chat, judge=judge), plot or report, as_json)
+        _phases(data, options, phases, models, plot or report, as_json)
         return
-    result = run(
-        data,
-        options,
-        models=Models(answer=chat, judge=judge),
-        log=lambda s: err.print(s, highlight=False),
-    )
+    result = run(data, options, models=models, log=lambda s: err.print(s, highlight=False))
     _write(result, plot, report, "locomo")
     if as_json:
         emit(result)

@@ -38,14 +38,13 @@ def over_phases(
         raise InputError("--phases takes one or more message indexes, e.g. 0,8,16")
     started = time.monotonic()
     counter = counter or counter_from_spec(options.tokenizer)  # one tokenizer for every phase
+    models = models or Models()
     results = []
     for n in starts:
         if log:
             log(f"phase: from message {n}")
         one = replace(options, start_at=n, samples=0)
-        results.append(
-            run(path, one, counter=counter, models=models or Models(), progress=progress, log=log)
-        )
+        results.append(run(path, one, counter=counter, models=models, progress=progress, log=log))
     return {**summarize(results), "runtime_s": round(time.monotonic() - started, 1)}
 
 
