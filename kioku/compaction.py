@@ -24,7 +24,14 @@ from kioku.generations import STAND_IN, chapter_task, item_from_summary, synopsi
 from kioku.hooks import TurnHooks
 from kioku.memory import MemoryItem
 from kioku.messages import Message
-from kioku.outcomes import FALLBACK, fallback_data, reason_of, stand_in, why
+from kioku.outcomes import (
+    FALLBACK,
+    fallback_data,
+    reason_of,
+    reason_of_failure,
+    stand_in,
+    why,
+)
 from kioku.store.protocols import TurnStore
 from kioku.summarizer import Summarizer
 from kioku.tokens import TokenCounter
@@ -174,7 +181,7 @@ class Compactor:
             entries = [e for e in raw if lo <= e.seq <= hi]
             task = chapter_task(entries, prof, lang=turn.lang, character=info.character)
             item = item_from_summary(task, k.extractive.summarize(task), ready_at=now)
-            late = fallback_data("late", "; ".join(decision.reasons))
+            late = self._why_late(lo, hi, decision.reasons)
             add.append(replace(item, data={**item.data, FALLBACK: late}))
         if decision.stand_in_synopsis:
             add.append(self._stand_in_synopsis(decision.stand_in_synopsis, turn, now))
@@ -195,6 +202,22 @@ class Compactor:
         if decision.schedule:
             k.poke_worker()
         return report, reread() if decision.folds else turn
+
+    def _why_late(self, first: int, last: int, reasons: tuple[str, ...]) -> dict[str, str]:
+        """Why a forced cut's stand-in was needed: the model's failure that kept the range's
+        summary from coming (a timeout, a server down), when a job recorded one; else that the
+        summaries were late."""
+        jobs = self.engine.store.jobs(self.id, "queued", "running", "failed")
+        tried = [
+            j
+            for j in jobs
+            if j.kind != "synopsis" and j.first_seq <= last and j.last_seq >= first and j.error
+        ]
+        for job in sorted(tried, key=lambda j: j.id, reverse=True):
+            reason = reason_of_failure(job.error)
+            if reason:
+                return fallback_data(reason, f"summaries late at the ceiling; {job.error}")
+        return fallback_data("late", "; ".join(reasons))
 
     def _stand_in_synopsis(self, ids: tuple[int, ...], turn: TurnState, now: float) -> MemoryItem:
         """The extractive synopsis of the items a late major GC folds now (no model call)."""

@@ -78,6 +78,20 @@ def reason_of(error: BaseException) -> str:
     return "model_error"
 
 
+# the model errors a failed job records ("ModelTimeout: …", `Worker._failed`), by reason
+_ERROR_REASONS: Mapping[str, str] = {
+    "ModelTimeout": "timeout",
+    "ModelUnavailable": "upstream_down",
+    "UpstreamError": "upstream_down",
+    "ModelError": "model_error",
+}
+
+
+def reason_of_failure(error: str) -> str | None:
+    """The reason code of a job's recorded error, when a model error caused it."""
+    return _ERROR_REASONS.get(error.split(":", 1)[0].strip())
+
+
 def fallback_data(reason: str, detail: str = "") -> dict[str, str]:
     """What a stand-in stores under `data["fallback"]`."""
     return {"reason": reason, "detail": detail[:500]}

@@ -156,3 +156,44 @@ def test_stats_read_rows_written_before_each_event_had_its_word() -> None:
     assert events["retry"]["outcomes"] == {"asked again": 1}
     assert events["chapter"]["outcomes"] == {"ok": 1}
     assert event_outcome("fold") == "ok"
+
+
+@pytest.mark.parametrize("worker_runs", [True, False], ids=["model-down", "worker-idle"])
+def test_a_forced_cut_says_what_kept_the_summary_from_coming(
+    caplog: pytest.LogCaptureFixture, worker_runs: bool
+) -> None:
+    from kioku.engine import Kioku
+    from tests.helpers import FlakySummarizer
+
+    clock = Clock()
+    kk = Kioku(
+        Store.open("sqlite://"),
+        profile=LOCAL_8K,
+        clock=clock,
+        summarizer=FlakySummarizer(always_fail=True),  # ModelUnavailable, every time
+    )
+    conv = kk.conversation("c")
+    with caplog.at_level(logging.INFO, logger="kioku"):
+        for i in range(400):
+            clock.advance(30)
+            conv.prepare(f"Ren tells Mika about the lighthouse, part {i}, with some detail.")
+            conv.record(f"Mika answers about the harbour and the boats, part {i}.")
+            if worker_runs:
+                kk.worker.run_until_idle()
+            if conv.last_turn.forced_cut:
+                break
+    assert conv.last_turn.forced_cut is not None
+    first, last = conv.last_turn.forced_cut
+    (cut,) = [i for i in kk.store.items("c", "active") if i.span == (first, last)]
+    said = stand_in(cut.data)
+    messages = [r.getMessage() for r in caplog.records]
+    folds = [m for m in messages if m.startswith("fold of 'c'")]
+    assert folds and f"chapter {first}–{last} (stand-in: {said})" in folds[-1]
+    if worker_runs:
+        assert said == "the model's server could not be reached"
+        assert "ModelUnavailable: scripted failure" in cut.data["fallback"]["detail"]
+        tries = [m for m in messages if "not written, the model's server could not be" in m]
+        assert tries and "retry in" in tries[0]
+    else:
+        assert said == "the summaries were late at the prompt's ceiling"
+        assert cut.data["fallback"]["reason"] == "late"
