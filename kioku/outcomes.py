@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kioku.errors import ModelTimeout, ModelUnavailable, UpstreamError
+from kioku.errors import ModelError, ModelTimeout, ModelUnavailable, UpstreamError
 from kioku.generations import STAND_IN
 
 # data key of an extractive item written because the model's summary failed:
@@ -32,6 +32,7 @@ REASONS: Mapping[str, str] = {
     "timeout": "the model timed out",
     "upstream_down": "the model's server could not be reached",
     "model_error": "the model failed",
+    "error": "the job failed",  # not the model: the database, a bug (see the log's traceback)
     "late": "the summaries were late at the prompt's ceiling",
 }
 
@@ -68,14 +69,15 @@ def why(reason: str) -> str:
 
 
 def reason_of(error: BaseException) -> str:
-    """The reason code of a model error: a timeout, a server that is down, or another failure."""
+    """The reason code of a model error: a timeout, a server that is down, or another failure
+    of the model; "error" for anything else (the database, a bug)."""
     if isinstance(error, ModelTimeout):
         return "timeout"
     if isinstance(error, UpstreamError):
         return "timeout" if error.status == 504 else "upstream_down"
     if isinstance(error, ModelUnavailable):
         return "upstream_down"
-    return "model_error"
+    return "model_error" if isinstance(error, ModelError) else "error"
 
 
 # the model errors a failed job records ("ModelTimeout: …", `Worker._failed`), by reason

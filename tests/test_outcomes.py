@@ -197,3 +197,16 @@ def test_a_forced_cut_says_what_kept_the_summary_from_coming(
     else:
         assert said == "the summaries were late at the prompt's ceiling"
         assert cut.data["fallback"]["reason"] == "late"
+
+
+def test_a_failed_job_is_told_apart_from_a_failed_model() -> None:
+    from kioku.errors import ModelUnavailable, StoreError, UpstreamError
+    from kioku.outcomes import reason_of, reason_of_failure, why
+
+    assert why(reason_of(ModelTimeout("slow"))) == "the model timed out"
+    assert why(reason_of(UpstreamError(504, "slow"))) == "the model timed out"
+    assert why(reason_of(UpstreamError(502, "down"))) == "the model's server could not be reached"
+    assert why(reason_of(ModelUnavailable("down"))) == "the model's server could not be reached"
+    assert why(reason_of(StoreError("disk full"))) == "the job failed"  # not the model's fault
+    assert reason_of_failure("ModelTimeout: no answer") == "timeout"
+    assert reason_of_failure("StoreError: disk full") is None
