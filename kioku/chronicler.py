@@ -10,7 +10,8 @@ every reply passes these checks before it becomes a `Summary`:
 - `finish_reason == "length"` → never stored; asked again with max_tokens at the ceiling, but
   never past the window (`SummaryTask.window_tokens`: prompt + max_tokens fit in it).
 - short and holding a stock refusal phrase (ja/en/zh) → a refusal; asked once more, then the
-  extractive chronicler writes the chapter instead (`source="extractive"`, events "fallback").
+  extractive chronicler writes the chapter instead (`source="extractive"`, events "fallback",
+  and why in `data["fallback"]`, `kioku.outcomes`).
 - neither lines of the reply format (`kioku.reply_format`) nor the JSON record → never stored;
   asked again with the reason.
 - every line grounded in the messages it cites (`kioku.grounding`, `kioku.grounded`): a line
@@ -58,6 +59,7 @@ from kioku.grounded import (
 )
 from kioku.grounding import Evidence
 from kioku.models import ChatModel, ChatRequest, Completion
+from kioku.outcomes import FALLBACK, fallback_data
 from kioku.prompts import resolve_lang
 from kioku.refusal import DEFAULT_REFUSAL_CHARS, is_refusal
 from kioku.rendering import render_record
@@ -117,6 +119,7 @@ class GaveUp:
     model: str
     output_tokens: int = 0
     groundings: tuple[Grounding, ...] = ()
+    detail: str = ""  # what the last rejection said, for the stand-in's mark and the log
 
 
 def first_max_tokens(task: SummaryTask, config: ChroniclerConfig = DEFAULT_CONFIG) -> int:
@@ -208,6 +211,7 @@ class _Run:
     output_tokens: int = 0
     model: str = ""
     scenes: Mapping[int, Scene] = field(default_factory=dict)  # where the span's scenes start
+    rejected: str = ""  # why the last reply was rejected ("unparseable: …")
 
     def ask(
         self, request: ChatRequest, threads: dict[str, str] | None = None, salvage: bool = False
@@ -224,6 +228,7 @@ class _Run:
             )
         except BadSummary as e:
             self.events.append(_event_of(e))
+            self.rejected = e.reason
             if isinstance(e, Ungrounded):
                 self.groundings.append(e.grounding)
             return e
@@ -252,6 +257,7 @@ class _Run:
             self.model,
             self.output_tokens,
             tuple(self.groundings),
+            self.rejected,
         )
 
 
@@ -532,6 +538,8 @@ def finish(result: Summary | GaveUp, task: SummaryTask, fallback: Summarizer) ->
         "extractive": True,
         "attempts": [g.to_json() for g in result.groundings],
     }
+    # the model's summary failed: the stand-in says why (`kioku.outcomes`)
+    why = fallback_data(result.reason, result.detail)
     return replace(
         fb,
         events=(*result.events, "fallback"),
@@ -539,6 +547,7 @@ def finish(result: Summary | GaveUp, task: SummaryTask, fallback: Summarizer) ->
         input_tokens=result.input_tokens or fb.input_tokens,
         data={
             **fb.data,
+            FALLBACK: why,
             "grounding": grounding,
             # what the model's rejected replies cost
             "usage": {

@@ -9,8 +9,9 @@ schedules, a stand-in chapter for a forced cut) is stored in one transaction.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -23,10 +24,20 @@ from kioku.generations import STAND_IN, chapter_task, item_from_summary, synopsi
 from kioku.hooks import TurnHooks
 from kioku.memory import MemoryItem
 from kioku.messages import Message
+from kioku.outcomes import (
+    FALLBACK,
+    fallback_data,
+    reason_of,
+    reason_of_failure,
+    stand_in,
+    why,
+)
 from kioku.store.protocols import TurnStore
 from kioku.summarizer import Summarizer
 from kioku.tokens import TokenCounter
 from kioku.turn_state import TurnState
+
+log = logging.getLogger("kioku.compaction")
 
 # Tokens the policy plans below the usable budget: its per-message sums and the prompt's
 # template total round differently by a token or two.
@@ -169,7 +180,9 @@ class Compactor:
             lo, hi = decision.forced_cut
             entries = [e for e in raw if lo <= e.seq <= hi]
             task = chapter_task(entries, prof, lang=turn.lang, character=info.character)
-            add.append(item_from_summary(task, k.extractive.summarize(task), ready_at=now))
+            item = item_from_summary(task, k.extractive.summarize(task), ready_at=now)
+            late = self._why_late(lo, hi, decision.reasons)
+            add.append(replace(item, data={**item.data, FALLBACK: late}))
         if decision.stand_in_synopsis:
             add.append(self._stand_in_synopsis(decision.stand_in_synopsis, turn, now))
         try:
@@ -184,9 +197,27 @@ class Compactor:
             # Another process folded first; its state is as good as ours.
             store.log(self.id, "fold", "skipped", detail=str(e))
             return TurnReport(reasons=(*decision.reasons, f"fold skipped: {e}")), reread()
+        if decision.folds:
+            log.info("%s", fold_line(self.id, decision, turn, add))
         if decision.schedule:
             k.poke_worker()
         return report, reread() if decision.folds else turn
+
+    def _why_late(self, first: int, last: int, reasons: tuple[str, ...]) -> dict[str, str]:
+        """Why a forced cut's stand-in was needed: the model's failure that kept the range's
+        summary from coming (a timeout, a server down), when a job recorded one; else that the
+        summaries were late."""
+        jobs = self.engine.store.jobs(self.id, "queued", "running", "failed")
+        tried = [
+            j
+            for j in jobs
+            if j.kind != "synopsis" and j.first_seq <= last and j.last_seq >= first and j.error
+        ]
+        for job in sorted(tried, key=lambda j: j.id, reverse=True):
+            reason = reason_of_failure(job.error)
+            if reason:
+                return fallback_data(reason, f"summaries late at the ceiling; {job.error}")
+        return fallback_data("late", "; ".join(reasons))
 
     def _stand_in_synopsis(self, ids: tuple[int, ...], turn: TurnState, now: float) -> MemoryItem:
         """The extractive synopsis of the items a late major GC folds now (no model call)."""
@@ -198,7 +229,8 @@ class Compactor:
             previous, chapters, turn.profile, lang=turn.lang, character=turn.info.character
         )
         item = item_from_summary(task, self.engine.extractive.summarize(task), ready_at=now)
-        return replace(item, data={**item.data, STAND_IN: True})
+        late = fallback_data("late", "the major GC was late")
+        return replace(item, data={**item.data, STAND_IN: True, FALLBACK: late})
 
     def refresh_notes(self, turn: TurnState) -> None:
         """Render the notes into the memory exchange now (at a fold, or after an operator edit),
@@ -274,8 +306,21 @@ class Compactor:
             except ModelError as e:
                 # the operator asked for a cut now: an extractive chapter records the range
                 summary = k.extractive.summarize(task)
-                store.log(cid, "fallback", "extractive", detail=f"cut: {e}")
+                reason = reason_of(e)
+                detail = f"{type(e).__name__}: {e}"
+                summary = replace(
+                    summary, data={**summary.data, FALLBACK: fallback_data(reason, detail)}
+                )
+                store.log(cid, "fallback", f"fell back: {reason}", detail=f"cut: {e}")
                 store.incr(cid, "fallbacks")
+                log.warning(
+                    "cut of %r (seq %s–%s): fell back to extractive, %s (%s)",
+                    cid,
+                    task.span[0],
+                    task.span[1],
+                    why(reason),
+                    detail,
+                )
             add.append(item_from_summary(task, summary, ready_at=k.clock()))
         with store.atomic():
             store.retire_items(  # ready chapters of the raw window; revisions stay ready
@@ -308,4 +353,38 @@ class Compactor:
                 first_seq=raw[0].seq,
                 last_seq=raw[-1].seq,
             )
+        log.info(
+            "cut of %r: seq %s–%s folded into %s; the raw window starts at %s",
+            cid,
+            raw[0].seq,
+            raw[-1].seq,
+            _items_text(add),
+            raw[-1].seq + 1,
+        )
         return TurnReport(folded=True, reasons=(f"cut: folded {raw[0].seq}..{raw[-1].seq}",))
+
+
+def _items_text(items: Sequence[MemoryItem]) -> str:
+    """ "chapter 12–40 (model), chapter 41–60 (stand-in: the model timed out)"."""
+    out = []
+    for i in items:
+        mark = stand_in(i.data)
+        by = f"stand-in: {mark}" if mark else ("model" if i.source == "llm" else "extractive")
+        out.append(f"{i.kind} {i.first_seq}–{i.last_seq} ({by})")
+    return ", ".join(out) or "nothing"
+
+
+def fold_line(
+    cid: str, decision: policy.Decision, turn: TurnState, add: Sequence[MemoryItem]
+) -> str:
+    """The serve log's line for a fold: what entered memory (and which of it stands in for
+    the model's summary, and why), where the raw window starts, and the policy's reasons."""
+    by_id = {i.id: i for i in (*turn.memory.items, *turn.ready)}
+    entered = [by_id[i] for i in decision.activate if i in by_id] + list(add)
+    start = decision.raw_start if decision.raw_start is not None else turn.info.raw_start
+    retired = f", retired {len(decision.retire)}" if decision.retire else ""
+    reasons = f" ({'; '.join(decision.reasons)})" if decision.reasons else ""
+    return (
+        f"fold of {cid!r}: {_items_text(entered)} entered memory{retired}; the raw window "
+        f"starts at {start} (was {turn.info.raw_start}){reasons}"
+    )

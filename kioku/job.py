@@ -32,3 +32,4 @@ class Job:
     attempts: int
     run_after: float
     payload: dict[str, Any]
+    error: str = ""  # what its last failed try raised ("ModelTimeout: …"), until it is done

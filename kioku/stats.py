@@ -3,7 +3,8 @@
 The seed kept this table by hand (chapters: 133, median 27 s, 1,110 chars on average; major GC: 17,
 34 s, 4,123 chars; forced cuts: 3) and it is what told them refusals were absorbed by the retry
 and that en/zh synopses kept growing. Here it is computed from `store.log_entries()`: counts per
-event and outcome, median duration, mean input and output tokens.
+event and outcome, median duration, mean input and output tokens. Each outcome reads as what
+happened (`kioku.outcomes`): a fallback "fell back", a rejected reply "rejected", never "ok".
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from rich.table import Table
+
+from kioku.outcomes import event_outcome
 
 # the events the worker logs, in the order the table shows them; others follow alphabetically
 EVENTS: tuple[str, ...] = (
@@ -56,6 +59,9 @@ def stats_from_entries(entries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         outcomes: dict[str, int] = {}
         for r in group:
             key = str(r.get("outcome") or "ok")
+            if key == "ok":
+                # rows written before each event had its own word called a fallback "ok"
+                key = event_outcome(name)
             outcomes[key] = outcomes.get(key, 0) + 1
         durations = [float(r["duration_s"]) for r in group if r.get("duration_s") is not None]
         inputs = [float(r["input_tokens"]) for r in group if r.get("input_tokens") is not None]

@@ -34,6 +34,7 @@ from kioku.generations import (
 from kioku.hooks import TurnHooks
 from kioku.lang import detect_lang
 from kioku.no_layers import NO_LAYERS
+from kioku.outcomes import FALLBACK, dropped, dropped_text, event_outcome, reason_of, why
 from kioku.owners import may_be_alive, new_owner
 from kioku.profiles import Profile
 from kioku.revisions import revised_item, revision_task
@@ -237,6 +238,7 @@ class Worker:
             self.store.log(
                 cid, job.kind, "overtaken", first_seq=job.first_seq, last_seq=job.last_seq
             )
+            log.info("%s: overtaken, its range is covered already", job_name(job))
             return JobOutcome(job, "overtaken")
         summary = self.summarizer.summarize(task)
         duration = time.monotonic() - started
@@ -254,6 +256,7 @@ class Worker:
         except LeaseLost as e:
             # slower than the lease: another worker took the job over and its result counts
             self.store.log(cid, job.kind, "lease_lost", duration_s=duration, detail=str(e))
+            log.warning("%s: slower than its lease, another worker's result counts", job_name(job))
             return JobOutcome(job, "lost", duration_s=duration, error=str(e))
         try:
             self._written(job, task, summary, duration)
@@ -262,15 +265,34 @@ class Worker:
         return JobOutcome(job, "done", item_id, duration)
 
     def _written(self, job: Job, task: SummaryTask, summary: Summary, duration: float) -> None:
-        """Log and count a stored summary, and let the layers read its messages (notes)."""
+        """Log and count a stored summary (in the compaction log and one line of the process's
+        log), and let the layers read its messages (notes)."""
         cid = job.conversation_id
+        fell_back = fallback_of(summary)
         for ev in summary.events:
-            self.store.log(cid, ev, "ok", first_seq=job.first_seq, last_seq=job.last_seq)
+            outcome = event_outcome(ev)
+            if ev == "fallback" and fell_back:
+                outcome = f"{outcome}: {fell_back[0]}"
+            self.store.log(
+                cid,
+                ev,
+                outcome,
+                first_seq=job.first_seq,
+                last_seq=job.last_seq,
+                detail=fell_back[1] if ev == "fallback" and fell_back else None,
+            )
             self.store.incr(cid, ev)
+        log.info("%s", written_line(job, summary, duration))
+        if fell_back:
+            outcome = "fell back"
+        elif summary.source == "extractive":
+            outcome = "extractive"
+        else:
+            outcome = "ok"
         self.store.log(
             cid,
             task.kind,
-            "extractive" if summary.source == "extractive" else "ok",
+            outcome,
             duration_s=duration + self.simulated_duration_s,
             input_tokens=summary.input_tokens,
             output_tokens=summary.tokens,
@@ -298,17 +320,63 @@ class Worker:
                 self.store.log(cid, job.kind, "failed", duration_s=duration, detail=msg)
                 self.store.incr(cid, "failed_jobs")
                 log.warning(
-                    "job %s failed for good after %s attempts: %s", job.id, job.attempts, msg
+                    "%s: failed for good after %s attempts, %s (%s); an extractive stand-in "
+                    "covers the range if the prompt reaches its ceiling",
+                    job_name(job),
+                    job.attempts,
+                    why(reason_of(error)),
+                    msg,
                 )
                 return JobOutcome(job, "failed", duration_s=duration, error=msg)
             delay = self.backoff_s * (2 ** (job.attempts - 1))
             self.store.retry_job(job.id, self.clock() + delay, msg, worker=self.name)
             self.store.log(cid, "retry", "scheduled", duration_s=duration, detail=msg)
+            log.warning(
+                "%s: not written, %s (%s); retry in %.0f s (attempt %s of %s)",
+                job_name(job),
+                why(reason_of(error)),
+                msg,
+                delay,
+                job.attempts,
+                self.max_attempts,
+            )
         except KiokuError as e:
             # the store refuses even this (a full disk): the heartbeat has stopped, so the
             # lease runs out and another try claims the job then
             log.warning("job %s failed (%s) and could not be rescheduled: %s", job.id, msg, e)
         return JobOutcome(job, "retry", duration_s=duration, error=msg)
+
+
+def job_name(job: Job) -> str:
+    """ "chapter job 7 of 'mika' (seq 12–40)": a job as the log names it."""
+    return (
+        f"{job.kind} job {job.id} of {job.conversation_id!r} (seq {job.first_seq}–{job.last_seq})"
+    )
+
+
+def fallback_of(summary: Summary) -> tuple[str, str] | None:
+    """(reason, detail) when the chronicler fell back to extractive, else None."""
+    fb = summary.data.get(FALLBACK) if isinstance(summary.data, dict) else None
+    if not isinstance(fb, dict):
+        return None
+    return str(fb.get("reason") or "model_error"), str(fb.get("detail") or "")
+
+
+def written_line(job: Job, summary: Summary, duration: float) -> str:
+    """The serve log's line for a stored summary: who wrote it, or why an extractive
+    stand-in did, and what grounding dropped."""
+    spent = f"{summary.attempts} attempt{'s' if summary.attempts != 1 else ''}, {duration:.1f} s"
+    fell_back = fallback_of(summary)
+    if fell_back:
+        reason, detail = fell_back
+        said = f": {detail if len(detail) <= 200 else detail[:199] + '…'}" if detail else ""
+        what = f"fell back to extractive, {why(reason)} ({spent}){said}"
+    elif summary.source == "extractive":
+        what = "written extractively (no chronicler model)"
+    else:
+        what = f"written by the model {summary.model or '?'} ({spent})"
+    counts = dropped(summary.events, summary.data)
+    return f"{job_name(job)}: {what}{dropped_text(counts)}"
 
 
 class _Heartbeat:

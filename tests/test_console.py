@@ -29,11 +29,16 @@ from typing import Any
 
 import pytest
 
+from kioku.chronicler import LLMChronicler
 from kioku.config import Settings
 from kioku.engine import Kioku
 from kioku.layers import Layers
+from kioku.models import ScriptedModel
+from kioku.outcomes import stand_in
 from kioku.profiles import LOCAL_8K
 from kioku.store import Store
+from kioku.summarizer import ExtractiveSummarizer
+from kioku.tokens import ScriptEstimator
 from tests.conftest import need
 from tests.helpers import Clock
 
@@ -52,12 +57,25 @@ FILLER = [
 ]
 NOTE = "- [promise] Mika: to visit the lighthouse in May"
 FIXED = "[0] user: Hi Mika! My sister Hana lives in Otaru now. 区切りのあとも覚えていてね。"
+PROSE = "What a lovely time they had together, talking about so many things."
 
 
 def seed(store: Store, turns: int = 160) -> Kioku:
-    """A conversation that folded at least once, with a tic in most of the last 20 replies."""
+    """A conversation that folded at least once, with a tic in most of the last 20 replies.
+    Its chronicler's model answers prose, never the chronicler's format: every summary is an
+    extractive stand-in, which the console marks."""
     clock = Clock(time.time() - 10 * turns)
-    kk = Kioku(store, profile=LOCAL_8K, clock=clock, tenant=TENANT, layers=Layers(store))
+    counter = ScriptEstimator()
+    chronicler = LLMChronicler(ScriptedModel(default=PROSE), counter, ExtractiveSummarizer(counter))
+    kk = Kioku(
+        store,
+        profile=LOCAL_8K,
+        clock=clock,
+        tenant=TENANT,
+        layers=Layers(store),
+        counter=counter,
+        summarizer=chronicler,
+    )
     conv = kk.conversation(CID, system_prompt="You are Mika.", character="Mika")
     for i in range(turns):
         clock.advance(10)
@@ -273,6 +291,12 @@ def test_console_reads_memory_edits_notes_cuts_and_shows_alerts_and_log(
     assert shown[0].get_attribute("data-last") == str(first.last_seq)
     lines = shown[0].find_elements(p.By.CSS_SELECTOR, '[data-testid="item-line"] .line-text')
     assert [x.text.strip() for x in lines] == [x.strip() for x in first.text.split("\n") if x]
+    # the model's summaries failed: each item standing in for one says so, and why
+    marks = [stand_in(i.data) for i in items]
+    assert all(marks), marks
+    for element, mark in zip(shown, marks, strict=True):
+        (badge,) = element.find_elements(p.By.CSS_SELECTOR, '[data-testid="stand-in"]')
+        assert badge.text == f"stand-in (extractive: {mark})" and badge.is_displayed()
 
     # the transcript opens on the newest messages, each with its time
     p.until(lambda: p.all("message"), "the newest messages")

@@ -20,7 +20,7 @@ from tests.test_service_support import Harness
 
 harness, service = support.harness, support.service
 
-OPEN = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+OPEN = {"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 
 
 def chat(service: Harness, cid: str, text: str, tenant: str = "acme") -> Any:
@@ -197,6 +197,7 @@ def test_memory_notes_cut_tics_and_log(service: Harness) -> None:
             "model",
             "prompt_version",
             "stale",
+            "stand_in",
             "data",
         }
         r = h.put(

@@ -20,6 +20,7 @@ import pytest
 
 from kioku.importer import import_transcript
 from kioku.memory import coverage_gaps
+from kioku.outcomes import stand_in
 from kioku.revisions import versions
 from tests.tavern import Tavern, wait_for
 from tests.tavern_stack import IMPERSONATED, Stack, alternates, running, same
@@ -66,6 +67,12 @@ def test_sillytavern_with_the_kioku_extension(stack: Stack, browser: Any) -> Non
              20, "chapters in the kioku panel")  # fmt: skip
     status = t.js("return $('#kioku_status').text()")
     assert f"messages #0–#{info.raw_start - 1} are in memory" in status
+    # a chapter standing in for the model's summary (a forced cut's) is marked, with why
+    marks = t.js(
+        "return $('#kioku_memory details[data-kind=chapter] .kioku-stand-in')"
+        ".map((i, e) => $(e).text()).get()"
+    )
+    assert marks == [f"stand-in (extractive: {m})" for c in chapters if (m := stand_in(c.data))]
     assert "profile tavern-test, window 8192 tokens" in status
     marked = t.js("return $('#chat .mes.kioku-in-memory').map((i, e) => $(e).attr('mesid')).get()")
     assert sorted({int(m) for m in marked}) == list(range(info.raw_start)), marked

@@ -93,13 +93,17 @@ export function range(chat, item, places) {
 
 export function itemHtml(chat, label, it, places, lines) {
     const stale = it.stale ? ' <span class="kioku-stale">(being written again)</span>' : '';
+    // extractive lines in place of the model's summary, which failed: say so, and why
+    const standIn = it.stand_in
+        ? ` <span class="kioku-stand-in" title="the model's summary failed: these are the messages' own lines">stand-in (extractive: ${esc(it.stand_in)})</span>`
+        : '';
     const again = it.kind === 'chapter'
         ? '<div class="menu_button kioku-resummarize" title="Write this chapter again from its messages">Write again</div>'
         : '';
     const pending = lines?.pending
         ? '<div class="kioku-pending">Your edit enters the prompt at the next fold.</div>' : '';
     return `<details class="kioku-item" data-kind="${esc(it.kind)}" data-id="${it.id}">`
-        + `<summary>${esc(label)} · messages ${range(chat, it, places)}${stale}</summary>`
+        + `<summary>${esc(label)} · messages ${range(chat, it, places)}${standIn}${stale}</summary>`
         + `<div class="kioku-text">${markdown(it.text)}</div>${pending}`
         + `<div class="kioku-row"><div class="menu_button kioku-edit-lines">Edit lines</div>${again}</div>`
         + '<div class="kioku-lines"></div></details>';

@@ -256,6 +256,7 @@
     const info = state.lines[it.id] || { lines: it.text.split("\n").filter((x) => x.trim()), edits: [], pending: null };
     const badges = [
       el("span", { class: `badge ${it.source}`, text: it.source }),
+      standInBadge(it),
       it.stale ? el("span", { class: "badge stale", text: "stale: source edited", dataset: { testid: "stale" } }) : null,
       info.edits.length
         ? el("span", { class: "badge operator", text: `edited by operator (${info.edits.length})`, dataset: { testid: "operator-badge" } })
@@ -274,6 +275,17 @@
       el("div", { class: "text lines", dataset: { testid: "item-text" } }, ...info.lines.map((line) => memoryLine(it, line))),
       info.pending ? pendingBox(info.pending) : null,
     );
+  }
+
+  // extractive lines standing in for the model's summary, and why it failed (kioku.outcomes)
+  function standInBadge(it) {
+    if (!it.stand_in) return null;
+    return el("span", {
+      class: "badge stand-in",
+      title: "the model's summary failed: these are the messages' own lines, chosen without a model",
+      text: `stand-in (extractive: ${it.stand_in})`,
+      dataset: { testid: "stand-in" },
+    });
   }
 
   // how much of what the model wrote was borne out by the messages it cites (kioku.grounding)

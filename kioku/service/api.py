@@ -19,6 +19,7 @@ from kioku.engine import Conversation, Kioku
 from kioku.errors import BadParameter, NotFound, StoreError
 from kioku.ids import is_valid_id, key_for
 from kioku.memory import MemoryItem
+from kioku.outcomes import stand_in
 from kioku.revisions import versions
 from kioku.service.auth import tenant_of
 from kioku.service.limits import StrictJSONRoute
@@ -99,6 +100,12 @@ class ItemOut(BaseModel):
     model: str
     prompt_version: str
     stale: bool
+    stand_in: str | None = Field(
+        None,
+        description="Why an extractive stand-in holds this range in place of the model's "
+        "summary (the model's replies failed, it could not be reached, or summaries were "
+        "late); null when the model wrote it or no chronicler model is configured.",
+    )
     data: dict[str, Any]
 
 
@@ -198,6 +205,7 @@ def _item(i: MemoryItem) -> ItemOut:
         model=i.model,
         prompt_version=i.prompt_version,
         stale=i.stale,
+        stand_in=stand_in(i.data),
         data=dict(i.data or {}),
     )
 

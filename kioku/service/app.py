@@ -4,7 +4,8 @@ per tenant and (by default) an embedded summary worker.
 Routes: `POST /v1/chat/completions`, `GET /v1/models` and `GET /v1/models/{id}` (the
 OpenAI-compatible proxy; `POST /v1/completions` answers a clear error, see `conventions`), the
 REST API under `/v1/conversations` (see `api`), `GET /metrics`, the console at `/console`, the
-schema at `/openapi.json`, and `GET /healthz` (no key, no data). Every error answers JSON in
+schema at `/openapi.json`, `GET /healthz` (the process's liveness) and `GET /readyz` (the upstream
+and the database answer: `kioku.service.readiness`), neither with a key nor with data. Every error answers JSON in
 OpenAI's shape `{"error": {"message", "type", "param", "code"}}` (`code` a string or null), never
 a stack trace.
 
@@ -60,6 +61,7 @@ from kioku.service.client_api import router as client_router
 from kioku.service.console_api import router as console_router
 from kioku.service.conventions import COMPLETIONS_REFUSED
 from kioku.service.limits import BodyLimit, StrictJSONRoute
+from kioku.service.readiness import router as readiness_router
 from kioku.service.state import Service
 from kioku.service.status import router as status_router
 from kioku.service.upstream import Upstream
@@ -288,6 +290,7 @@ def create_app(
     def healthz() -> dict[str, Any]:
         return {"ok": True}
 
+    app.include_router(readiness_router)
     app.include_router(api_router)
     app.include_router(console_router)
     app.include_router(status_router)

@@ -115,6 +115,10 @@ def serve(
         f"upstream timeout {p.reply_timeout_s:g} s, {workers} process"
         f"{'es' if workers > 1 else ''}; console at /console)"
     )
+    from kioku.service.readiness import startup_line
+
+    if down := startup_line(s):
+        terminal.note(down)
     run(s, host=host, port=port, workers=workers, worker=worker, store=store)
 
 

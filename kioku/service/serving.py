@@ -20,6 +20,7 @@ import os
 from fastapi import FastAPI
 
 from kioku.config import Settings, from_env, to_env
+from kioku.service.logs import log_config
 from kioku.store import Store
 
 EMBEDDED_WORKER_ENV = "KIOKU_SERVE_WORKER"  # "0": leave summaries to `kioku worker`
@@ -64,6 +65,7 @@ def serve(
         host=host,
         port=port,
         log_level=log_level,
+        log_config=log_config(log_level),
         access_log=access_log,
         timeout_graceful_shutdown=30,
     )

@@ -146,8 +146,14 @@ def worker_command(
 
     Example: kioku worker --db postgresql://kioku:secret@db/kioku --summarizer-upstream http://127.0.0.1:8080/v1
     """
+    import logging.config
+
     from kioku import terminal
     from kioku.config import from_env
+    from kioku.service.logs import log_config
+
+    # each job's outcome (written by the model, or fell back and why) as `serve` prints it
+    logging.config.dictConfig(log_config("info"))
 
     def say(line: str) -> None:
         typer.echo(line, err=True)

@@ -243,6 +243,15 @@ class Database:
     def close(self) -> None:
         self.engine.dispose()
 
+    def ping(self) -> None:
+        """One trivial read of kioku's own schema on a fresh connection (`/readyz`): raises
+        `StoreError` when the database cannot answer. Says which error, never the URL."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(select(s.conversations.c.id).limit(1)).first()
+        except SQLAlchemyError as e:
+            raise StoreError(f"the database cannot answer a query ({type(e).__name__})") from e
+
     @contextmanager
     def atomic(self) -> Iterator[Connection]:
         """One write transaction. Inside another one on the same thread it joins that one, so a

@@ -41,6 +41,7 @@ def _job_row(row: Any) -> Job:
         attempts=row.attempts,
         run_after=row.run_after,
         payload=dict(row.payload or {}),
+        error=row.error or "",
     )
 
 
