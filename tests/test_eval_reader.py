@@ -252,6 +252,9 @@ def test_strict_match_in_the_reply() -> None:
     assert not reply_strict("Zorblat", "Zorblat5x1", 4)
     assert reply_strict("swimming and hiking, also painting", "hiking, painting, swimming", 1)
     assert not reply_strict("hiking and painting", "hiking, painting, swimming", 1)
+    assert reply_strict("Yes, she does.", "Yes; she likes the outdoors", 3)  # a verdict
+    assert not reply_strict("No.", "Yes; she likes the outdoors", 3)
+    assert reply_strict("On May 7th, 2023.", "7 May 2023", 2)  # dates in one form
     assert reply_strict("not mentioned", "Eagles", 5)
     assert not reply_strict("Eagles", "Eagles", 5)
 
@@ -493,6 +496,10 @@ def test_cli(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert out["kind"] == "kioku.eval.reader/1" and out["questions"] == 4
     assert out["arms"] == ["generational", "retrieval"]
     assert len(fake.answers()) == 8
+    res = CliRunner().invoke(
+        app, [*base, "--reader", "http://reader.test/v1", "--limit-questions", "3"]
+    )
+    assert res.exit_code != 0 and "--questions" in str(res.exception)
     res = CliRunner().invoke(app, [*base, "--questions", "4"])
     assert res.exit_code != 0 and "--reader" in str(res.exception)
     res = CliRunner().invoke(

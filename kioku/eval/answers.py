@@ -337,7 +337,9 @@ def reply_strict(reply: str, gold: object, category: int) -> bool:
     adversarial question's reply is right when it says the answer is not known."""
     if category == ADVERSARIAL:
         return says_not_known(reply)
-    return match(gold, reply, category).strict
+    # unlike a context, a reply that says "yes" answers a verdict: every item counts here
+    items = answer_items(gold, category)
+    return bool(items) and all(index_of(reply).phrase(i) for i in items)
 
 
 def mean(values: Iterable[float]) -> float | None:

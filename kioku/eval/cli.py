@@ -343,6 +343,8 @@ def locomo(
     if reader:
         if phases is not None or start_at:
             raise InputError("--reader asks at the end of each conversation: leave out --phases")
+        if limit_questions is not None or plot is not None:
+            raise InputError("--reader samples with --questions and reports with --report")
         reading = _ReaderRun(reader, reader_model, questions, time_on, judge_model, judge_model_id)
         _read(
             data, budget, conversations, strategies, tokenizer, seed, chat, reading, as_json, report
