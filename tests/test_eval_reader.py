@@ -364,6 +364,24 @@ def test_questions_are_asked_arm_by_arm_per_conversation(run) -> None:
     for i in range(1, len(order)):
         if runs[i] == runs[i - 1]:
             assert answers[i]["messages"][:-1] == answers[i - 1]["messages"][:-1], runs[i]
+    # and what a one-slot server reads anew is the question's message alone within an arm, the
+    # whole prompt at an arm's first question
+    counter = ScriptEstimator()
+    rows = {(a["conversation"], a["number"]): a for a in result["answers"]}
+    for i, (c, arm, n) in enumerate(order):
+        fresh = rows[(c, n)]["arms"][arm]["fresh_tokens"]
+        messages = answers[i]["messages"]
+        if i and runs[i] == runs[i - 1]:
+            assert fresh == counter.count(messages[-1]["content"])
+        else:  # another arm's prompt came before: at most the system prompt is shared
+            whole = sum(counter.count(m["content"]) for m in messages)
+            assert fresh in (whole, whole - counter.count(messages[0]["content"]))
+    for arm in rd.READER_ARMS:
+        cache = result["cache"][arm]
+        assert 0 < cache["fresh_tokens"] <= cache["prompt_tokens"]
+    assert (
+        result["cache"]["truncation"]["fresh_tokens"] < result["cache"]["retrieval"]["fresh_tokens"]
+    )
 
 
 def test_sampled_run_spreads_questions_over_conversations(data: Path) -> None:

@@ -225,6 +225,19 @@ class Reader:
         return out
 
 
+def fresh_tokens(
+    previous: Sequence[ChatMessage], messages: Sequence[ChatMessage], counter: TokenCounter
+) -> int:
+    """What a server that keeps only the previous request's prefix must read anew: the tokens
+    of the messages after those the two prompts share from the start."""
+    same = 0
+    for a, b in zip(previous, messages, strict=False):
+        if a != b:
+            break
+        same += 1
+    return sum(counter.count(m.content) for m in messages[same:])
+
+
 # arms --------------------------------------------------------------------------------------------
 
 
@@ -401,6 +414,7 @@ def run(
         asked[index] = sample(every, quota.get(index), options.seed * 1000 + index)
     order = schedule(asked, arms)
     results: dict[tuple[int, int], dict[str, Any]] = {}
+    previous: tuple[ChatMessage, ...] = ()
     with _progress(progress) as bar:
         task = bar.add_task("answers", total=len(order))
         for index in convs:
@@ -413,6 +427,9 @@ def run(
                     ctx = live[name].context(q.text)
                     row = results.setdefault((index, q.number), _question(q))
                     row["arms"][name] = ask.answer(ctx, q)
+                    messages = reader_messages(ctx)
+                    row["arms"][name]["fresh_tokens"] = fresh_tokens(previous, messages, counter)
+                    previous = messages
                     bar.advance(task)
             finally:
                 close_all(live)
@@ -438,6 +455,13 @@ def run(
         "questions_requested": options.questions if options.questions is not None else "all",
         "order": [[c, arm, q.number] for c, arm, q in order],
         "scores": summarize(answers, arms, options.seed),
+        "cache": {
+            arm: {
+                k: sum(a["arms"][arm][k] for a in answers)
+                for k in ("prompt_tokens", "fresh_tokens")
+            }
+            for arm in arms
+        },
         "margins": margins(answers, arms, options.seed),
         "answers": answers,
         "runtime_s": round(time.monotonic() - started, 1),
