@@ -187,11 +187,13 @@ def test_each_arm_lays_its_prompt_out_stable_part_first(contexts) -> None:
     arms, questions = contexts
     q1, q2 = questions[0], questions[-1]
     conversation_end = arms["truncation"].entries[-1].message.text
+    long = "Tell me, after all these weeks of talking about kites, " * 3 + q2.text
+    assert 3 * ScriptEstimator().count(q1.text) < ScriptEstimator().count(long) < rd.QUESTION_ROOM
     for name, arm in arms.items():
-        a, b = arm.context(q1.text), arm.context(q2.text)
+        a, b, c = arm.context(q1.text), arm.context(q2.text), arm.context(long)
         # everything before the question's message is the same for every question at one
-        # state: the reader's prefix cache serves it
-        assert a.before == b.before, name
+        # state, short or long: the reader's prefix cache serves it
+        assert a.before == b.before == c.before, name
         m = rd.reader_messages(a)
         assert m[:-1] == a.before
         assert m[-1].content.endswith(f"{q1.text}\n{rd.INSTRUCTION}")

@@ -111,10 +111,16 @@ class LogArm:
     def _fitted(self, shown: list[LogEntry], new: LogEntry, drop: Sequence[int]) -> Prompt:
         """The prompt for `shown`, giving up messages in the order `drop` names (indexes into
         `shown`) while the allocator refuses it."""
+        return self._fit(shown, new, drop)[1]
+
+    def _fit(
+        self, shown: list[LogEntry], new: LogEntry, drop: Sequence[int]
+    ) -> tuple[list[LogEntry], Prompt]:
+        """`_fitted`, with the messages it kept."""
         order = list(drop)
         while True:
             try:
-                return self._prompt(shown, new, self.profile)
+                return shown, self._prompt(shown, new, self.profile)
             except ContextOverflow:
                 if not order:
                     raise
@@ -127,6 +133,11 @@ class WindowArm(LogArm):
     """`truncation` (the newest messages that fit) or, unlimited, `full`."""
 
     limit: bool = True
+    # the window is chosen as if for a question of this many tokens (None: for the question
+    # asked), so that every question at one state gets the same window and a reader's prefix
+    # cache keeps it; a longer question still fits, by dropping the oldest messages
+    question_room: int | None = None
+    _stable: tuple[int, list[LogEntry]] | None = field(default=None, init=False, repr=False)
 
     def context(self, question: str) -> Context:
         new = self._entry(question)
@@ -135,6 +146,11 @@ class WindowArm(LogArm):
                 self.profile, window=UNLIMITED, ceiling=UNLIMITED - self.profile.response_reserve
             )
             return context_of(self.name, self._prompt(self.entries, new, big), question)
+        kept = self._newest(new) if self.question_room is None else self._stable_window()
+        prompt = self._fitted(kept, new, [e.seq for e in kept])
+        return context_of(self.name, prompt, question)
+
+    def _newest(self, new: LogEntry) -> list[LogEntry]:
         room, per = self._room(new)
         kept: list[LogEntry] = []
         for e in reversed(self.entries):
@@ -144,8 +160,20 @@ class WindowArm(LogArm):
             room -= cost
             kept.append(e)
         kept.reverse()
-        prompt = self._fitted(kept, new, [e.seq for e in kept])
-        return context_of(self.name, prompt, question)
+        return kept
+
+    def _stable_window(self) -> list[LogEntry]:
+        """The window the allocator accepts with a stand-in question of `question_room`
+        tokens: one per state of the log."""
+        if self._stable is None or self._stable[0] != len(self.entries):
+            text = "x"
+            while self.counter.count(text) < (self.question_room or 0):
+                text += " x"
+            stand_in = self._entry(text)
+            kept = self._newest(stand_in)
+            kept, _ = self._fit(kept, stand_in, [e.seq for e in kept])
+            self._stable = (len(self.entries), kept)
+        return self._stable[1]
 
 
 @dataclass

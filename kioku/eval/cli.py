@@ -334,7 +334,11 @@ def locomo(
     (strictly, as a phrase; F1 and bag of words beside it)? By evidence age, dev (0–4) and
     held-out (5–9) halves, with a diagnosis against plain retrieval.
 
+    With --reader URL a real model answers each arm's prompt instead, scored by LoCoMo's F1
+    (docs/eval-reader.md).
+
     Example: kioku eval locomo --data ../shared/datasets/locomo/locomo10.json --budget 4096 --json --plot locomo.png
+    Example: kioku eval locomo --reader http://127.0.0.1:8080/v1 --conversations 5-9 --questions 60 --strategies generational,retrieval,truncation,none --time-on --json
     """
     from kioku.eval.locomo import Models, Options, run
 

@@ -71,6 +71,8 @@ INSTRUCTION = (
     "Answer in a few words from the conversation. If it does not say, answer: not mentioned."
 )
 MAX_TOKENS = 64
+# the room a sliding window leaves for the question, so that it keeps one window per state
+QUESTION_ROOM = 96
 RESAMPLES = 2000
 
 
@@ -258,6 +260,8 @@ def reader_arms(
         if replayed
         else {}
     )
+    if isinstance(arms.get("truncation"), WindowArm):
+        arms["truncation"].question_room = QUESTION_ROOM
     if isinstance(arms.get("retrieval"), RetrievalArm):
         arms["retrieval"] = RecentRetrievalArm("retrieval", arms["retrieval"])
     if NONE in names:
