@@ -322,7 +322,10 @@ def test_sampling_is_even_over_categories_and_ages() -> None:
     for c in range(1, 6):
         assert len({rd.third(q.position) for q in ten if q.category == c}) == 2
     seven = rd.sample(qs, 7, seed=2)
-    assert sorted(Counter(q.category for q in seven).values()) == [1, 1, 1, 2, 2]
+    assert Counter(q.category for q in seven) == {1: 2, 2: 2, 3: 1, 4: 1, 5: 1}
+    # the next conversation's turns go on where this one stopped: the extras rotate
+    after = rd.sample(qs, 7, seed=3, turn=7)
+    assert Counter(q.category for q in after) == {1: 1, 2: 1, 3: 2, 4: 2, 5: 1}
     # deterministic by seed, in question order
     assert rd.sample(qs, 15, seed=1) == picked
     assert [q.number for q in picked] == sorted(q.number for q in picked)
@@ -397,6 +400,8 @@ def test_sampled_run_spreads_questions_over_conversations(data: Path) -> None:
     )
     per = Counter(a["conversation"] for a in result["answers"])
     assert per == {0: 5, 5: 4}
+    # 9 over five categories: every category twice but one, across both conversations
+    assert sorted(Counter(a["category"] for a in result["answers"]).values()) == [1, 2, 2, 2, 2]
     assert len(fake.answers()) == 9 * 2
     again = rd.run(
         data,

@@ -116,10 +116,13 @@ def shares(total: int, parts: Sequence[int]) -> dict[int, int]:
     return {p: total // n + (1 if i < total % n else 0) for i, p in enumerate(parts)}
 
 
-def sample(questions: Sequence[Question], n: int | None, seed: int) -> list[Question]:
+def sample(
+    questions: Sequence[Question], n: int | None, seed: int, turn: int = 0
+) -> list[Question]:
     """`n` of `questions` (all when None), spread evenly over the categories and, within each,
-    over the age thirds: categories take turns, and within one the thirds take turns; a
-    stratum with nothing left gives its turn away. The same seed picks the same questions.
+    over the age thirds: categories take turns (in their order, from the `turn`-th: the next
+    conversation goes on where the last one stopped), and within one the thirds take turns;
+    a stratum with nothing left gives its turn away. The same seed picks the same questions.
     Returned in the conversation's question order."""
     if n is None or n >= len(questions):
         return sorted(questions, key=lambda q: q.number)
@@ -141,7 +144,7 @@ def sample(questions: Sequence[Question], n: int | None, seed: int) -> list[Ques
                     queue.append(s.pop())
         queues[c] = queue
     cats = list(queues)
-    rng.shuffle(cats)
+    cats = cats[turn % len(cats) :] + cats[: turn % len(cats)]
     picked: list[Question] = []
     while len(picked) < n:
         for c in cats:
@@ -412,10 +415,12 @@ def run(
     quota = shares(options.questions, convs) if options.questions is not None else {}
     transcripts: dict[int, Transcript] = {}
     asked: dict[int, list[Question]] = {}
+    turn = 0
     for index in convs:
         t = transcripts[index] = load_locomo(data, index)
         every = questions_of(t, index, categories=tuple(ALL_CATEGORIES))
-        asked[index] = sample(every, quota.get(index), options.seed * 1000 + index)
+        asked[index] = sample(every, quota.get(index), options.seed * 1000 + index, turn)
+        turn += len(asked[index])
     order = schedule(asked, arms)
     results: dict[tuple[int, int], dict[str, Any]] = {}
     previous: tuple[ChatMessage, ...] = ()
