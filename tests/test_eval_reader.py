@@ -294,6 +294,8 @@ def test_the_scores_follow_the_replies(run) -> None:
             s["none"][split]["by_category"][c]["f1"]["mean"] == 0.0 for c in ("1", "2", "3", "4")
         )
         assert s["retrieval"][split]["by_age"]["oldest"]["f1"]["mean"] > 0.0
+        assert s["none"][split]["not_known"]["mean"] == 1.0
+        assert s["generational"][split]["by_category"]["5"]["not_known"]["mean"] == 1.0
     assert result["margins"]["heldout"]["none"]["mean"] > 0.0
 
 

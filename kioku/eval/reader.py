@@ -54,7 +54,7 @@ from kioku.summarizer import ExtractiveSummarizer, Summarizer
 from kioku.tokens import TokenCounter
 
 from . import qa
-from .answers import ADVERSARIAL, locomo_f1, reply_strict, stemmer_name
+from .answers import ADVERSARIAL, locomo_f1, reply_strict, says_not_known, stemmer_name
 from .arms import Context
 from .baselines import RecentRetrievalArm, RetrievalArm, WindowArm
 from .locomo import CATEGORIES, DEFAULT_BUDGET, Question, questions_of
@@ -296,6 +296,9 @@ def _metrics(rows: Sequence[Mapping[str, Any]], seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {
         "f1": interval([r["f1"] for r in scored], seed),
         "strict": interval([float(r["strict"]) for r in scored], seed),
+        # how often the reply says "not mentioned": right on an adversarial question, a
+        # miss on any other (a reader that always abstains scores 1 on category 5 alone)
+        "not_known": interval([float(says_not_known(r["reply"])) for r in scored], seed),
     }
     judged = [r for r in scored if "judge" in r]
     if judged:
