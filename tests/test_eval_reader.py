@@ -501,7 +501,7 @@ def test_check_arms() -> None:
             rd.check_arms([bad])
 
 
-def test_cli(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli(data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeReader()
 
     def model(url: str, *args: Any, **kw: Any) -> OpenAIChatModel:
@@ -523,6 +523,15 @@ def test_cli(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert out["kind"] == "kioku.eval.reader/1" and out["questions"] == 4
     assert out["arms"] == ["generational", "retrieval"]
     assert len(fake.answers()) == 8
+    report = tmp_path / "reader.md"
+    res = CliRunner().invoke(
+        app,
+        [*base, "--conversations", "5", "--questions", "2", "--strategies", "truncation,none",
+         "--reader", "http://reader.test/v1", "--report", str(report)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "F1" in res.stdout and "[" in res.stdout  # the table, with intervals
+    assert "| truncation |" in report.read_text(encoding="utf-8")
     res = CliRunner().invoke(
         app, [*base, "--reader", "http://reader.test/v1", "--limit-questions", "3"]
     )
