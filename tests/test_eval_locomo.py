@@ -260,7 +260,7 @@ def test_the_cli_default_is_every_headline_arm() -> None:
 
 def test_evidence_age() -> None:
     assert locomo.evidence_age(["D3:5", "D7:1"], 20) == 13
-    assert locomo.evidence_age(["D:11:26"], 20) is None or True  # malformed ids are tolerated
+    assert locomo.evidence_age(["D:11:26"], 20) is None  # a malformed id names no session
     assert locomo.evidence_age([], 20) is None
     assert locomo.age_bucket(0) == "0-2" and locomo.age_bucket(25) == "20+"
 

@@ -30,9 +30,10 @@ character as a token.
 from __future__ import annotations
 
 import re
+import string
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -255,20 +256,44 @@ def bag_of_words(answer: object, *contexts: str) -> bool:
 
 
 # LoCoMo's F1 (of a model's answer, not of a context) -------------------------------------------
+# As LoCoMo's own scorer (task_eval/evaluation.py) computes it: commas out, lowercase, ASCII
+# punctuation out, the words a/an/the/and out, Porter stems; per category, multi-hop (1) splits
+# gold and reply on commas and averages each gold item's best F1, open-domain (3) scores the
+# gold's first alternative (before ";"), adversarial (5) is right when the reply says the
+# conversation does not tell, temporal (2) and single-hop (4) are plain token F1.
+
+ADVERSARIAL = 5
+# the phrases LoCoMo's scorer reads as "not known" in an adversarial reply (lowercased)
+NOT_KNOWN = ("no information available", "not mentioned")
+_ASCII_PUNCT = frozenset(string.punctuation)
 
 
 @lru_cache(maxsize=1)
-def _stemmer() -> object:
-    import Stemmer  # PyStemmer
+def _stemmer() -> tuple[str, Callable[[list[str]], list[str]]]:
+    """NLTK's PorterStemmer, the one LoCoMo's scorer uses, where NLTK is installed; else the
+    original Porter algorithm (PyStemmer), which differs on a few words (NLTK's extensions:
+    "dying", "sky", "emotionally"). `stemmer_name()` says which one scored a run."""
+    try:
+        from nltk.stem import PorterStemmer
 
-    return Stemmer.Stemmer("porter")
+        ps = PorterStemmer()
+        return "nltk-porter", lambda words: [ps.stem(w) for w in words]
+    except ImportError:
+        import Stemmer  # PyStemmer
+
+        st = Stemmer.Stemmer("porter")
+        return "pystemmer-porter", lambda words: list(st.stemWords(words))
+
+
+def stemmer_name() -> str:
+    return _stemmer()[0]
 
 
 def _f1_tokens(text: object) -> list[str]:
     s = str(text).replace(",", "").lower()
-    s = "".join(ch for ch in s if unicodedata.category(ch)[0] != "P")
+    s = "".join(ch for ch in s if ch not in _ASCII_PUNCT)
     s = _ARTICLES_AND.sub(" ", s)
-    return list(_stemmer().stemWords(s.split()))  # type: ignore[attr-defined]
+    return _stemmer()[1](s.split())
 
 
 def f1_score(prediction: object, gold: object) -> float:
@@ -287,15 +312,34 @@ def f1_multi(prediction: str, gold: str) -> float:
     return sum(max(f1_score(p, g) for p in preds) for g in golds) / len(golds)
 
 
+def says_not_known(reply: str) -> bool:
+    """The reply says the conversation does not tell (LoCoMo's adversarial rule)."""
+    low = str(reply).lower()
+    return any(p in low for p in NOT_KNOWN)
+
+
 def locomo_f1(prediction: str, gold: object, category: int) -> float:
-    """The LoCoMo paper's QA score: multi-hop (1) split on commas; open-domain (3) takes the
-    gold answer's first alternative; temporal (2) and single-hop (4) plain token F1."""
+    """The LoCoMo paper's QA score of a reply: multi-hop (1) split on commas; open-domain (3)
+    takes the gold answer's first alternative; adversarial (5) is 1 when the reply says it is
+    not known, else 0; temporal (2) and single-hop (4) plain token F1."""
     g = str(gold)
+    if category == ADVERSARIAL:
+        return 1.0 if says_not_known(prediction) else 0.0
     if category == MULTI_HOP:
         return f1_multi(prediction, g)
     if category == OPEN_DOMAIN:
         g = g.split(";")[0].strip()
     return f1_score(prediction, g)
+
+
+def reply_strict(reply: str, gold: object, category: int) -> bool:
+    """The strict match of the gold answer in a model's reply (the phrase rule of `match`); an
+    adversarial question's reply is right when it says the answer is not known."""
+    if category == ADVERSARIAL:
+        return says_not_known(reply)
+    # unlike a context, a reply that says "yes" answers a verdict: every item counts here
+    items = answer_items(gold, category)
+    return bool(items) and all(index_of(reply).phrase(i) for i in items)
 
 
 def mean(values: Iterable[float]) -> float | None:

@@ -29,6 +29,7 @@ from functools import cached_property
 
 import numpy as np
 
+from kioku import dates
 from kioku.bench.prefix import Turn, sliding_driver
 from kioku.context import Prompt, build, plan
 from kioku.datasets import Transcript
@@ -110,10 +111,16 @@ class LogArm:
     def _fitted(self, shown: list[LogEntry], new: LogEntry, drop: Sequence[int]) -> Prompt:
         """The prompt for `shown`, giving up messages in the order `drop` names (indexes into
         `shown`) while the allocator refuses it."""
+        return self._fit(shown, new, drop)[1]
+
+    def _fit(
+        self, shown: list[LogEntry], new: LogEntry, drop: Sequence[int]
+    ) -> tuple[list[LogEntry], Prompt]:
+        """`_fitted`, with the messages it kept."""
         order = list(drop)
         while True:
             try:
-                return self._prompt(shown, new, self.profile)
+                return shown, self._prompt(shown, new, self.profile)
             except ContextOverflow:
                 if not order:
                     raise
@@ -126,6 +133,11 @@ class WindowArm(LogArm):
     """`truncation` (the newest messages that fit) or, unlimited, `full`."""
 
     limit: bool = True
+    # the window is chosen as if for a question of this many tokens (None: for the question
+    # asked), so that every question at one state gets the same window and a reader's prefix
+    # cache keeps it; a longer question still fits, by dropping the oldest messages
+    question_room: int | None = None
+    _stable: tuple[int, list[LogEntry]] | None = field(default=None, init=False, repr=False)
 
     def context(self, question: str) -> Context:
         new = self._entry(question)
@@ -134,6 +146,11 @@ class WindowArm(LogArm):
                 self.profile, window=UNLIMITED, ceiling=UNLIMITED - self.profile.response_reserve
             )
             return context_of(self.name, self._prompt(self.entries, new, big), question)
+        kept = self._newest(new) if self.question_room is None else self._stable_window()
+        prompt = self._fitted(kept, new, [e.seq for e in kept])
+        return context_of(self.name, prompt, question)
+
+    def _newest(self, new: LogEntry) -> list[LogEntry]:
         room, per = self._room(new)
         kept: list[LogEntry] = []
         for e in reversed(self.entries):
@@ -143,8 +160,20 @@ class WindowArm(LogArm):
             room -= cost
             kept.append(e)
         kept.reverse()
-        prompt = self._fitted(kept, new, [e.seq for e in kept])
-        return context_of(self.name, prompt, question)
+        return kept
+
+    def _stable_window(self) -> list[LogEntry]:
+        """The window the allocator accepts with a stand-in question of `question_room`
+        tokens: one per state of the log."""
+        if self._stable is None or self._stable[0] != len(self.entries):
+            text = "x"
+            while self.counter.count(text) < (self.question_room or 0):
+                text += " x"
+            stand_in = self._entry(text)
+            kept = self._newest(stand_in)
+            kept, _ = self._fit(kept, stand_in, [e.seq for e in kept])
+            self._stable = (len(self.entries), kept)
+        return self._stable[1]
 
 
 @dataclass
@@ -217,3 +246,87 @@ def entry_seqs(transcript: Transcript) -> list[int]:
         out.append(seq)
         seq += 1
     return out
+
+
+RECALLED_HEADER = "Earlier in the conversation:"
+
+
+@dataclass
+class RecentRetrievalArm:
+    """Plain retrieval as a chat front end adds it (SillyTavern's Vector Storage): the recent
+    window first, then the question's best BM25 turns (±1, as `RetrievalArm` picks them, not
+    already in the window) in log order as one dated block in front of the question. The block
+    gets the room kioku's allocator gives a question's recollections (`Profile.recall_tokens`)
+    and the recent window the rest of the budget, so both arms fill the same budget and read
+    the same amount anew per question. The system prompt and the recent window are the same
+    for every question at one state: the reader's prefix cache keeps them."""
+
+    name: str
+    base: RetrievalArm
+
+    def finish(self) -> None:
+        self.base.finish()
+
+    def memory(self) -> MemoryStats:
+        return MemoryStats()
+
+    def counters(self) -> dict[str, int]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+    @cached_property
+    def _recent(self) -> list[LogEntry]:
+        b = self.base
+        room, per = b._room(b._entry(""))
+        room -= b.profile.recall_tokens
+        kept: list[LogEntry] = []
+        for e in reversed(b.entries):
+            room -= e.tokens + per
+            if room < 0:
+                break
+            kept.append(e)
+        kept.reverse()
+        return kept
+
+    def _line(self, e: LogEntry) -> str:
+        m = e.message
+        day = dates.day_of(m.at)
+        when = f"({dates.day_text(day, self.base.transcript.lang)}) " if day else ""
+        return f"{when}{m.author or m.role}: {m.text}"
+
+    def context(self, question: str) -> Context:
+        b = self.base
+        recent = self._recent
+        in_window = {e.seq for e in recent}
+        room, per = b._room(b._entry(question))
+        room -= sum(e.tokens + per for e in recent)
+        room -= b.counter.count(RECALLED_HEADER) + 2  # the header and the break before the question
+        chosen: list[int] = []  # in the order they were taken, best hit first
+        for seq in b.ranking(question):
+            group = [
+                s
+                for s in range(seq - NEIGHBOURS, seq + NEIGHBOURS + 1)
+                if 0 <= s < len(b.entries) and s not in in_window and s not in chosen
+            ]
+            cost = sum(b.counter.count(self._line(b.entries[s])) + 1 for s in group)
+            if cost > room:
+                group = [seq] if seq in group else []
+                cost = sum(b.counter.count(self._line(b.entries[s])) + 1 for s in group)
+                if not group or cost > room:
+                    continue
+            chosen.extend(group)
+            room -= cost
+        while True:
+            shown = sorted(chosen)
+            block = "\n".join([RECALLED_HEADER, *(self._line(b.entries[s]) for s in shown)])
+            text = f"{block}\n\n{question}" if shown else question
+            try:
+                prompt = b._prompt(recent, b._entry(text), b.profile)
+            except ContextOverflow:
+                if not chosen:
+                    raise
+                chosen.pop()  # the worst-ranked turn taken goes first
+                continue
+            return context_of(self.name, prompt, question)

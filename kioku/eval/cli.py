@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -269,8 +270,37 @@ def locomo(
         ),
     ] = None,
     model_id: ModelIdOpt = None,
-    judge_model: JudgeOpt = None,
+    judge_model: Annotated[
+        str | None,
+        typer.Option(
+            "--judge-model", "--judge", help="Base URL of a judge of the answers (judge-dependent)."
+        ),
+    ] = None,
     judge_model_id: JudgeIdOpt = None,
+    reader: Annotated[
+        str | None,
+        typer.Option(
+            "--reader",
+            envvar="KIOKU_READER_URL",
+            help="Base URL of the model that answers from each arm's prompt (env "
+            "KIOKU_READER_URL); the chronicler stays --model's, extractive without it.",
+        ),
+    ] = None,
+    reader_model: Annotated[
+        str | None, typer.Option("--reader-model", help="Model name to request of --reader.")
+    ] = None,
+    questions: Annotated[
+        str,
+        typer.Option(
+            "--questions",
+            help="--reader: N questions in all, spread over the conversations, categories and "
+            "evidence ages (seeded by --seed), or all.",
+        ),
+    ] = "all",
+    time_on: Annotated[
+        bool,
+        typer.Option("--time-on", help="--reader: record each prompt's evaluation seconds."),
+    ] = False,
     limit_questions: Annotated[
         int | None, typer.Option("--limit-questions", help="At most N questions per conversation.")
     ] = None,
@@ -304,12 +334,28 @@ def locomo(
     (strictly, as a phrase; F1 and bag of words beside it)? By evidence age, dev (0–4) and
     held-out (5–9) halves, with a diagnosis against plain retrieval.
 
+    With --reader URL a real model answers each arm's prompt instead, scored by LoCoMo's F1
+    (docs/eval-reader.md).
+
     Example: kioku eval locomo --data ../shared/datasets/locomo/locomo10.json --budget 4096 --json --plot locomo.png
+    Example: kioku eval locomo --reader http://127.0.0.1:8080/v1 --conversations 5-9 --questions 60 --strategies generational,retrieval,truncation,none --time-on --json
     """
     from kioku.eval.locomo import Models, Options, run
 
     settings = from_env()
     chat = _chat_model(model, model_id, settings)
+    if reader:
+        if phases is not None or start_at:
+            raise InputError("--reader asks at the end of each conversation: leave out --phases")
+        if limit_questions is not None or plot is not None:
+            raise InputError("--reader samples with --questions and reports with --report")
+        reading = _ReaderRun(reader, reader_model, questions, time_on, judge_model, judge_model_id)
+        _read(
+            data, budget, conversations, strategies, tokenizer, seed, chat, reading, as_json, report
+        )
+        return
+    if questions != "all" or time_on:
+        raise InputError("--questions and --time-on choose what --reader answers: pass --reader")
     judge = _chat_model(judge_model, judge_model_id, settings) if judge_model else None
     if judge is not None and chat is None:
         raise InputError("--judge-model grades answers: pass --model for the answers too")
@@ -347,6 +393,102 @@ def locomo(
                     f"{d['context_tokens']:.0f}",
                 )
     out.print(table)
+
+
+@dataclass(frozen=True)
+class _ReaderRun:
+    url: str
+    model_id: str | None
+    questions: str
+    time_on: bool
+    judge_url: str | None
+    judge_id: str | None
+
+
+def _read(
+    data: Path | None,
+    budget: int,
+    conversations: str,
+    strategies: str,
+    tokenizer: str,
+    seed: int,
+    chronicler_model: Any,
+    reading: _ReaderRun,
+    as_json: bool,
+    report: Path | None,
+) -> None:
+    """`kioku eval locomo --reader URL`: a real model answers from each arm's prompt."""
+    from kioku.counters import counter_from_spec
+    from kioku.eval import reader as rd
+    from kioku.summarizer import ExtractiveSummarizer
+
+    settings = from_env()
+    if reading.questions.strip().lower() == "all":
+        n = None
+    else:
+        try:
+            n = int(reading.questions)
+        except ValueError:
+            raise InputError(
+                f"--questions takes a number or all, not {reading.questions!r}"
+            ) from None
+    arms = (
+        rd.READER_ARMS
+        if strategies == HEADLINE_DEFAULT
+        else tuple(s.strip() for s in strategies.split(",") if s.strip())
+    )
+    counter = counter_from_spec(tokenizer)
+    summarizer: Any = ExtractiveSummarizer(counter)
+    if chronicler_model is not None:
+        from kioku.chronicler import LLMChronicler
+
+        summarizer = LLMChronicler(chronicler_model, counter, fallback=summarizer)
+    options = rd.ReaderOptions(
+        budget=budget,
+        conversations=_conversations(conversations),
+        arms=rd.check_arms(arms),
+        tokenizer=tokenizer,
+        questions=n,
+        seed=seed,
+        time_on=reading.time_on,
+    )
+    result = rd.run(
+        data,
+        options,
+        reader=_chat_model(reading.url, reading.model_id, settings),
+        judge=_chat_model(reading.judge_url, reading.judge_id, settings),
+        summarizer=summarizer,
+        counter=counter,
+        log=lambda s: err.print(s, highlight=False),
+    )
+    if report:
+        from kioku.eval.report import markdown
+
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(markdown(result), encoding="utf-8")
+        err.print(f"wrote {report}", highlight=False)
+    if as_json:
+        emit(result)
+        return
+    table = Table("arm", "split", "F1 [95%]", "strict", "judge", *rd.THIRDS, "n")
+    for arm, per in result["scores"].items():
+        for split, d in per.items():
+            table.add_row(
+                arm,
+                split,
+                _interval(d["f1"]),
+                _interval(d["strict"]),
+                _interval(d["judge"]) if "judge" in d else "–",
+                *(_interval(d["by_age"][t]["f1"]) if t in d["by_age"] else "–" for t in rd.THIRDS),
+                str(d["f1"]["n"]),
+            )
+    out.print(table)
+
+
+def _interval(ci: Mapping[str, Any]) -> str:
+    if ci.get("mean") is None:
+        return "–"
+    return f"{ci['mean']:.2f} [{ci['lo']:.2f}–{ci['hi']:.2f}]"
 
 
 def _phases(

@@ -28,7 +28,7 @@ import random
 import re
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -136,19 +136,28 @@ class Question:
     age: int | None
     evidence: tuple[int, ...]  # seqs of the evidence turns in the replayed log
     evidence_text: tuple[str, ...]
+    # where the newest evidence turn stands in the conversation, 0 (first) to 1 (last)
+    position: float | None = None
 
     @property
     def old(self) -> bool:
         return self.age is not None and self.age >= OLD_AGE
 
 
-def questions_of(t: Transcript, index: int, limit: int | None = None) -> list[Question]:
+def questions_of(
+    t: Transcript,
+    index: int,
+    limit: int | None = None,
+    categories: Collection[int] = tuple(CATEGORIES),
+) -> list[Question]:
+    """The conversation's questions of `categories`; an adversarial question's gold is what it
+    baits the reader into saying (its `adversarial_answer`)."""
     seqs = entry_seqs(t)
     by_dia = {str(m.get("dia_id")): i for i, m in enumerate(t.meta)}
     last = int(t.info.get("sessions") or 0)
     out = []
     for n, q in enumerate(t.info.get("qa", [])):
-        if q.get("category") not in CATEGORIES:
+        if q.get("category") not in categories:
             continue
         found = [by_dia[e] for e in map(str, q.get("evidence", [])) if e in by_dia]
         out.append(
@@ -157,11 +166,12 @@ def questions_of(t: Transcript, index: int, limit: int | None = None) -> list[Qu
                 number=n,
                 split="dev" if index in DEV else "heldout",
                 text=str(q["question"]),
-                answer=str(q["answer"]),
+                answer=str(q.get("answer", q.get("adversarial_answer", ""))),
                 category=int(q["category"]),
                 age=evidence_age(q.get("evidence", []), last),
                 evidence=tuple(seqs[i] for i in found if seqs[i] >= 0),
                 evidence_text=tuple(t.messages[i].text for i in found),
+                position=max(found) / max(1, len(t.messages) - 1) if found else None,
             )
         )
     return out[:limit] if limit else out

@@ -247,8 +247,63 @@ def audit_markdown(result: Mapping[str, Any]) -> str:
     )
 
 
+def _ci(d: Mapping[str, Any] | None) -> str:
+    if not d or d.get("mean") is None:
+        return "–"
+    return f"{d['mean']:.2f} [{d['lo']:.2f}–{d['hi']:.2f}]"
+
+
+def reader_markdown(result: Mapping[str, Any]) -> str:
+    """`kioku eval locomo --reader`: each arm's answers scored, with 95% intervals."""
+    pinned = result["pins"]
+    reader = (pinned.get("models") or {}).get("reader") or {}
+    thirds = result["age_thirds"]
+    cats = result["categories"]
+    out = [
+        "# LoCoMo answered by a reader",
+        "",
+        f"Reader `{reader.get('name', '?')}`, chronicler `{pinned.get('summarizer')}`, budget "
+        f"{result['budget']} tokens, {result['questions']} questions, "
+        f"{result['runtime_s']:.0f} s. LoCoMo's F1 (its scorer's rules per category; "
+        "adversarial: 1 when the reply says not mentioned), `strict`: the gold answer as a phrase "
+        "of the reply; mean [bootstrap 95% interval]. A judge's grade depends on the judge.",
+        "",
+    ]
+    for split, label in (("dev", "Dev (conversations 0–4)"), ("heldout", "Held out (5–9)")):
+        rows = []
+        for arm, per in result["scores"].items():
+            d = per.get(split)
+            if not d:
+                continue
+            rows.append(
+                [
+                    arm,
+                    _ci(d["f1"]),
+                    _ci(d["strict"]),
+                    _ci(d.get("judge")),
+                    *[_ci((d["by_age"].get(t) or {}).get("f1")) for t in thirds],
+                    *[_ci((d["by_category"].get(c) or {}).get("f1")) for c in cats],
+                    str(d["f1"]["n"]),
+                ]
+            )
+        if not rows:
+            continue
+        heads = ["arm", "F1", "strict", "judge", *thirds, *cats.values(), "n"]
+        out += [f"## {label}", "", _table(heads, rows), ""]
+        margin = (result.get("margins") or {}).get(split) or {}
+        if margin:
+            out += [
+                "generational − arm, F1 (paired): "
+                + ", ".join(f"{a} {_ci(m)}" for a, m in margin.items()),
+                "",
+            ]
+    return "\n".join(out)
+
+
 def markdown(result: Mapping[str, Any]) -> str:
     kind = str(result.get("kind", ""))
+    if kind.startswith("kioku.eval.reader"):
+        return reader_markdown(result)
     if kind.startswith("kioku.eval.locomo"):
         return locomo_markdown(result)
     if kind.startswith("kioku.eval.forgetting"):
