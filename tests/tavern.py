@@ -188,6 +188,29 @@ def wait_for(check: Callable[[], Any], timeout_s: float = 30.0, what: str = "") 
         time.sleep(0.1)
 
 
+# Longer than SillyTavern's save debounce (`debounce_timeout.relaxed`, 1 s): a page that has sent
+# nothing for this long has no save still waiting to go out.
+QUIET_MS = 1200
+# Counts the page's requests (fetch and jQuery's XHR) in flight and notes when the last one
+# began or ended; installed once per page load.
+_NET = """
+if (!window.__kiokuNet) {
+  const net = window.__kiokuNet = {inflight: 0, last: Date.now()};
+  const begin = () => { net.inflight += 1; net.last = Date.now(); };
+  const end = () => { net.inflight = Math.max(0, net.inflight - 1); net.last = Date.now(); };
+  const fetch0 = window.fetch;
+  window.fetch = function (...args) { begin(); return fetch0.apply(this, args).finally(end); };
+  if (window.jQuery) { jQuery(document).ajaxSend(begin).ajaxComplete(end); }
+}
+"""
+_QUIET = (
+    "const n = window.__kiokuNet; return n.inflight === 0 && Date.now() - n.last > arguments[0]"
+)
+# what was just done counts as activity: its effects (an animation, then a debounced save) may
+# not have sent anything yet
+_ACTED = "window.__kiokuNet.last = Math.max(window.__kiokuNet.last, Date.now())"
+
+
 class Tavern:
     """SillyTavern's page, driven as a user drives it (selenium + headless Chromium)."""
 
@@ -201,6 +224,14 @@ class Tavern:
     def js(self, script: str, *args: Any) -> Any:
         return self.d.execute_script(script, *args)
 
+    def quiet(self, quiet_ms: int = QUIET_MS, timeout_s: float = 30.0) -> None:
+        """Wait until the page has nothing in flight and has sent nothing for `quiet_ms` since
+        the last thing done: what a click set off (a save, a debounced save, the extension's
+        calls) has gone out and come back."""
+        self.js(_NET)
+        self.js(_ACTED)
+        wait_for(lambda: self.js(_QUIET, quiet_ms), timeout_s, "the page's requests to settle")
+
     def find(self, css: str) -> Any:
         return self.d.find_element(self.By.CSS_SELECTOR, css)
 
@@ -213,6 +244,7 @@ class Tavern:
         self.d.get(self.url)
         wait_for(lambda: self.js("return !!(window.SillyTavern && SillyTavern.getContext)"),
                  60, "SillyTavern's page")  # fmt: skip
+        self.js(_NET)
         wait_for(lambda: self.js("return $('#rm_print_characters_block .character_select').length > 0"),
                  60, "the character list")  # fmt: skip
         if panel:
@@ -242,7 +274,7 @@ class Tavern:
 
     def idle(self, timeout_s: float = 60.0) -> None:
         wait_for(lambda: not self.busy(), timeout_s, "the generation to end")
-        time.sleep(0.3)  # SillyTavern saves the chat after the last chunk
+        self.quiet(300)  # SillyTavern saves the chat at once after the last chunk
 
     def select_character(self, name: str) -> None:
         self.js(
@@ -288,20 +320,23 @@ class Tavern:
         wait_for(lambda: self.js("return $('#curEditTextarea').length > 0"), 10, "the edit box")
         self.js("$('#curEditTextarea').val(arguments[0]).trigger('input')", text)
         self.click(f"#chat .mes[mesid='{mesid}'] .mes_edit_done")
-        time.sleep(0.5)
+        wait_for(lambda: self.js("return $('#curEditTextarea').length === 0"), 10, "the edit done")
+        self.quiet()
 
     def delete(self, mesid: int) -> None:
+        count = len(self.messages())
         self.click(f"#chat .mes[mesid='{mesid}'] .mes_edit")
         wait_for(lambda: self.js("return $('#curEditTextarea').length > 0"), 10, "the edit box")
         self.click(f"#chat .mes[mesid='{mesid}'] .mes_edit_delete")
         self.confirm()
-        time.sleep(0.5)
+        wait_for(lambda: len(self.messages()) == count - 1, 30, f"#{mesid} deleted")
+        self.quiet()
 
     def confirm(self) -> None:
         wait_for(lambda: self.js("return $('dialog[open] .popup-button-ok:visible').length > 0"),
                  10, "a popup")  # fmt: skip
         self.click("dialog[open] .popup-button-ok")
-        time.sleep(0.5)
+        wait_for(lambda: self.js("return $('dialog[open] .popup-button-ok:visible').length === 0"), 10, "the popup closed")  # fmt: skip
 
     def new_chat(self) -> None:
         old = self.chat_id()
@@ -318,7 +353,7 @@ class Tavern:
         for attempt in range(3):  # a click on a list that is still being drawn can be lost
             self.option("option_select_chat")
             wait_for(lambda: self.js(f"return {block}.length > 0", chat_id), 60, "the chat")
-            time.sleep(0.5)
+            self.quiet()
             self.js(f"{block}.first().trigger('click')", chat_id)
             try:
                 wait_for(lambda: self.chat_id() == chat_id and self.messages(), 30, chat_id)
@@ -335,7 +370,7 @@ class Tavern:
                  10, "the Additional Parameters popup")  # fmt: skip
         self.js("$('#custom_include_headers').val(arguments[0]).trigger('input')", yaml)
         self.click("#dialogue_popup_ok")
-        time.sleep(0.5)
+        self.quiet()
 
     def set_kioku_enabled(self, on: bool) -> None:
         self.js("$('#kioku_enabled').prop('checked', arguments[0]).trigger('change')", on)
@@ -371,7 +406,7 @@ class Tavern:
         old = self.chat_id()
         self.click(f"#chat .mes[mesid='{mesid}'] .mes_create_branch")
         wait_for(lambda: self.chat_id() != old and self.messages(), 30, "the branch")
-        time.sleep(0.5)
+        self.quiet()
         return self.chat_id()
 
     def settled(self) -> None:
@@ -382,8 +417,7 @@ class Tavern:
                  "return c.chat.length > 0 && $('#chat .mes').last().attr('mesid') == c.chat.length - 1 "
                  "&& jQuery.active === 0")  # fmt: skip
         wait_for(lambda: self.js(drawn), 30, "the chat drawn and saved")
-        time.sleep(1.0)
-        wait_for(lambda: self.js(drawn), 30, "the chat drawn and saved")
+        self.quiet()
 
     def problems(self) -> str:
         """What the page said went wrong: its toasts and its console's errors."""
@@ -414,13 +448,13 @@ class Tavern:
                 print(f"the checkpoint of #{mesid} was lost, once: {self.problems()}")
         wait_for(lambda: self.js(f"return !!$(\"#chat .mes[mesid='{mesid}']\").attr('bookmark_link')"),
                  10, "the checkpoint's flag")  # fmt: skip
-        time.sleep(0.5)
+        self.quiet()
 
     def open_checkpoint(self, mesid: int) -> str:
         link = str(self.js(f"return $(\"#chat .mes[mesid='{mesid}']\").attr('bookmark_link')"))
         self.click(f"#chat .mes[mesid='{mesid}'] .mes_bookmark")
         wait_for(lambda: self.chat_id() == link and self.messages(), 30, "the checkpoint")
-        time.sleep(0.5)
+        self.quiet()
         return link
 
     def rename_chat(self, old: str, new: str) -> None:
@@ -436,14 +470,14 @@ class Tavern:
         self.click("#dialogue_popup_ok")
         wait_for(lambda: self.chat_id() == new, 30, "the renamed chat")
         self.js("$('#select_chat_cross').trigger('click')")
-        time.sleep(1.0)
+        self.quiet()
 
     def install_extension(self, url: str) -> None:
         """Extensions → Install extension → the repository's URL (as a user installs one)."""
         self.click("#third_party_extension_button")
         wait_for(lambda: self.js("return $('dialog[open] .popup-input:visible').length > 0"),
                  10, "the install popup")  # fmt: skip
-        time.sleep(0.5)
+        self.quiet()
         self.js("$('dialog[open]').last().find('.popup-input').val(arguments[0]).trigger('input')",
                 url)  # fmt: skip
         self.js("$('dialog[open]').last().find('.popup-button-ok').trigger('click')")
