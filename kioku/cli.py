@@ -454,16 +454,17 @@ def search(
 
     Example: kioku search mika "birthday present"
     """
-    from kioku.recall.archive import Terms
+    from kioku.recall.archive import DEFAULT_REACH, Terms
     from kioku.recall.found import around, found
 
     kk = terminal.open_kioku(settings(db), write=False, tenant=tenant)
     key = terminal.find_conversation(kk.store, conversation, kk.tenant).id
 
     hits = kk.layers.search(key, query, k)
-    entries = {e.seq: e for e in kk.store.entries_at(key, around(hits))}
     indexes = getattr(kk.layers, "indexes", None)
-    matches = found(hits, entries, query, indexes.terms if indexes else Terms())
+    reach = indexes.params.reach if indexes else DEFAULT_REACH
+    entries = {e.seq: e for e in kk.store.entries_at(key, around(hits, reach))}
+    matches = found(hits, entries, query, indexes.terms if indexes else Terms(), reach)
 
     def shown(seq: int) -> dict[str, Any]:
         m = entries[seq].message
