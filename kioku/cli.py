@@ -224,7 +224,7 @@ def memory(
             return
         if not rows:
             hint = terminal.elsewhere(kk.store, kk.tenant)
-            if hint:  # a tenant asked for by name that holds none: the command failed
+            if hint and kk.tenant not in kk.store.tenants():  # a tenant this database lacks
                 raise NotFound(f"no conversations{hint}")
             terminal.note("no conversations yet (`kioku import` or `kioku serve` adds them)")
             return

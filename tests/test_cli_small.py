@@ -10,7 +10,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import click
 import typer.main
 from typer.testing import CliRunner
 
@@ -106,12 +105,16 @@ def test_one_version_everywhere() -> None:
         assert json.loads(manifest.read_text())["version"] == kioku.__version__, manifest
 
 
-def _help_texts(command: click.Command) -> list[str]:
+# typer carries its own click: its commands are told by what they have, not by click's classes
+def _subcommands(command: Any) -> dict[str, Any]:
+    return dict(getattr(command, "commands", {}))
+
+
+def _help_texts(command: Any) -> list[str]:
     texts = [command.help or "", command.short_help or ""]
     texts += [getattr(p, "help", None) or "" for p in command.params]
-    if isinstance(command, click.Group):
-        for sub in command.commands.values():
-            texts += _help_texts(sub)
+    for sub in _subcommands(command).values():
+        texts += _help_texts(sub)
     return texts
 
 
@@ -120,8 +123,29 @@ def test_no_seed_in_what_users_read() -> None:
     from kioku.demo import EXPLAINED
 
     seen = _help_texts(typer.main.get_command(app)) + list(EXPLAINED.values())
+    assert len(seen) > 200  # every command's and option's help was read (subcommands too)
     files = [*(ROOT / "kioku/console").iterdir(), *(ROOT / "integrations/sillytavern").iterdir()]
     files += list((ROOT / "docs").glob("*.md"))
     seen += [f.read_text(encoding="utf-8") for f in files if f.is_file()]
     for text in seen:
         assert not re.search(r"\bseed['’]s\b", text, re.IGNORECASE), text[:200]
+
+
+def _commands(command: Any, name: str = "kioku") -> list[tuple[str, Any]]:
+    out = [(name, command)]
+    for sub_name, sub in _subcommands(command).items():
+        out += _commands(sub, f"{name} {sub_name}")
+    return out
+
+
+def test_every_command_on_a_stored_conversation_takes_tenant() -> None:
+    """One tenant rule (issue 42.3): a command that names a stored conversation takes --tenant."""
+    checked = []
+    for name, command in _commands(typer.main.get_command(app)):
+        names = {p.name for p in command.params if p.param_type_name == "argument"}
+        if "conversation" in names or name == "kioku import":
+            options = {o for p in command.params for o in getattr(p, "opts", ())}
+            assert "--tenant" in options, f"`{name}` has no --tenant"
+            checked.append(name.removeprefix("kioku "))
+    wanted = {"memory", "chat", "notes", "search", "tics", "cut", "export", "stats", "delete"}
+    assert wanted | {"import", "eval audit"} <= set(checked), checked
