@@ -149,3 +149,21 @@ def test_every_command_on_a_stored_conversation_takes_tenant() -> None:
             checked.append(name.removeprefix("kioku "))
     wanted = {"memory", "chat", "notes", "search", "tics", "cut", "export", "stats", "delete"}
     assert wanted | {"import", "eval audit"} <= set(checked), checked
+
+
+def test_delete_asks_first_and_no_means_nothing_changes(tmp_path: Path) -> None:
+    db = str(tmp_path / "k.db")
+    store = Store.open(db)
+    key = store.ensure_conversation("mika").id
+    store.append(key, Message.user("I keep a tortoise called Basil."), 8)
+    store.close()
+    r = invoke(["delete", "mika", "--db", db], input="n\n")
+    assert r.exit_code != 0 and "kioku export mika --out mika.jsonl" in r.output, r.output
+    assert Store.open(db, readonly=True).find_conversation("default", "mika").next_seq == 1
+    r = invoke(["delete", "mika", "--db", db, "--json"], input="y\n")
+    assert r.exit_code == 0, r.output
+    done = json.loads(r.stdout[r.stdout.index("{") :])  # the test runner echoes the answer
+    assert done["id"] == "mika" and done["deleted"]["messages"] == 1
+    assert Store.open(db, readonly=True).tenant_counts() == {}
+    r = invoke(["delete", "mika", "--db", db, "--yes"])
+    assert r.exit_code != 0 and "no conversation 'mika'" in r.output
