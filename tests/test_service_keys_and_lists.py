@@ -50,6 +50,7 @@ ASKS = {
     "metrics": ("GET", "/metrics"),
     "notes": ("PUT", "/v1/conversations/scoped/notes"),
     "cut": ("POST", "/v1/conversations/scoped/cut"),
+    "delete": ("DELETE", "/v1/conversations/scoped"),  # last: the next test's chat makes it again
 }
 BODIES: dict[str, Any] = {
     "chat": {
@@ -66,7 +67,7 @@ BODIES: dict[str, Any] = {
         (None, set(ASKS)),  # a key made the old way, or without --scope: everything
         (("chat",), {"chat", "models"}),
         (("read",), {"list", "memory", "metrics"}),
-        (("operator",), {"list", "memory", "metrics", "notes", "cut"}),
+        (("operator",), {"list", "memory", "metrics", "notes", "cut", "delete"}),
         (("chat", "read"), {"chat", "models", "list", "memory", "metrics"}),
     ],
     ids=["all", "chat", "read", "operator", "chat+read"],
@@ -93,6 +94,8 @@ def test_a_chat_clients_own_chat_actions_need_chat_and_memorys_need_operator() -
     assert scope_of("POST", "/v1/conversations/mika/memory/3/resummarize") == "operator"
     assert scope_of("POST", "/v1/conversations/sync/cut") == "operator"  # a chat named "sync"
     assert scope_of("GET", "/v1/conversations/mika/positions") == "read"
+    assert scope_of("DELETE", "/v1/conversations/mika") == "operator"
+    assert scope_of("DELETE", "/v1/conversations/sync") == "operator"
 
 
 def test_keys_create_takes_scopes_and_keys_list_shows_them(tmp_path: Path) -> None:
