@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from kioku.profiles import CLOUD_1M, LOCAL_8K, LOCAL_64K, Profile, get_profile
     from kioku.store import Store
 
-__version__ = "0.1.0"
+# the one version: pyproject.toml reads it, and the SillyTavern extension's manifest.json (both
+# copies) must say the same (tests/test_cli_small.py)
+__version__ = "0.2.0"
 
 _WHERE = {
     "Conversation": "kioku.engine",

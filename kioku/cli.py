@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kioku import terminal
-from kioku.errors import KiokuError
+from kioku.errors import KiokuError, NotFound
 from kioku.terminal import emit, plural
 
 if TYPE_CHECKING:
@@ -58,6 +58,16 @@ WindowOpt = Annotated[
     int | None, typer.Option("--window", help="Scale the profile to this window (tokens).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+TenantOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tenant",
+        envvar="KIOKU_TENANT",
+        show_envvar=False,
+        help="The tenant (of your `kioku serve` key; env KIOKU_TENANT). Default: the "
+        "database's only tenant; with several, say which.",
+    ),
+]
 ConvArg = Annotated[str, typer.Argument(help="Conversation id (`kioku memory` lists them).")]
 DataOpt = Annotated[
     Path | None,
@@ -148,10 +158,7 @@ def import_(
     db: DbOpt = None,
     profile: ProfileOpt = None,
     window: WindowOpt = None,
-    tenant: Annotated[
-        str | None,
-        typer.Option("--tenant", help="The tenant (of your `kioku serve` key) it belongs to."),
-    ] = None,
+    tenant: TenantOpt = None,
     append: Annotated[
         bool,
         typer.Option(
@@ -169,7 +176,7 @@ def import_(
     from kioku.importer import import_into, read
 
     transcript = read(data, fmt, speaker=speaker, index=index)  # before any database opens
-    kk = terminal.open_kioku(settings(db, profile, window, tenant=tenant), write=True)
+    kk = terminal.open_kioku(settings(db, profile, window), write=True, tenant=tenant)
     result = import_into(kk, conversation or data.stem, transcript, append=append)
     if as_json:
         emit(result)
@@ -190,16 +197,16 @@ def memory(
         str | None, typer.Argument(help="Conversation id; without one, list them.")
     ] = None,
     db: DbOpt = None,
+    tenant: TenantOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print a conversation's memory (synopsis, chapters, notes), or list conversations.
 
     Example: kioku memory mika --db kioku.db
     """
-    s = settings(db)
-    kk = terminal.open_kioku(s, write=False)
+    kk = terminal.open_kioku(settings(db), write=False, tenant=tenant)
     if conversation is None:
-        active = kk.store.last_activity(s.tenant)
+        active = kk.store.last_activity(kk.tenant)
         rows: list[dict[str, Any]] = [
             {
                 "id": c.public_id or c.id,
@@ -216,12 +223,10 @@ def memory(
             emit(rows)
             return
         if not rows:
-            hint = terminal.elsewhere(kk.store, s.tenant)
-            terminal.note(
-                f"no conversations{hint}"
-                if hint
-                else "no conversations yet (`kioku import` or `kioku serve` adds them)"
-            )
+            hint = terminal.elsewhere(kk.store, kk.tenant)
+            if hint and kk.tenant not in kk.store.tenants():  # a tenant this database lacks
+                raise NotFound(f"no conversations{hint}")
+            terminal.note("no conversations yet (`kioku import` or `kioku serve` adds them)")
             return
         terminal.table(
             ("conversation", "character", "messages", "raw window from", "memory", "last active"),
@@ -242,7 +247,7 @@ def memory(
     from kioku.engine import Conversation
     from kioku.memory import render_memory
 
-    conv = Conversation(kk, terminal.find_conversation(kk.store, conversation, s.tenant).id)
+    conv = Conversation(kk, terminal.find_conversation(kk.store, conversation, kk.tenant).id)
     mem = conv.memory()
     if as_json:
         from kioku.grounded import grounded_share
@@ -279,11 +284,14 @@ def chat(
         str, typer.Option("--character", help="The character's name, shown and stored.")
     ] = "",
     db: DbOpt = None,
+    tenant: TenantOpt = None,
     profile: ProfileOpt = None,
     window: WindowOpt = None,
     summary_timeout: SummaryTimeoutOpt = None,
 ) -> None:
-    """Chat in the terminal with memory. Empty line or Ctrl-D ends.
+    """Chat in the terminal with memory. Empty line or Ctrl-D ends. A conversation this
+    command started is not kept when it ends without a reply (the model failed, or nothing
+    was said).
 
     Example: kioku chat mika --model http://127.0.0.1:8080/v1
     """
@@ -297,9 +305,13 @@ def chat(
     )
     if not s.llm_url:
         raise KiokuError("no model: pass --model URL or set KIOKU_LLM_URL")
-    kk = terminal.open_kioku(s, write=True, background=True)
+    kk = terminal.open_kioku(s, write=True, background=True, tenant=tenant)
+    new = not terminal.has_conversation(kk.store, conversation, kk.tenant)
+    replied = False
+    key: str | None = None
     try:
         conv = kk.conversation(conversation, system_prompt=system, character=character)
+        key = conv.id
         name = conv.info().character or "them"
         while True:
             try:
@@ -309,11 +321,14 @@ def chat(
             if not line.strip():
                 break
             reply = conv.chat(line, strict=False)
+            replied = True
             terminal.text(f"{name}> {reply.text}")
             if reply.truncated:
                 terminal.note("the reply was cut at max_tokens (finish_reason=length)")
     finally:
         kk.close()
+        if new and not replied and key is not None:
+            kk.store.delete_conversation(key)  # a failed command leaves nothing behind
 
 
 @app.command()
@@ -322,6 +337,7 @@ def stats(
         str | None, typer.Argument(help="Conversation id; without one, all of them.")
     ] = None,
     db: DbOpt = None,
+    tenant: TenantOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Compaction statistics: chapters, major GCs, cuts, refusals, retries, forced cuts.
@@ -330,11 +346,12 @@ def stats(
     """
     from kioku.stats import compaction_stats
 
-    s = settings(db)
-    store = terminal.open_store(s.db, write=False)
+    store = terminal.open_store(settings(db).db, write=False)
     key = None  # the store's key of the tenant's conversation (ids are per tenant)
     if conversation is not None:
-        key = terminal.find_conversation(store, conversation, s.tenant).id
+        key = terminal.find_conversation(
+            store, conversation, terminal.pick_tenant(store, tenant)
+        ).id
     st = compaction_stats(store, key)
     if as_json:
         emit(st)
@@ -369,6 +386,8 @@ def notes(
         bool, typer.Option("--edit", help="Edit in $EDITOR; your edit wins over extracted notes.")
     ] = False,
     db: DbOpt = None,
+    tenant: TenantOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print a conversation's notes (one editable line each), or edit them.
 
@@ -377,10 +396,15 @@ def notes(
     from kioku import notes as notes_layer
     from kioku.engine import Conversation
 
-    s = settings(db)
-    kk = terminal.open_kioku(s, write=edit)
-    key = terminal.find_conversation(kk.store, conversation, s.tenant).id
-    base = notes_layer.render_editable(notes_layer.notes(kk.store, key))
+    if edit and as_json:
+        raise typer.BadParameter("--json prints the notes; it does not go with --edit")
+    kk = terminal.open_kioku(settings(db), write=edit, tenant=tenant)
+    key = terminal.find_conversation(kk.store, conversation, kk.tenant).id
+    held = notes_layer.notes(kk.store, key)
+    if as_json:
+        emit([_note_json(n) for n in held])
+        return
+    base = notes_layer.render_editable(held)
     if not edit:
         if base:
             terminal.text(base)
@@ -400,49 +424,84 @@ def notes(
     )
 
 
+def _note_json(n: Any) -> dict[str, Any]:
+    """A note in force as `kioku notes --json` prints it: the line a person edits, and where
+    it came from."""
+    return {
+        "subject": n.subject,
+        "kind": n.kind,
+        "text": n.text,
+        "line": n.line(),
+        "author": n.author,
+        "source_seq": n.source_seq,
+        "said_by": n.said_by or None,
+        "on_date": n.on_date,
+        "mentions": n.mentions,
+    }
+
+
 @app.command()
 def search(
     conversation: ConvArg,
     query: Annotated[str, typer.Argument(help="What to look for.")],
     k: Annotated[int, typer.Option("-k", help="How many hits.")] = 5,
     db: DbOpt = None,
+    tenant: TenantOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Search the whole archive of a conversation.
+    """Search the whole archive of a conversation: the messages that match, best first, each
+    with the messages beside it as context (indented, no score).
 
     Example: kioku search mika "birthday present"
     """
-    s = settings(db)
-    kk = terminal.open_kioku(s, write=False)
-    key = terminal.find_conversation(kk.store, conversation, s.tenant).id
+    from kioku.recall.archive import DEFAULT_REACH, Terms
+    from kioku.recall.found import around, found
+
+    kk = terminal.open_kioku(settings(db), write=False, tenant=tenant)
+    key = terminal.find_conversation(kk.store, conversation, kk.tenant).id
+
     hits = kk.layers.search(key, query, k)
-    entries = {e.seq: e for e in kk.store.entries_at(key, [h.seq for h in hits])}
-    rows: list[dict[str, Any]] = []
-    for h in hits:
-        if h.seq in entries:
-            m = entries[h.seq].message
-            at = m.at.isoformat() if m.at else None
-            rows.append(
-                {
-                    "seq": h.seq,
-                    "score": round(h.score, 3),
-                    "at": at,
-                    "author": m.author,
-                    "text": m.text,
-                }
-            )
+    indexes = getattr(kk.layers, "indexes", None)
+    reach = indexes.params.reach if indexes else DEFAULT_REACH
+    entries = {e.seq: e for e in kk.store.entries_at(key, around(hits, reach))}
+    matches = found(hits, entries, query, indexes.terms if indexes else Terms(), reach)
+
+    def shown(seq: int) -> dict[str, Any]:
+        m = entries[seq].message
+        return {
+            "seq": seq,
+            "at": m.at.isoformat() if m.at else None,
+            "author": m.author,
+            "text": m.text,
+        }
+
+    rows = [
+        {**shown(f.seq), "score": round(f.score, 3), "context": [shown(q) for q in f.context]}
+        for f in matches
+    ]
     if as_json:
         emit(rows)
         return
     if not rows:
         terminal.note(f"nothing in {conversation!r} matches {query!r}")
         return
+    # each hit with the messages beside it in seq order; only the hit has a score
+    lines: list[tuple[Any, ...]] = []
+    for r in rows:
+        for c in sorted([r, *r["context"]], key=lambda c: c["seq"]):
+            hit = c is r
+            lines.append(
+                (
+                    c["seq"],
+                    f"{r['score']:.2f}" if hit else "",
+                    terminal.when(c["at"]),
+                    c["author"],
+                    _line(c["text"]) if hit else "  " + _line(c["text"]),
+                )
+            )
     terminal.table(
-        ("seq", "score", "when", "who", "text"),
-        [
-            (r["seq"], f"{r['score']:.2f}", terminal.when(r["at"]), r["author"], _line(r["text"]))
-            for r in rows
-        ],
+        ("seq", "score", "when", "who", "text (context indented)"),
+        lines,
         right=("seq", "score"),
     )
 
@@ -452,14 +511,15 @@ def _line(s: str) -> str:
 
 
 @app.command()
-def tics(conversation: ConvArg, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+def tics(
+    conversation: ConvArg, db: DbOpt = None, tenant: TenantOpt = None, as_json: JsonOpt = False
+) -> None:
     """Verbal tics across the last 20 replies.
 
     Example: kioku tics mika
     """
-    s = settings(db)
-    kk = terminal.open_kioku(s, write=False)
-    key = terminal.find_conversation(kk.store, conversation, s.tenant).id
+    kk = terminal.open_kioku(settings(db), write=False, tenant=tenant)
+    key = terminal.find_conversation(kk.store, conversation, kk.tenant).id
     alerts = kk.layers.tic_alerts(key)
     if as_json:
         emit([a.__dict__ for a in alerts])
@@ -474,16 +534,17 @@ def tics(conversation: ConvArg, db: DbOpt = None, as_json: JsonOpt = False) -> N
 
 
 @app.command()
-def cut(conversation: ConvArg, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+def cut(
+    conversation: ConvArg, db: DbOpt = None, tenant: TenantOpt = None, as_json: JsonOpt = False
+) -> None:
     """区切り: fold everything not yet summarized and start the raw window now.
 
     Example: kioku cut mika
     """
     from kioku.engine import Conversation
 
-    s = settings(db)
-    kk = terminal.open_kioku(s, write=True)
-    before = terminal.find_conversation(kk.store, conversation, s.tenant)
+    kk = terminal.open_kioku(settings(db), write=True, tenant=tenant)
+    before = terminal.find_conversation(kk.store, conversation, kk.tenant)
     report = Conversation(kk, before.id).cut()
     after = kk.store.conversation(before.id)
     if as_json:
@@ -505,6 +566,7 @@ def export(
         Path | None, typer.Option("--out", help="Write to this file (default: stdout).")
     ] = None,
     db: DbOpt = None,
+    tenant: TenantOpt = None,
 ) -> None:
     """Export a conversation's whole transcript: your chats are yours.
 
@@ -514,9 +576,8 @@ def export(
     """
     from kioku.export import export_lines
 
-    s = settings(db)
-    store = terminal.open_store(s.db, write=False)
-    key = terminal.find_conversation(store, conversation, s.tenant).id
+    store = terminal.open_store(settings(db).db, write=False)
+    key = terminal.find_conversation(store, conversation, terminal.pick_tenant(store, tenant)).id
     lines = export_lines(store, key, fmt)
     if out is None:
         for line in lines:

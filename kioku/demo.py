@@ -55,7 +55,7 @@ BUCKETS = tuple(b[2] for b in PLACES)
 EXPLAINED: Mapping[str, str] = {
     "generational": "kioku: chapters never rewritten, a synopsis at each major GC, notes, "
     "archive recall",
-    "rolling": "one summary, rewritten at every fold (the seed's first design)",
+    "rolling": "one summary, rewritten at every fold (the common design kioku replaces)",
     "rolling-long": "the same, given as many tokens as kioku's memory holds at the end",
     "truncation": "a sliding window: only the newest messages that fit",
     "full": "every message, no limit: the reference, not an arm (it does not fit a real window)",

@@ -8,7 +8,7 @@ layers, and each sees only its part:
   layers when a chapter was written. Every turn hook takes the turn's `TurnState`, read once,
   never the conversation itself.
 - `OperatorQueries`, what the operator's surfaces (the API, the console, the CLI) call: tic
-  alerts and a search of the archive. (An operator's edit of the notes is the ledger's:
+  alerts, a search of the archive, and the news that a conversation was deleted. (An operator's edit of the notes is the ledger's:
   `Conversation.edit_notes`.)
 
 `MemoryLayers` is both, as `Kioku(layers=...)` takes it (once; it never changes).
@@ -70,6 +70,11 @@ class OperatorQueries(Protocol):
 
     def search(self, conversation_id: str, query: str, k: int) -> Sequence[Hit]:
         """The archive's best `k` turns for `query`."""
+        ...
+
+    def conversation_deleted(self, conversation_id: str) -> None:
+        """The conversation was deleted (`kioku.service.deletion`): forget what is cached of
+        it, so a new conversation under the same key starts from nothing."""
         ...
 
 

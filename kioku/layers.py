@@ -261,6 +261,13 @@ class Layers:
             lang = detect_lang([e.text for e in entries[:20]])
             notes_layer.update_notes(self.store, conversation_id, entries, None, lang)
 
+    def conversation_deleted(self, conversation_id: str) -> None:
+        if self.indexes is not None:
+            self.indexes.forget(conversation_id)
+        with self._tics_lock:
+            self._tics.pop(conversation_id, None)
+        self._alerted.pop(conversation_id, None)
+
     def search(self, conversation_id: str, query: str, k: int) -> list[Hit]:
         if self.indexes is None:
             raise ConfigError("archive recall is off in these layers: nothing to search")

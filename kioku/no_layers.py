@@ -48,5 +48,8 @@ class NoLayers:
             "searching the archive needs the memory layers; they are off in this configuration"
         )
 
+    def conversation_deleted(self, conversation_id: str) -> None:
+        return None
+
 
 NO_LAYERS = NoLayers()

@@ -6,6 +6,8 @@
 - Stores: `open_store` opens the database read-only for a read (it never creates a file) and
   for writing otherwise; a database this command created is removed again when the command
   fails before writing anything into it, so a failed command leaves nothing behind.
+- Tenants: one rule for every command that reads or writes a conversation (`pick_tenant`):
+  --tenant (env KIOKU_TENANT), else the database's only tenant, else an error listing them.
 - Output: a table or plain text for people, `--json` for scripts. Piped output is never wrapped
   (a table's rows stay one line each, text is written as it is), so it can be edited or grepped.
 
@@ -21,12 +23,13 @@ import sys
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
-from kioku.errors import KiokuError, NotFound
+from kioku.errors import InputError, KiokuError, NotFound
 
 if TYPE_CHECKING:
     from kioku.config import Settings
@@ -38,6 +41,7 @@ EXTRAS = {"fastapi": "server", "uvicorn": "server", "psycopg": "server", "starle
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
 DEBUG_ENV = "KIOKU_DEBUG"
+DEFAULT_TENANT = "default"  # a database with no tenant yet
 
 
 # failures ----------------------------------------------------------------------------------
@@ -141,12 +145,41 @@ def open_store(db: str, *, write: bool) -> Store:
     return store
 
 
-def open_kioku(settings: Settings, *, write: bool, background: bool = False) -> Kioku:
-    """The engine over `open_store(settings.db, write=write)`, with the layers attached."""
+def open_kioku(
+    settings: Settings,
+    *,
+    write: bool,
+    background: bool = False,
+    tenant: str | None | EllipsisType = ...,
+) -> Kioku:
+    """The engine over `open_store(settings.db, write=write)`, with the layers attached; with
+    `tenant` (a command's --tenant, None when not given), for the tenant `pick_tenant` says."""
+    from dataclasses import replace
+
     from kioku.config import build_kioku
 
     store = open_store(settings.db, write=write)
+    if not isinstance(tenant, EllipsisType):
+        settings = replace(settings, tenant=pick_tenant(store, tenant))
     return build_kioku(settings, store=store, background=background)
+
+
+def pick_tenant(store: Store, given: str | None) -> str:
+    """The tenant a command acts for: the one it was given (--tenant, env KIOKU_TENANT); else
+    the database's only tenant (`kioku keys create … acme` made it), "default" in a database
+    with none; with several, an error that lists them: a command never guesses among them."""
+    if given:
+        return given
+    tenants = store.tenants()
+    if len(tenants) <= 1:
+        return tenants[0] if tenants else DEFAULT_TENANT
+    counts = store.tenant_counts()
+    shown = ", ".join(f"{t} ({plural(counts.get(t, 0), 'conversation')})" for t in tenants[:20])
+    more = f" and {len(tenants) - 20} more" if len(tenants) > 20 else ""
+    raise InputError(
+        f"this database has {len(tenants)} tenants: {shown}{more}; say which with "
+        f"--tenant NAME (or KIOKU_TENANT=NAME)"
+    )
 
 
 def find_conversation(store: Store, conversation_id: str, tenant: str) -> ConversationInfo:
@@ -173,9 +206,17 @@ def find_conversation(store: Store, conversation_id: str, tenant: str) -> Conver
         ) from None
 
 
+def has_conversation(store: Store, conversation_id: str, tenant: str) -> bool:
+    try:
+        store.find_conversation(tenant, conversation_id)
+    except NotFound:
+        return False
+    return True
+
+
 def elsewhere(store: Store, tenant: str, conversation_id: str | None = None) -> str:
     """Where the conversations a command did not find under `tenant` are: ", but tenant 'acme'
-    holds 3 (run it with KIOKU_TENANT=acme)", or "" when no other tenant holds any."""
+    holds 3 (run it with --tenant acme)", or "" when no other tenant holds any."""
     others = {t: n for t, n in store.tenant_counts(conversation_id).items() if t != tenant}
     if not others:
         return ""
@@ -185,7 +226,7 @@ def elsewhere(store: Store, tenant: str, conversation_id: str | None = None) -> 
     return (
         f" under tenant {tenant!r}, but tenant{'s' if len(others) > 1 else ''} {held} "
         f"hold{'' if len(others) > 1 else 's'} {what} (run the command with "
-        f"KIOKU_TENANT={ranked[0][0]})"
+        f"--tenant {ranked[0][0]})"
     )
 
 

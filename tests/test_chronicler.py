@@ -762,6 +762,8 @@ def test_compaction_stats_from_the_store_log() -> None:
     from kioku.store import Store
 
     store = Store.open("sqlite://")
+    for cid in ("c1", "c2"):  # events of a conversation that does not exist are not kept
+        store.ensure_conversation(cid)
     for d, out in ((20.0, 900), (30.0, 1100), (27.0, 1000)):
         store.log("c1", "chapter", duration_s=d, input_tokens=12000, output_tokens=out)
     store.log("c1", "synopsis", duration_s=34.0, input_tokens=5000, output_tokens=2400)

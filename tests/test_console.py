@@ -431,3 +431,26 @@ def test_console_reads_memory_edits_notes_cuts_and_shows_alerts_and_log(
     severe = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     expected = ("status of 401", "status of 400")
     assert [m for m in severe if not any(x in m for x in expected)] == []
+
+
+def test_console_deletes_a_conversation_after_asking(served: Served, browser: Any) -> None:
+    """Delete… asks first (Cancel keeps it); Delete now removes every row of it (issue 42)."""
+    p = Page(browser)
+    browser.get(f"{served.base}/console/")
+    p.until(lambda: p.visible("api-key"), "the key form")
+    p.id("api-key").send_keys(served.key)
+    p.id("key-submit").click()
+    p.until(lambda: p.all("conversation"), "the conversation list")
+    p.all("conversation")[0].click()
+    p.until(lambda: p.visible("delete-button"), "the conversation")
+    p.id("delete-button").click()
+    p.until(lambda: p.visible("delete-confirm-box"), "the question")
+    p.id("delete-cancel").click()
+    p.until(lambda: not p.visible("delete-confirm-box"), "the question to go")
+    assert served.store.find_conversation(TENANT, CID).next_seq > 0
+    p.id("delete-button").click()
+    p.until(lambda: p.visible("delete-confirm"), "the question again")
+    p.id("delete-confirm").click()
+    p.until(lambda: not p.all("conversation") and p.visible("empty"), "the emptied list")
+    assert served.store.conversations(TENANT) == []
+    assert served.store.tenant_counts() == {}

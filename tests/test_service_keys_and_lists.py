@@ -50,6 +50,7 @@ ASKS = {
     "metrics": ("GET", "/metrics"),
     "notes": ("PUT", "/v1/conversations/scoped/notes"),
     "cut": ("POST", "/v1/conversations/scoped/cut"),
+    "delete": ("DELETE", "/v1/conversations/scoped"),  # last: the next test's chat makes it again
 }
 BODIES: dict[str, Any] = {
     "chat": {
@@ -66,7 +67,7 @@ BODIES: dict[str, Any] = {
         (None, set(ASKS)),  # a key made the old way, or without --scope: everything
         (("chat",), {"chat", "models"}),
         (("read",), {"list", "memory", "metrics"}),
-        (("operator",), {"list", "memory", "metrics", "notes", "cut"}),
+        (("operator",), {"list", "memory", "metrics", "notes", "cut", "delete"}),
         (("chat", "read"), {"chat", "models", "list", "memory", "metrics"}),
     ],
     ids=["all", "chat", "read", "operator", "chat+read"],
@@ -93,6 +94,8 @@ def test_a_chat_clients_own_chat_actions_need_chat_and_memorys_need_operator() -
     assert scope_of("POST", "/v1/conversations/mika/memory/3/resummarize") == "operator"
     assert scope_of("POST", "/v1/conversations/sync/cut") == "operator"  # a chat named "sync"
     assert scope_of("GET", "/v1/conversations/mika/positions") == "read"
+    assert scope_of("DELETE", "/v1/conversations/mika") == "operator"
+    assert scope_of("DELETE", "/v1/conversations/sync") == "operator"
 
 
 def test_keys_create_takes_scopes_and_keys_list_shows_them(tmp_path: Path) -> None:
@@ -180,7 +183,9 @@ def test_a_name_is_at_most_200_characters(h: Harness) -> None:
     assert call(h, h.key("acme"), *CHAT, headers={"X-Kioku-Conversation": "named"}, json=ok) == 200
 
 
-def test_the_command_line_names_the_tenant_that_holds_the_conversations(tmp_path: Path) -> None:
+def test_the_command_line_takes_the_only_tenant_and_asks_among_several(tmp_path: Path) -> None:
+    """One tenant rule (issue 42): the database's only tenant is the default; with several, a
+    command without --tenant lists them and fails; --tenant or KIOKU_TENANT says which."""
     from kioku.cli import app, register_extensions
 
     register_extensions()
@@ -192,9 +197,25 @@ def test_the_command_line_names_the_tenant_that_holds_the_conversations(tmp_path
     runner = CliRunner()
     env: dict[str, str | None] = {"KIOKU_TENANT": None}
     r = runner.invoke(app, ["memory", "--db", db], env=env)
-    assert r.exit_code == 0 and "tenant 'acme' (1) holds 1 conversation" in r.output, r.output
-    assert "KIOKU_TENANT=acme" in r.output
+    assert r.exit_code == 0 and "mika" in r.stdout, r.output
     r = runner.invoke(app, ["notes", "mika", "--db", db], env=env)
-    assert r.exit_code != 0 and "tenant 'acme' (1) holds it" in r.output, r.output
-    r = runner.invoke(app, ["notes", "mika", "--db", db], env={"KIOKU_TENANT": "acme"})
     assert r.exit_code == 0, r.output
+    # a tenant named that holds none of them: an error naming the one that does
+    r = runner.invoke(app, ["memory", "--db", db, "--tenant", "other"], env=env)
+    assert r.exit_code != 0 and "tenant 'acme' (1) holds 1 conversation" in r.output, r.output
+    assert "--tenant acme" in r.output
+    r = runner.invoke(app, ["notes", "mika", "--db", db], env={"KIOKU_TENANT": "other"})
+    assert r.exit_code != 0 and "tenant 'acme' (1) holds it" in r.output, r.output
+
+    store = Store.open(db)
+    store.ensure_conversation("ren", tenant="zeta")
+    store.close()
+    for args in (["memory"], ["notes", "mika"], ["search", "mika", "hello"], ["export", "mika"]):
+        r = runner.invoke(app, [*args, "--db", db], env=env)
+        assert r.exit_code != 0, (args, r.output)
+        assert "2 tenants: acme (1 conversation), zeta (1 conversation)" in r.output, r.output
+        assert "--tenant" in r.output
+        r = runner.invoke(app, [*args, "--db", db, "--tenant", "acme"], env=env)
+        assert r.exit_code == 0, (args, r.output)
+        r = runner.invoke(app, [*args, "--db", db], env={"KIOKU_TENANT": "acme"})
+        assert r.exit_code == 0, (args, r.output)

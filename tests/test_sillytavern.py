@@ -223,6 +223,13 @@ def test_sillytavern_with_the_kioku_extension(stack: Stack, browser: Any) -> Non
     assert lore and all("What is Eldoria?" not in str(m[0]["content"]) for m in lore)
     assert all("What is Eldoria?" in str(m[-1]["content"]) for m in lore)
     assert t.js("return $('#kioku_card').text()") == ""
+
+    # 11. Delete from kioku (the panel asks first): every row of chat 2 goes, chat 1 stays
+    t.open_chat(chat2)
+    t.click("#kioku_delete")
+    t.confirm()
+    wait_for(lambda: not stack.store.tenant_counts(chat2), 30, "the delete")
+    assert stack.rows(chat1)
     # the operator console shows the same count
     browser.get(f"{stack.tavern.kioku_url}/console/")
     wait_for(lambda: t.js("return !!document.getElementById('api-key')"), 20, "the console")

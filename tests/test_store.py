@@ -168,6 +168,7 @@ def test_racing_workers_never_claim_two_jobs_of_one_conversation(store: Store) -
 
 
 def test_first_increments_racing_all_count(store: Store) -> None:
+    store.ensure_conversation("conv")
     for name in ("a", "b", "c"):
         _at_once(4, lambda i, name=name: store.incr("conv", name))
     assert store.counters("conv") == {"a": 4, "b": 4, "c": 4}

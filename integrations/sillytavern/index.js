@@ -389,6 +389,25 @@ async function cut() {
     });
 }
 
+async function deleteChat() {
+    const path = await conversationPath('');
+    if (!path) {
+        return;
+    }
+    const ctx = st();
+    const sure = await ctx.callGenericPopup(
+        'Delete everything kioku keeps of this chat: its log, memory, notes and index? It cannot be undone (`kioku export` keeps a copy first). SillyTavern\'s own chat file stays; chat on and kioku starts again from what SillyTavern sends.',
+        ctx.POPUP_TYPE.CONFIRM);
+    if (!sure) {
+        return;
+    }
+    await act('#kioku_delete', 'delete', async () => {
+        // it waits for a reply in flight to finish first
+        const done = await api(path, { method: 'DELETE', timeout: 30 * 60 * 1000 });
+        return done ? `Deleted: ${done.deleted.messages ?? 0} messages and all kioku kept of them.` : 'kioku had nothing for this chat';
+    });
+}
+
 async function summarizeNow() {
     await act('#kioku_summarize', 'summarize', async () => {
         const done = await api(await conversationPath('/summarize'), { method: 'POST' });
@@ -452,6 +471,7 @@ function bindPanel() {
     });
     $('#kioku_refresh').on('click', () => { lastShown = ''; refresh(); });
     $('#kioku_cut').on('click', cut);
+    $('#kioku_delete').on('click', deleteChat);
     $('#kioku_summarize').on('click', summarizeNow);
     $('#kioku_notes_save').on('click', saveNotes);
     $('#kioku_memory')

@@ -70,6 +70,7 @@ export const PANEL = `
         <div id="kioku_refresh" class="menu_button" title="Read kioku's memory of this chat again">Refresh</div>
         <div id="kioku_summarize" class="menu_button" title="Write the summaries due soon now, without waiting">Summarize now</div>
         <div id="kioku_cut" class="menu_button" title="Fold every message not yet summarized into memory now and start the raw window afresh">Cut</div>
+        <div id="kioku_delete" class="menu_button" title="Delete everything kioku keeps of this chat (SillyTavern's chat file stays)">Delete from kioku</div>
       </div>
       <div class="kioku-row kioku-links"><a id="kioku_console" target="_blank" rel="noopener noreferrer">Open kioku's console</a></div>
       <div id="kioku_status" class="kioku-status">—</div>

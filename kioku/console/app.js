@@ -194,6 +194,7 @@
     $("conversation").hidden = false;
     $("cut-result").hidden = true;
     $("cut-confirm-box").hidden = true;
+    $("delete-confirm-box").hidden = true;
     $("notes-status").textContent = "";
     $("search-hits").replaceChildren();
     $("no-hits").hidden = true;
@@ -563,6 +564,23 @@
     }
   }
 
+  // every row of the conversation goes; the list no longer shows it
+  async function deleteConversation() {
+    $("delete-confirm-box").hidden = true;
+    $("delete-button").disabled = true;
+    const id = state.current;
+    try {
+      await api("DELETE", conv(id));
+      state.current = null;
+      history.replaceState(null, "", "#");
+      $("conversation").hidden = true;
+      $("empty").hidden = false;
+      await loadConversations();
+    } finally {
+      $("delete-button").disabled = false;
+    }
+  }
+
   async function loadTics() {
     const data = await api("GET", `${conv(state.current)}/tics`);
     const alerts = data.alerts || [];
@@ -697,6 +715,14 @@
       $("cut-confirm-box").hidden = true;
     });
     $("cut-confirm").addEventListener("click", act(cut));
+    $("delete-button").addEventListener("click", () => {
+      $("delete-confirm-box").hidden = false;
+      $("delete-cancel").focus(); // the safe choice first
+    });
+    $("delete-cancel").addEventListener("click", () => {
+      $("delete-confirm-box").hidden = true;
+    });
+    $("delete-confirm").addEventListener("click", act(deleteConversation));
     $("messages-more").addEventListener(
       "click",
       act(() => moreMessages(Number($("messages").lastElementChild?.dataset.seq ?? state.range.first - 1))),

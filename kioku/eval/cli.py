@@ -25,6 +25,7 @@ from kioku.cli import (
     MessagesOpt,
     ReplayProfileOpt,
     SpeakerOpt,
+    TenantOpt,
     WindowOpt,
     either,
 )
@@ -538,6 +539,7 @@ def _signed(v: float | None) -> str:
 def audit(
     conversation: Annotated[str | None, typer.Argument(help="Conversation id in --db.")] = None,
     db: DbOpt = None,
+    tenant: TenantOpt = None,
     data: DataOpt = None,
     fmt: FormatOpt = "kioku",
     speaker: SpeakerOpt = None,
@@ -594,8 +596,9 @@ def audit(
         from kioku import terminal
 
         store = terminal.open_store(db or settings.db, write=False)
-        key = terminal.find_conversation(store, conversation, settings.tenant).id
-        result = audit_store(store, key, model=chat, tenant=settings.tenant, log=log)
+        tenant = terminal.pick_tenant(store, tenant)
+        key = terminal.find_conversation(store, conversation, tenant).id
+        result = audit_store(store, key, model=chat, tenant=tenant, log=log)
     if report:
         report.write_text(markdown(result), encoding="utf-8")
     if as_json:

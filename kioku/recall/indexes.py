@@ -215,6 +215,7 @@ class RecallIndexes:
         self.max_segments = max_segments
         self.stats: dict[str, LoadStats] = {}
         self._indexes: dict[str, ArchiveIndex] = {}
+        self._born: dict[str, float] = {}  # when each indexed conversation was made
         self._lock = threading.Lock()
 
     def index(self, conversation_id: str) -> ArchiveIndex:
@@ -231,11 +232,27 @@ class RecallIndexes:
             self._save(conversation_id, idx)
 
     def sync(self, conversation_id: str) -> ArchiveIndex:
-        """Index whatever the log holds beyond the index (messages stored by someone else)."""
+        """Index whatever the log holds beyond the index (messages stored by someone else).
+        A conversation deleted and begun again under the same key (by another process) is
+        another: its index is read again from what the store holds now."""
+        info = self.store.conversation(conversation_id)
         idx = self.index(conversation_id)
-        if self.store.conversation(conversation_id).next_seq > idx.size:
+        born = self._born.setdefault(conversation_id, info.created_at)
+        if born != info.created_at or info.next_seq < idx.size:
+            self.forget(conversation_id)
+            idx = self.index(conversation_id)
+            self._born[conversation_id] = info.created_at
+        held = info.next_seq
+        if held > idx.size:
             self.add(conversation_id, self.store.entries(conversation_id, idx.size))
         return idx
+
+    def forget(self, conversation_id: str) -> None:
+        """Drop the conversation's index from memory, unsaved (it was deleted)."""
+        with self._lock:
+            self._indexes.pop(conversation_id, None)
+            self._born.pop(conversation_id, None)
+            self.stats.pop(conversation_id, None)
 
     def flush(self, conversation_id: str | None = None) -> None:
         ids = [conversation_id] if conversation_id else list(self._indexes)

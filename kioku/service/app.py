@@ -29,6 +29,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from kioku import __version__
 from kioku.config import Settings
 from kioku.engine import Kioku
 from kioku.errors import (
@@ -60,6 +61,7 @@ from kioku.service.auth import tenant_of
 from kioku.service.client_api import router as client_router
 from kioku.service.console_api import router as console_router
 from kioku.service.conventions import COMPLETIONS_REFUSED
+from kioku.service.deletion import router as deletion_router
 from kioku.service.limits import BodyLimit, StrictJSONRoute
 from kioku.service.readiness import router as readiness_router
 from kioku.service.state import Service
@@ -219,7 +221,7 @@ def create_app(
 
     app = FastAPI(
         title="kioku",
-        version="0.1.0",
+        version=__version__,
         summary="Long-term memory for one very long LLM conversation, as an OpenAI-compatible "
         "proxy.",
         lifespan=lifespan,
@@ -295,6 +297,7 @@ def create_app(
     app.include_router(console_router)
     app.include_router(status_router)
     app.include_router(client_router)
+    app.include_router(deletion_router)
     if settings.cors_origins:
         # a front end's page (SillyTavern with the kioku extension) reads memory and presses cut
         app.add_middleware(

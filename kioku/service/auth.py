@@ -33,7 +33,9 @@ def scope_of(method: str, path: str) -> str:
     """The scope a request needs."""
     if path.startswith(CHAT_PATHS):
         return "chat"
-    if path.startswith("/v1/conversations/") and path.endswith(CHAT_ACTIONS):
+    # a POST only: DELETE of a conversation named "sync" is an operator's delete
+    chat_action = path.startswith("/v1/conversations/") and path.endswith(CHAT_ACTIONS)
+    if chat_action and method.upper() == "POST":
         return "chat"
     return "read" if method.upper() in READING else "operator"
 

@@ -1,15 +1,31 @@
-"""The service's commands: `kioku serve`, `kioku keys create|list|revoke`, `kioku bench serve`."""
+"""The service's commands: `kioku serve`, `kioku keys create|list|revoke`, `kioku delete` (it
+takes the turn lock as the service does), `kioku bench serve`."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from kioku import terminal
-from kioku.cli import DbOpt, JsonOpt, ProfileOpt, SummaryTimeoutOpt, WindowOpt, settings
+from kioku.cli import (
+    ConvArg,
+    DbOpt,
+    JsonOpt,
+    ProfileOpt,
+    SummaryTimeoutOpt,
+    TenantOpt,
+    WindowOpt,
+    settings,
+)
 from kioku.service.worker_cli import worker_command
-from kioku.terminal import emit
+from kioku.terminal import emit, plural
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
+    from kioku.service.deletion import Deleted
+    from kioku.store import Store
 
 keys_app = typer.Typer(
     no_args_is_help=True,
@@ -196,6 +212,82 @@ def keys_revoke(
     typer.echo(f"revoked key {key.id} of tenant {key.tenant}")
 
 
+def delete(
+    conversation: ConvArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")] = False,
+    db: DbOpt = None,
+    tenant: TenantOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete a conversation and everything kept of it: its messages and their earlier
+    versions, memory, notes and their ledger, summary jobs, the recall index, events and media.
+    It cannot be undone: `kioku export ID --out ID.jsonl` first keeps a copy that `kioku import`
+    reads back. Safe while `kioku serve` runs: a turn in flight finishes first. The id is free
+    again afterwards.
+
+    Example: kioku delete mika --db kioku.db
+    """
+    s = settings(db)
+    store = terminal.open_store(s.db, write=True)
+    tenant = terminal.pick_tenant(store, tenant)
+    info = terminal.find_conversation(store, conversation, tenant)
+    name = info.public_id or conversation
+    if not yes:
+        typer.confirm(
+            f"delete {name!r} of tenant {tenant!r} ({plural(info.next_seq, 'message')}, "
+            f"memory, notes and everything else of it)? It cannot be undone; "
+            f"`kioku export {name} --out {name}.jsonl` keeps a copy",
+            abort=True,
+            err=True,
+        )
+    import asyncio
+
+    wait_s = s.profile_obj.reply_timeout_s + s.profile_obj.connect_timeout_s
+    done = asyncio.run(_delete(store, tenant, name, wait_s))
+    if as_json:
+        emit({"id": done.conversation, "tenant": tenant, "deleted": done.rows})
+        return
+    messages = done.rows.get("messages", 0)
+    terminal.text(
+        f"deleted {name!r} (tenant {tenant!r}): {plural(messages, 'message')}, "
+        f"{plural(done.total, 'row')} in {plural(len(done.rows), 'table')}; the id is free again"
+    )
+
+
+async def _delete(store: Store, tenant: str, conversation: str, wait_s: float) -> Deleted:
+    """The delete under the conversation's turn lock, as `kioku serve` takes it: this process
+    is one more owner of the store's lock."""
+    import asyncio
+
+    from kioku.errors import NotFound
+    from kioku.service.deletion import delete_conversation
+    from kioku.service.slot import Slot
+    from kioku.service.turns import Gate
+
+    tasks: set[asyncio.Task[object]] = set()
+
+    def spawn(coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def resolve(tenant: str, conversation: str) -> str | None:
+        try:
+            return store.find_conversation(tenant, conversation).id
+        except NotFound:
+            return None
+
+    def waiting() -> None:
+        terminal.note(f"waiting for the turn of {conversation!r} in flight to finish…")
+
+    gate = Gate(store, wait_s=wait_s, spawn=spawn, resolve=resolve)
+    try:
+        return await delete_conversation(gate, Slot(), tenant, conversation, waiting=waiting)
+    finally:
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def bench_serve(
     conversations: Annotated[
         int, typer.Option("--conversations", help="Conversations running at once.")
@@ -263,6 +355,7 @@ def bench_sync(
 
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
+    app.command("delete")(delete)
     app.command("worker")(worker_command)
     app.add_typer(keys_app, name="keys")
     for group in app.registered_groups:

@@ -189,9 +189,9 @@ async def chat(
         slot = svc.slot(tenant, cid)
 
         def begin(held: HeldTurn) -> Turn:
-            # another process ran the last turn: what this one cached may be stale
-            last = held.previous.last_owner
-            fresh = last is not None and last != svc.gate.owner.name
+            # another process ran the last turn, or the lock has no record (a first turn, or
+            # the conversation was deleted by `kioku delete`): what this one cached may be stale
+            fresh = held.previous.last_owner != svc.gate.owner.name
             return start_turn(svc, slot, tenant, cid, split, req, started, fresh=fresh)
 
         held = await svc.gate.enter(slot, tenant, cid, request, arrived, then=begin)

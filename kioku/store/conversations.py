@@ -39,6 +39,7 @@ from kioku.store.jobs import JobQueue
 from kioku.store.keys import ApiKeys
 from kioku.store.ledger import NotesLedger
 from kioku.store.listing import ConversationListing
+from kioku.store.removal import ConversationRemoval
 from kioku.store.segments import RecallSegments
 from kioku.store.turns import TurnLocks
 
@@ -54,6 +55,8 @@ class ConversationInfo:
     raw_start: int
     memory_version: int
     public_id: str = ""  # the id the tenant named it by; `id` is the store's key
+    # when it was made: a conversation deleted and begun again under the same key is another
+    created_at: float = 0.0
 
 
 def _message_row(row: Any) -> LogEntry:
@@ -160,6 +163,7 @@ class Store(
     Blobs,
     ConversationListing,
     ClientChats,
+    ConversationRemoval,
 ):
     """The log and memory items (the rest: the bases; turn locks and idempotency keys:
     `TurnLocks`)."""
@@ -240,6 +244,7 @@ class Store(
             raw_start=row.raw_start,
             memory_version=row.memory_version,
             public_id=row.public_id or row.id,
+            created_at=row.created_at,
         )
 
     def conversations(self, tenant: str | None = None) -> list[ConversationInfo]:

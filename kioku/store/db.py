@@ -23,7 +23,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Self
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, make_url, select
+from sqlalchemy import (
+    Connection,
+    Engine,
+    bindparam,
+    create_engine,
+    event,
+    inspect,
+    make_url,
+    select,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
@@ -239,6 +248,21 @@ class Database:
         if stmt is None:
             stmt = self._statements[name] = build()
         return stmt
+
+    def _still_there(self, conn: Connection, conversation_id: str) -> bool:
+        """Whether the conversation exists, asked by a write that may come after it was
+        deleted (a summary job's log line, notes from a model's late reply): such a write is
+        dropped, never left behind. On PostgreSQL the row stays locked against a delete until
+        the transaction ends (a delete locks it first: `kioku.store.removal`)."""
+
+        def build() -> Any:
+            c = s.conversations.c
+            return select(c.id).where(c.id == bindparam("cid")).with_for_update(key_share=True)
+
+        return (
+            conn.execute(self._built("still_there", build), {"cid": conversation_id}).first()
+            is not None
+        )
 
     def close(self) -> None:
         self.engine.dispose()

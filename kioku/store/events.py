@@ -44,6 +44,8 @@ class EventLog(Database):
         at: float | None = None,
     ) -> None:
         with self.atomic() as conn:
+            if not self._still_there(conn, conversation_id):
+                return  # deleted meanwhile: what happened to it goes with it
             conn.execute(
                 _INSERT_LOG,
                 dict(
@@ -77,6 +79,8 @@ class EventLog(Database):
             )
 
         with self.atomic() as conn:
+            if not self._still_there(conn, conversation_id):
+                return
             # one statement, so two first increments racing on PostgreSQL cannot both insert
             conn.execute(
                 self._built("incr", build),

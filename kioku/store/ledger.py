@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import func, insert, select
 
+from kioku.errors import NotFound
 from kioku.note import Author, Note, NoteDraft
 from kioku.store import schema as s
 from kioku.store.db import Database, new_id
@@ -66,8 +67,11 @@ class NotesLedger(Database):
         origin: str,
         retracted: bool = False,
     ) -> int:
-        """Append one entry as written; return its id."""
+        """Append one entry as written; return its id (NotFound when the conversation was
+        deleted meanwhile: notes from a late reply are not kept)."""
         with self.atomic() as conn:
+            if not self._still_there(conn, conversation_id):
+                raise NotFound(f"conversation {conversation_id!r} was deleted")
             r = conn.execute(
                 insert(s.notes_ledger).values(
                     conversation_id=conversation_id,
@@ -113,6 +117,8 @@ class NotesLedger(Database):
     def add_note_mention(self, conversation_id: str, note_id: int, seq: int | None) -> None:
         """A message stated a note in force again."""
         with self.atomic() as conn:
+            if not self._still_there(conn, conversation_id):
+                return
             conn.execute(
                 insert(s.note_mentions).values(
                     conversation_id=conversation_id, note_id=note_id, seq=seq

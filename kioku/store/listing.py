@@ -4,7 +4,8 @@
 conversations: 1.15 MB in 0.87 s). A page is one statement here: the conversations with their
 last activity (the newest message is the one at `next_seq - 1`: a primary-key lookup), matched,
 ordered latest activity first and cut at the page's end, the next page named by a cursor on
-(last activity, id). The command line asks `tenant_counts` to say which tenant holds the
+(last activity, id). The command line asks `tenants` which tenant a command means when it is
+not told (`kioku.terminal.tenant`), and `tenant_counts` which tenant holds the
 conversations a command did not find under its own.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, func, or_, select, union
 
 from kioku.store import schema as s
 from kioku.store.db import Database
@@ -88,3 +89,14 @@ class ConversationListing(Database):
             q = q.where(func.coalesce(c.public_id, c.id) == conversation_id)
         with self.reading() as conn:
             return {str(t): int(n) for t, n in conn.execute(q)}
+
+    def tenants(self) -> list[str]:
+        """The tenants of this database: those holding conversations and those with a live API
+        key (a key's chats belong to its tenant before the first one is made), sorted."""
+        c, k = s.conversations.c, s.api_keys.c
+        q = union(
+            select(c.tenant).distinct(),
+            select(k.tenant).where(k.revoked_at.is_(None)).distinct(),
+        )
+        with self.reading() as conn:
+            return sorted({str(r[0]) for r in conn.execute(q)})

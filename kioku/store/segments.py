@@ -53,6 +53,8 @@ class RecallSegments(Database):
         another process persisted first for the same range is kept: same postings."""
         t = s.recall_segments.c
         with self.atomic() as conn:
+            if not self._still_there(conn, conversation_id):
+                return  # deleted meanwhile
             if replace:
                 conn.execute(delete(s.recall_segments).where(t.conversation_id == conversation_id))
             for seg in segments:
