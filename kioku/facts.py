@@ -28,6 +28,7 @@ from kioku.fact import Fact, Speech, slot_for_object
 from kioku.messages import LogEntry
 from kioku.relative_dates import resolve
 from kioku.salience import content_words
+from kioku.sensitive import withheld
 
 # English ------------------------------------------------------------------------------------
 
@@ -291,7 +292,7 @@ def facts_in(entries: Iterable[LogEntry], lang: str = "en") -> list[Fact]:
     for e, to in zip(es, addressees(es), strict=True):
         who = (e.message.author or e.message.role).replace(":", " ")
         seen: set[tuple[str, str, str]] = set()
-        text = e.message.text
+        text = withheld(e.message.text, "")  # a secret is never a fact (`kioku.sensitive`)
         # English patterns stop at punctuation themselves and follow "her" across sentences
         pieces = sentences(text) if _KANA_OR_HAN.search(text) else [text]
         for sent in pieces:

@@ -27,7 +27,7 @@ from kioku.messages import MEDIA_KINDS, LogEntry, canonical_json, render_parts
 from kioku.relative_dates import resolve
 from kioku.salience import carries_nothing, content_words, is_fragment, is_question
 from kioku.scenes import MARK, Scene, marker, scene_of, scenes, scenes_in
-from kioku.sensitive import looks_secret
+from kioku.sensitive import looks_secret, withheld
 from kioku.tokens import TokenCounter
 
 TaskKind = Literal["chapter", "synopsis", "cut"]
@@ -160,8 +160,12 @@ def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line
         at = e.message.at
         on = at.date() if at else None
         scene = scene_of(e.seq, starts)
+        # a secret's lines leave nothing (`kioku.sensitive`): split into sentences, a value
+        # typed on the line after its keyword would read as an ordinary sentence
         caption = inert(
-            " ".join(p.text for p in e.message.parts if p.kind == "text" and p.text.strip())
+            " ".join(
+                withheld(p.text, "") for p in e.message.parts if p.kind == "text" and p.text.strip()
+            )
         )
         for part in e.message.parts:
             if part.kind in MEDIA_KINDS:
@@ -171,12 +175,12 @@ def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line
                 out.append(Line(e.seq, f"{author} ({tag})", shown, on, scene, must=True))
                 continue
             if part.kind == "tool_call":
-                call = inert(f"{one_line(part.name or '')} {canonical_json(part.text)}")
+                call = inert(f"{one_line(part.name or '')} {withheld(canonical_json(part.text))}")
                 out.append(Line(e.seq, f"{author} (tool use)", call, on, scene))
                 continue
             if part.kind == "tool_result":
                 who = f"{one_line(part.name or '') or author} (tool result)"
-                sents = split_sentences(inert(part.text))
+                sents = split_sentences(inert(withheld(part.text, "")))
                 out.extend(Line(e.seq, who, sent, on, scene) for sent in sents)
                 continue
             speaker = one_line(part.speaker or "") or author
@@ -189,7 +193,7 @@ def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line
             else:
                 who = author
             text = part.text if part.kind != "text" else render_parts((part,), author)
-            for sent in split_sentences(inert(text)):
+            for sent in split_sentences(inert(withheld(text, ""))):
                 out.append(Line(e.seq, who, resolve(sent, at, lang), on, scene))
     return out
 

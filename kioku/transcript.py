@@ -139,7 +139,7 @@ def render_part(part: Part, author: str, labels: Labels) -> str:
         who = one_line(part.speaker or "") or author
         return f"{INDENT}{labels.thought} {who}{labels.colon}{text}"
     if part.kind == "tool_call":
-        call = f"{one_line(part.name or '')} {inert(canonical_json(part.text))}"
+        call = f"{one_line(part.name or '')} {inert(withheld(canonical_json(part.text)))}"
         return f"{INDENT}{labels.tool_call} {author}{labels.colon}{call}"
     if part.kind == "tool_result":
         tool = one_line(part.name or "") or labels.tool

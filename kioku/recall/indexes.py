@@ -27,6 +27,7 @@ from kioku.recall.archive import (
     index_text,
 )
 from kioku.recall.recollection import RecalledLine, Recollection
+from kioku.sensitive import withheld
 from kioku.store import Store
 from kioku.store.segments import StoredSegment
 from kioku.tokens import TokenCounter
@@ -47,7 +48,10 @@ Lookup = Callable[[int, int], Sequence[LogEntry]]  # (first, last) inclusive →
 
 
 def _line(e: LogEntry) -> RecalledLine:
-    return RecalledLine(e.seq, e.message.author or e.message.role, e.message.text, e.message.at)
+    # a line held back from memory is not brought back by recall either (`kioku.sensitive`):
+    # the raw window shows the log as it is, a recollection is memory
+    text = withheld(e.message.text)
+    return RecalledLine(e.seq, e.message.author or e.message.role, text, e.message.at)
 
 
 def _fit(
