@@ -42,7 +42,7 @@ WITHHELD = mark("withheld: a line that looks like a secret (kept in the log only
 LANGS: dict[str, tuple[str, str]] = {
     "en": (
         r"['’]s|\s+(?:is|was|are|were|be|will be|should be|has been|is now|is still|now is|"
-        r"changed to|set to|reads)(?!\w)|\s*(?:[:=]|->|=>)",
+        r"changed to|set to|reads)(?!\w)|\s*(?:[:=]|->|=>)|\s+[-–—]\s+",
         r"\s+(?:for|to|of|on|at)\s+(?:the\s+|my\s+|our\s+|your\s+)?[\w.@-]+",
     ),
     "de": (
@@ -81,7 +81,7 @@ _SYMBOL = re.compile(r"[\d!@#$%^&*_+=~/\\|<>{}\[\]-]")
 _NOT_A_VALUE = re.compile(
     r"(?:(?:wrong|incorrect|invalid|expired|too|not|no longer|the same|correct|weak|strong|"
     r"hashed|stored|required|case[- ]sensitive|reset|changed|saved|written|somewhere|in|on|"
-    r"what|which|falsch|nicht|zu|abgelaufen|faux|pas|trop|quoi|incorrecta|incorrecto|no|"
+    r"what|which|something|anything|nothing|a new one|a stronger|falsch|nicht|zu|abgelaufen|faux|pas|trop|quoi|incorrecta|incorrecto|no|"
     r"demasiado|qué|sbagliata|troppo|errada|muito|o que)\b|什么|什麼|多少|啥|错|錯|不|何|違|間違|뭐|무엇|틀)",
     re.IGNORECASE,
 )
@@ -109,6 +109,7 @@ class Words:
     langs: tuple[str, ...]
     words: str  # a regex alternation
     value: str = "any"  # what must follow the copula (`VALUES`)
+    copula: bool = True  # False: the words end in their own link ("set my password to")
 
 
 # the words people tell a password with, by language: data, not code (a language is a row)
@@ -125,7 +126,21 @@ WORDS: tuple[Words, ...] = (
         r"(?:wi-?fi|wlan|router|network|login|account|admin|e-?mail|computer|laptop|phone)\s+pass",
     ),
     Words("pass", ("en",), r"pass", "credential"),
-    Words("pin", ("en", "de", "fr", "es", "it", "pt"), r"pin(?:[ -]?code| number)?", "digits"),
+    Words(
+        "set password to",
+        ("en",),
+        r"(?:set|changed?|reset|updated?)\s+(?:(?:my|the|your|our)\s+)?(?:wi-?fi\s+)?"
+        r"(?:password|passcode|pin|pw)\s+to",
+        copula=False,
+    ),
+    # "use password hunter2": no copula, so only a value that reads like one
+    Words("password value", ("en",), r"pass(?:word|code)|passwd|pwd|pw", "credential", False),
+    Words(
+        "pin",
+        ("en", "de", "fr", "es", "it", "pt", "ja"),
+        r"pin(?:[ -]?code| number)?",
+        "digits",
+    ),
     Words(
         "code",
         ("en",),
@@ -154,13 +169,30 @@ WORDS: tuple[Words, ...] = (
 _CJK = ("ko", "zh", "ja")
 
 
+def _edge(w: Words) -> str:
+    return "" if all(lang in _CJK for lang in w.langs) else r"\b"
+
+
 def _told(w: Words) -> re.Pattern[str]:
     """`w`'s words, an optional qualifier and a copula of one of its languages."""
+    if not w.copula:
+        return re.compile(f"{_edge(w)}(?:{w.words})\\s+", re.IGNORECASE)
     copulas = "|".join(LANGS[lang][0] for lang in w.langs)
     between = "|".join(LANGS[lang][1] for lang in w.langs if LANGS[lang][1])
-    edge = "" if all(lang in _CJK for lang in w.langs) else r"\b"
     qualifier = f"(?:{between})?" if between else ""
-    return re.compile(f"{edge}(?:{w.words}){qualifier}(?:{copulas})", re.IGNORECASE)
+    return re.compile(f"{_edge(w)}(?:{w.words}){qualifier}(?:{copulas})", re.IGNORECASE)
+
+
+# a word before a keyword alone on its line ("My password", "Passwort:")
+_OWNER = r"(?:(?:my|the|your|mein|meine|dein|das|mon|ma|le|mi|tu|la|il|minha|a|o)\s+)?"
+
+
+def _alone(w: Words) -> re.Pattern[str] | None:
+    """`w`'s words alone on a line, a label whose value is on the next (a form pasted as
+    "Password" then "hunter2"); None for words that are a secret only by their value."""
+    if w.value == "credential" or not w.copula:
+        return None
+    return re.compile(f"[\\s*_#>-]*{_OWNER}(?:{w.words})[\\s:：.\\-–—>*_]*", re.IGNORECASE)
 
 
 # after a keyword's copula, nothing but this: the value is on the next line
@@ -182,10 +214,13 @@ class Pattern:
     value: str = ""
     check: Callable[[str], bool] | None = None
     ends: re.Pattern[str] | None = None
+    alone: re.Pattern[str] | None = None  # a keyword alone on a line: it opens a value
 
     def tells(self, line: str) -> str:
         """ "secret" when `line` (NFKC-normalized) tells a secret by this row, "opens" when it
         is a keyword waiting for its value on the next line, "" otherwise."""
+        if self.alone is not None and self.alone.fullmatch(line):
+            return "opens"
         for m in self.regex.finditer(line):
             if not self.value:
                 if self.check is None or self.check(m.group()):
@@ -218,7 +253,7 @@ _KEY_BEGIN = r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
 _KEY_END = r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
 
 PATTERNS: tuple[Pattern, ...] = (
-    *(Pattern(w.label, _told(w), w.langs, w.value) for w in WORDS),
+    *(Pattern(w.label, _told(w), w.langs, w.value, alone=_alone(w)) for w in WORDS),
     Pattern(
         "login / password",
         re.compile(

@@ -48,6 +48,14 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
             "a mountain pass is closed",
         ],
     ),
+    "set password to": (
+        ["I set my password to hunter2", "changed the wifi password to marmalade"],
+        ["she is my password to happiness", "I changed my password to something stronger"],
+    ),
+    "password value": (
+        ["use password hunter2", "pw tr0ub4dor&3 for the nas"],
+        ["password reset link", "the password manager", "password strength matters"],
+    ),
     "pin": (
         [
             "PIN: 4821",
@@ -205,6 +213,10 @@ def test_a_row_catches_its_phrasings_and_leaves_the_rest(label: str) -> None:
         ("密码：\n123456", "123456"),
         ("비밀번호는\nhunter2", "hunter2"),
         ("PIN:\n4821", "4821"),
+        ("Password\nhunter2", "hunter2"),
+        ("**Passwort:**\nSonne", "Sonne"),
+        ("パスワード\nsakura", "sakura"),
+        ("user/pass\nroot/toadstool", "toadstool"),
     ],
 )
 def test_a_value_on_the_line_after_its_keyword_is_withheld_with_it(text: str, value: str) -> None:
