@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -310,13 +310,18 @@ def _line(line: str) -> tuple[str, re.Pattern[str] | None]:
     return (found, None)
 
 
-def secret_lines(text: str) -> list[bool]:
-    """For each line of `text` (`str.splitlines`), whether it is withheld: a line that tells a
-    secret, the value line after a keyword line that opens one, and every line of a private
-    key block."""
+def _scan(text: str, opened: bool = False) -> tuple[list[bool], bool]:
+    """For each line of `text`, whether it is withheld; and whether its last line opens a
+    value that is not in it (the value is in the author's next message)."""
     lines = text.splitlines()
     out = [False] * len(lines)
     i = 0
+    if opened:  # the first non-empty line is the value an earlier message's keyword opened
+        while i < len(lines) and not lines[i].strip():
+            i += 1
+        out[: i + 1] = [True] * min(i + 1, len(lines))
+        i += 1
+    dangling = opened and not any(ln.strip() for ln in lines)
     while i < len(lines):
         kind, ends = _line(lines[i])
         if not kind:
@@ -337,7 +342,30 @@ def secret_lines(text: str) -> list[bool]:
             if j < len(lines):  # blank lines between are part of it: one mark
                 out[i + 1 : j + 1] = [True] * (j - i)
                 i = j
+            else:
+                dangling = True
         i += 1
+    return out, dangling
+
+
+def secret_lines(text: str, opened: bool = False) -> list[bool]:
+    """For each line of `text` (`str.splitlines`), whether it is withheld: a line that tells a
+    secret, the value line after a keyword line that opens one (`opened`: the first line is
+    the value of a keyword an earlier message ended on), and every line of a private key
+    block."""
+    return _scan(text, opened)[0]
+
+
+def opened_by_earlier(said: Sequence[tuple[str, str]]) -> list[bool]:
+    """For each message (role, text) of a run, whether it opens with the value of a keyword
+    its author's previous message in the run ended on ("my password is", then "hunter2" as
+    the next message, maybe after a reply): pass it to `withheld` as `opened`."""
+    dangling: dict[str, bool] = {}
+    out = []
+    for role, text in said:
+        opened = dangling.get(role, False)
+        out.append(opened)
+        dangling[role] = _scan(text, opened)[1]
     return out
 
 
@@ -347,10 +375,10 @@ def looks_secret(text: str) -> bool:
     return any(secret_lines(text))
 
 
-def withheld(text: str, instead: str = WITHHELD) -> str:
+def withheld(text: str, instead: str = WITHHELD, opened: bool = False) -> str:
     """`text` with each run of lines that look like a secret replaced by `instead` (a mark that
-    says so; "" leaves nothing of them)."""
-    flags = secret_lines(text)
+    says so; "" leaves nothing of them). `opened`: see `secret_lines`."""
+    flags = secret_lines(text, opened)
     if not any(flags):
         return text
     out: list[str] = []

@@ -8,7 +8,15 @@ import unicodedata
 
 import pytest
 
-from kioku.sensitive import PATTERNS, WITHHELD, Pattern, looks_secret, secret_lines, withheld
+from kioku.sensitive import (
+    PATTERNS,
+    WITHHELD,
+    Pattern,
+    looks_secret,
+    opened_by_earlier,
+    secret_lines,
+    withheld,
+)
 
 # label → (lines it tells a secret in, lines that are no secret at all)
 CASES: dict[str, tuple[list[str], list[str]]] = {
@@ -227,6 +235,21 @@ def test_a_value_on_the_line_after_its_keyword_is_withheld_with_it(text: str, va
     assert withheld(said, "").splitlines() == ["ok here it is", "see you tomorrow"]
 
 
+def test_a_value_sent_as_its_authors_next_message_is_withheld() -> None:
+    said = [
+        ("user", "hi\nmy password is"),
+        ("assistant", "Go on, tell me."),
+        ("user", "\nhunter2\nand the rest is chat"),
+        ("user", "what else?"),
+    ]
+    opened = opened_by_earlier(said)
+    assert opened == [False, False, True, False]
+    assert withheld(said[2][1], opened=True).splitlines() == [WITHHELD, "and the rest is chat"]
+    # the reply between them opens nothing for the user, nor the user's keyword for the reply
+    assert opened_by_earlier([("user", "PIN:"), ("assistant", "1234? no.")]) == [False, False]
+    assert opened_by_earlier([("user", "PIN: 4821"), ("user", "thanks")]) == [False, False]
+
+
 def test_a_question_about_a_password_withholds_nothing_after_it() -> None:
     text = "What is my password?\nI can't remember it\nthe pin on the map"
     assert not looks_secret(text) and withheld(text) == text
@@ -280,6 +303,13 @@ TOLD: list[tuple[str, str]] = [
     ("user/pass: root/toadstool", "toadstool"),
     ("token ghp_abcdefghijklmnopqrstuvwxyz0123456789", "ghp_abcdefghij"),
 ]
+# a keyword that ends one message and its value sent as the next (a reply between them)
+TOLD_APART: list[tuple[str, str]] = [
+    ("ok so my password is", "gingersnap77"),
+    ("Das WLAN-Passwort lautet:", "Zitronenbaum"),
+]
+SAID = [said for said, _ in TOLD] + [m for pair in TOLD_APART for m in pair]
+VALUES = [value for _, value in TOLD] + [value for _, value in TOLD_APART]
 
 
 def _kioku(chronicler: str):  # type: ignore[no-untyped-def]
@@ -327,7 +357,7 @@ def test_no_secret_told_reaches_a_summarizer_memory_notes_or_recollection(chroni
 
     kk, reply, chron, notes_model = _kioku(chronicler)
     conv = kk.conversation("c", system_prompt="You are Mika.", character="Mika")
-    for said, _ in TOLD:
+    for said in SAID:
         conv.chat(said)
         kk.worker.run_until_idle()
     for n in range(40):  # enough to fold the secrets away, so that only memory and recall hold them
@@ -337,14 +367,14 @@ def test_no_secret_told_reaches_a_summarizer_memory_notes_or_recollection(chroni
     asked = reply.prompts()[-1]
     assert "Do you remember my password?" in asked
     prompt = conv.last_turn
-    assert conv.info().raw_start > len(TOLD)  # the secrets are out of the raw window
+    assert conv.info().raw_start > 2 * len(SAID)  # the secrets are out of the raw window
     memory = render_memory(conv.memory(), conv.lang)[0]
     assert memory  # chapters were written
     inputs = chron.prompts() + notes_model.prompts()
     if chronicler == "model":
         assert chron.prompts() and notes_model.prompts()  # both models were asked
     ledger = "\n".join(f"{n.subject} {n.text}" for n in notes(kk.store, conv.id))
-    for _, value in TOLD:
+    for value in VALUES:
         plain = unicodedata.normalize("NFKC", value)
         for where, text in [("prompt", asked), ("memory", memory), ("notes", ledger)] + [
             ("summarizer input", t) for t in inputs
@@ -353,4 +383,4 @@ def test_no_secret_told_reaches_a_summarizer_memory_notes_or_recollection(chroni
     # recall did bring the told lines back, withheld: the raw line is never a recollection
     assert "withheld" in asked, prompt
     logged = [e.text for e in kk.store.entries(conv.id)]
-    assert all(said in logged for said, _ in TOLD)  # the log keeps them as written
+    assert all(said in logged for said in SAID)  # the log keeps them as written
