@@ -382,5 +382,7 @@ def test_no_secret_told_reaches_a_summarizer_memory_notes_or_recollection(chroni
             assert value not in text and plain not in text, (where, value)
     # recall did bring the told lines back, withheld: the raw line is never a recollection
     assert "withheld" in asked, prompt
+    # once: a recollection of withheld lines only says all that any of them could
+    assert asked.count("withheld: a line") == 1, asked
     logged = [e.text for e in kk.store.entries(conv.id)]
     assert all(said in logged for said in SAID)  # the log keeps them as written

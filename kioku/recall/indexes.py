@@ -27,7 +27,7 @@ from kioku.recall.archive import (
     index_text,
 )
 from kioku.recall.recollection import RecalledLine, Recollection
-from kioku.sensitive import opened_by_earlier, withheld
+from kioku.sensitive import WITHHELD, opened_by_earlier, withheld
 from kioku.store import Store
 from kioku.store.segments import StoredSegment
 from kioku.tokens import TokenCounter
@@ -147,6 +147,7 @@ def exchanges(
     taken: set[int] = set()
     out: list[Recollection] = []
     left = budget_tokens
+    blank = False  # a recollection of withheld lines only was taken: one says all they can
     for hit in hits:
         if hit.seq in taken or hit.seq >= before_seq or left <= 0:
             continue
@@ -168,6 +169,10 @@ def exchanges(
         )
         if not lines:
             continue
+        if all(ln.text == WITHHELD for ln in lines):
+            if blank:
+                continue
+            blank = True
         fitted = _fit(lines, hit.seq, hit.score, left, counter, lang)
         if fitted is None:
             continue
