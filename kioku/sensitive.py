@@ -10,11 +10,12 @@ from the notes ledger (`looks_secret`) and from recollections of the archive (`w
 
 What looks like a secret is one table, `PATTERNS` (a withheld line of chat costs less than a
 secret kept, so the net is wide; the negatives in the tests say where it stops):
-- a password, passcode, PIN or code being told, in the words of the languages in `WORDS`, with
-  that language's copulas ("my password is …", "my password's …", "pw: …", "mein Passwort ist
-  …", "パスワードは…", "密码是…"); text is NFKC-normalized first, so full-width forms are the
-  same words. A keyword line with nothing after its copula ("my password is") withholds the next
-  non-empty line too: the value typed on a line of its own;
+- a password, passcode, PIN or code being told, in the words of `WORDS` (a row per word and
+  its languages) with that language's copulas (`LANGS`: "my password is …", "my password's …",
+  "pw: …", "mein Passwort ist …", "パスワードは…", "密码是…"); text is NFKC-normalized first,
+  so full-width forms are the same words. A keyword line with nothing after its copula ("my
+  password is", or "Password" alone) withholds the next non-empty line too: the value typed on
+  a line of its own, or as its author's next message (`opened_by_earlier`);
 - a login and its password (`login admin / …`, `user/pass: …`, `https://user:pw@host`);
 - an API key or token in the shapes providers give them (`sk_live_…`, `ghp_…`, `xoxb-…`,
   `AKIA…`, `AIza…`, a JWT, a kioku key, …), or a long run of letters and digits after "key",
@@ -37,54 +38,71 @@ from kioku.inert import mark
 
 WITHHELD = mark("withheld: a line that looks like a secret (kept in the log only)")
 
-# a language's copulas (what tells a value after a keyword) and the qualifiers allowed between
-# the keyword and its copula ("the password *for the wifi* is …")
-LANGS: dict[str, tuple[str, str]] = {
-    "en": (
+
+@dataclass(frozen=True)
+class Lang:
+    """How a language tells a value after a keyword (a row of `LANGS`)."""
+
+    copulas: str  # what links the keyword to its value ("is", ":", "ist", "は")
+    between: str = ""  # a qualifier between them ("the password *for the wifi* is …")
+    # what follows a copula that is no value but a word about the password ("my password is
+    # wrong", "密码是什么?")
+    not_values: str = ""
+
+
+LANGS: dict[str, Lang] = {
+    "en": Lang(
         r"['’]s|\s+(?:is|was|are|were|be|will be|should be|has been|is now|is still|now is|"
         r"changed to|set to|reads)(?!\w)|\s*(?:[:=]|->|=>)|\s+[-–—]\s+",
         r"\s+(?:for|to|of|on|at)\s+(?:the\s+|my\s+|our\s+|your\s+)?[\w.@-]+",
+        r"wrong|incorrect|invalid|expired|too|not|no longer|the same|correct|weak|strong|hashed|"
+        r"stored|required|case[- ]sensitive|reset|changed|saved|written|somewhere|in|on|what|"
+        r"which|something|anything|nothing|a new one|a stronger",
     ),
-    "de": (
+    "de": Lang(
         r"\s+(?:ist|lautet|war|heißt|heisst|ist jetzt)(?!\w)|\s*[:=]",
         r"\s+(?:für|fürs|vom|von|zum|zur|des|der)\s+(?:das\s+|den\s+|die\s+|mein\w*\s+)?[\w.@-]+",
+        r"falsch|nicht|zu|abgelaufen|was",
     ),
-    "fr": (
+    "fr": Lang(
         r"\s+(?:est|était|sera|c['’]est)(?!\w)|\s*[:=]",
         r"\s+(?:du|de|de la|des|pour)\s+(?:l['’]|le\s+|la\s+|mon\s+|ma\s+)?[\w.@-]+",
+        r"faux|incorrect|pas|trop|quoi",
     ),
-    "es": (
+    "es": Lang(
         r"\s+(?:es|era|será|sería)(?!\w)|\s*[:=]",
         r"\s+(?:del|de|de la|para)\s+(?:el\s+|la\s+|mi\s+)?[\w.@-]+",
+        r"incorrecta|incorrecto|no|demasiado|qué",
     ),
-    "it": (
+    "it": Lang(
         r"\s+(?:è|e['’]|era|sarà)(?!\w)|\s*[:=]",
         r"\s+(?:del|della|di|per)\s+(?:il\s+|la\s+|mio\s+|mia\s+)?[\w.@-]+",
+        r"sbagliata|troppo|non|cosa",
     ),
-    "pt": (
+    "pt": Lang(
         r"\s+(?:é|era|será)(?!\w)|\s*[:=]",
         r"\s+(?:do|da|de|para)\s+(?:o\s+|a\s+|meu\s+|minha\s+)?[\w.@-]+",
+        r"errada|muito|não|o que",
     ),
     # not が/가/을 ("パスワードが違います", "비밀번호가 틀렸어요": the password is wrong)
-    "ko": (r"\s*(?:은|는|[:=])", ""),
-    "zh": (r"\s*(?:是|为|為|[:=])", ""),
-    "ja": (r"\s*(?:は|[:=])", ""),
+    "ko": Lang(r"\s*(?:은|는|[:=])", not_values=r"뭐|무엇|틀"),
+    "zh": Lang(r"\s*(?:是|为|為|[:=])", not_values=r"什么|什麼|多少|啥|错|錯|不"),
+    "ja": Lang(r"\s*(?:は|[:=])", not_values=r"何|違|間違"),
 }
+
+_CJK = ("ko", "zh", "ja")
+_NOT_A_VALUE = re.compile(
+    r"(?:(?:"
+    + "|".join(lang.not_values for k, lang in LANGS.items() if k not in _CJK)
+    + r")\b|"
+    + "|".join(lang.not_values for k, lang in LANGS.items() if k in _CJK)
+    + ")",
+    re.IGNORECASE,
+)
 
 # what must follow a keyword's copula for the line to tell a secret
 _DIGITS = re.compile(r"\d[\d \-]{2,}\d\b")  # a PIN or a code: digits, not "on the map"
 _SYMBOL = re.compile(r"[\d!@#$%^&*_+=~/\\|<>{}\[\]-]")
-
-
-# what follows a copula that is no value but a word about the password ("my password is wrong",
-# "密码是什么?"): in the languages of `LANGS`
-_NOT_A_VALUE = re.compile(
-    r"(?:(?:wrong|incorrect|invalid|expired|too|not|no longer|the same|correct|weak|strong|"
-    r"hashed|stored|required|case[- ]sensitive|reset|changed|saved|written|somewhere|in|on|"
-    r"what|which|something|anything|nothing|a new one|a stronger|falsch|nicht|zu|abgelaufen|faux|pas|trop|quoi|incorrecta|incorrecto|no|"
-    r"demasiado|qué|sbagliata|troppo|errada|muito|o que)\b|什么|什麼|多少|啥|错|錯|不|何|違|間違|뭐|무엇|틀)",
-    re.IGNORECASE,
-)
 
 
 def _credential(rest: str) -> bool:
@@ -166,8 +184,6 @@ WORDS: tuple[Words, ...] = (
     Words("パスワード", ("ja",), r"パスワード|パスコード|暗証番号|合言葉|認証コード"),
 )
 
-_CJK = ("ko", "zh", "ja")
-
 
 def _edge(w: Words) -> str:
     return "" if all(lang in _CJK for lang in w.langs) else r"\b"
@@ -177,8 +193,8 @@ def _told(w: Words) -> re.Pattern[str]:
     """`w`'s words, an optional qualifier and a copula of one of its languages."""
     if not w.copula:
         return re.compile(f"{_edge(w)}(?:{w.words})\\s+", re.IGNORECASE)
-    copulas = "|".join(LANGS[lang][0] for lang in w.langs)
-    between = "|".join(LANGS[lang][1] for lang in w.langs if LANGS[lang][1])
+    copulas = "|".join(LANGS[lang].copulas for lang in w.langs)
+    between = "|".join(LANGS[lang].between for lang in w.langs if LANGS[lang].between)
     qualifier = f"(?:{between})?" if between else ""
     return re.compile(f"{_edge(w)}(?:{w.words}){qualifier}(?:{copulas})", re.IGNORECASE)
 
