@@ -212,7 +212,7 @@ def _alone(w: Words) -> re.Pattern[str] | None:
 
 
 # after a keyword's copula, nothing but this: the value is on the next line
-_NOTHING = re.compile(r"[\s.:：…,;!\-–—>]*")
+_NOTHING = re.compile(r"[\s.:：…,;!\-–—>*_`]*")
 
 
 @dataclass(frozen=True)

@@ -223,6 +223,7 @@ def test_a_row_catches_its_phrasings_and_leaves_the_rest(label: str) -> None:
         ("PIN:\n4821", "4821"),
         ("Password\nhunter2", "hunter2"),
         ("**Passwort:**\nSonne", "Sonne"),
+        ("**Password:**\n`hunter2`", "hunter2"),
         ("パスワード\nsakura", "sakura"),
         ("user/pass\nroot/toadstool", "toadstool"),
     ],
