@@ -53,7 +53,8 @@ class Lang:
 LANGS: dict[str, Lang] = {
     "en": Lang(
         r"['’]s|\s+(?:is|was|are|were|be|will be|should be|has been|is now|is still|now is|"
-        r"changed to|set to|reads)(?!\w)|\s*(?:[:=]|->|=>)|\s+[-–—]\s+",
+        r"changed to|set to|reads)(?!\w)|\s*(?:[:=]|->|=>)|\s+[-–—]\s+|"
+        r"\?\s*(?:it['’]s|it is)(?!\w)",  # "the wifi password? it's …"
         r"\s+(?:for|to|of|on|at)\s+(?:the\s+|my\s+|our\s+|your\s+)?[\w.@-]+",
         r"wrong|incorrect|invalid|expired|too|not|no longer|the same|correct|weak|strong|hashed|"
         r"stored|required|case[- ]sensitive|reset|changed|saved|written|somewhere|in|on|what|"
@@ -144,6 +145,7 @@ WORDS: tuple[Words, ...] = (
         r"(?:wi-?fi|wlan|router|network|login|account|admin|e-?mail|computer|laptop|phone)\s+pass",
     ),
     Words("pass", ("en",), r"pass", "credential"),
+    Words("pass:", ("en",), r"pass\s*[:=]", copula=False),  # a label: "wifi: Home / pass: …"
     Words(
         "set password to",
         ("en",),
@@ -151,14 +153,24 @@ WORDS: tuple[Words, ...] = (
         r"(?:password|passcode|pin|pw)\s+to",
         copula=False,
     ),
-    # "use password hunter2": no copula, so only a value that reads like one
+    # "use password hunter2", "密码123456": no copula, so only a value that reads like one
     Words("password value", ("en",), r"pass(?:word|code)|passwd|pwd|pw", "credential", False),
+    Words(
+        "密码 value",
+        ("ko", "zh", "ja"),
+        r"비밀번호|비번|패스워드|密码|密碼|パスワード|暗証番号",
+        "credential",
+        False,
+    ),
     Words(
         "pin",
         ("en", "de", "fr", "es", "it", "pt", "ja"),
         r"pin(?:[ -]?code| number)?",
         "digits",
     ),
+    Words("pin value", ("en", "de", "fr", "es", "it", "pt"), r"pin", "digits", False),
+    # "the code to the safe is 4821": a bare code is one only when it is digits
+    Words("code digits", ("en",), r"code", "digits"),
     Words(
         "code",
         ("en",),
@@ -191,8 +203,9 @@ def _edge(w: Words) -> str:
 
 def _told(w: Words) -> re.Pattern[str]:
     """`w`'s words, an optional qualifier and a copula of one of its languages."""
-    if not w.copula:
-        return re.compile(f"{_edge(w)}(?:{w.words})\\s+", re.IGNORECASE)
+    if not w.copula:  # the value right after the words (CJK: even without a space)
+        link = r"\s*" if not _edge(w) else r"(?:\b|(?<=\W))\s*"
+        return re.compile(f"{_edge(w)}(?:{w.words}){link}", re.IGNORECASE)
     copulas = "|".join(LANGS[lang].copulas for lang in w.langs)
     between = "|".join(LANGS[lang].between for lang in w.langs if LANGS[lang].between)
     qualifier = f"(?:{between})?" if between else ""
@@ -231,6 +244,7 @@ class Pattern:
     check: Callable[[str], bool] | None = None
     ends: re.Pattern[str] | None = None
     alone: re.Pattern[str] | None = None  # a keyword alone on a line: it opens a value
+    opens: bool = True  # whether a keyword with nothing after it opens the next line
 
     def tells(self, line: str) -> str:
         """ "secret" when `line` (NFKC-normalized) tells a secret by this row, "opens" when it
@@ -244,7 +258,9 @@ class Pattern:
                 continue
             rest = line[m.end() :].lstrip()
             if _NOTHING.fullmatch(rest):
-                return "opens"
+                if self.opens:
+                    return "opens"
+                continue
             if VALUES[self.value](rest):
                 return "secret"
         return ""
@@ -269,7 +285,7 @@ _KEY_BEGIN = r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
 _KEY_END = r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
 
 PATTERNS: tuple[Pattern, ...] = (
-    *(Pattern(w.label, _told(w), w.langs, w.value, alone=_alone(w)) for w in WORDS),
+    *(Pattern(w.label, _told(w), w.langs, w.value, alone=_alone(w), opens=w.copula) for w in WORDS),
     Pattern(
         "login / password",
         re.compile(

@@ -32,6 +32,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
             "la password del wifi è sole",
             "mein Password ist Sonne",
             "PWD=letmein",
+            "The wifi password? It's sunshine.",
         ],
         [
             "she is my password to happiness",
@@ -63,6 +64,22 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "password value": (
         ["use password hunter2", "pw tr0ub4dor&3 for the nas"],
         ["password reset link", "the password manager", "password strength matters"],
+    ),
+    "pass:": (
+        ["wifi: HomeNet / pass: sunshine", "pass=letmein"],
+        ["I'll pass: too tired", "a free pass"],
+    ),
+    "密码 value": (
+        ["密码123456", "비밀번호 1234", "パスワード hunter2"],
+        ["密码不对", "パスワード忘れた", "비밀번호 변경"],
+    ),
+    "pin value": (
+        ["PIN 4821", "card pin 1234"],
+        ["pin 2 of the map", "PIN code reset"],
+    ),
+    "code digits": (
+        ["the code to the safe is 4821", "code: 7731"],
+        ["the code is broken", "code 42 is a joke"],
     ),
     "pin": (
         [
