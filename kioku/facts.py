@@ -28,6 +28,7 @@ from kioku.fact import Fact, Speech, slot_for_object
 from kioku.messages import LogEntry
 from kioku.relative_dates import resolve
 from kioku.salience import content_words
+from kioku.sensitive import opened_by_earlier, withheld
 
 # English ------------------------------------------------------------------------------------
 
@@ -288,10 +289,12 @@ def facts_in(entries: Iterable[LogEntry], lang: str = "en") -> list[Fact]:
     """Every fact in these messages, each once per message, in message order."""
     es = [e for e in entries if e.message.role in ("user", "assistant")]
     out: list[Fact] = []
-    for e, to in zip(es, addressees(es), strict=True):
+    opened = opened_by_earlier([(e.message.role, e.message.text) for e in es])
+    for e, to, value in zip(es, addressees(es), opened, strict=True):
         who = (e.message.author or e.message.role).replace(":", " ")
         seen: set[tuple[str, str, str]] = set()
-        text = e.message.text
+        # a secret is never a fact (`kioku.sensitive`)
+        text = withheld(e.message.text, "", opened=value)
         # English patterns stop at punctuation themselves and follow "her" across sentences
         pieces = sentences(text) if _KANA_OR_HAN.search(text) else [text]
         for sent in pieces:

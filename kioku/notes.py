@@ -30,7 +30,7 @@ from kioku.messages import LogEntry
 from kioku.models import ChatMessage, ChatModel, ChatRequest
 from kioku.note import NOTE_KINDS, Author, EditResult, Note, NoteDraft, norm
 from kioku.relative_dates import resolve
-from kioku.sensitive import looks_secret, withheld
+from kioku.sensitive import looks_secret, opened_by_earlier, withheld
 from kioku.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -314,12 +314,13 @@ def dated_lines(entries: Sequence[LogEntry], lang: str = "en") -> str:
     (`kioku.sensitive`)."""
     out: list[str] = []
     day: date | None = None
-    for e in entries:
+    opened = opened_by_earlier([(e.message.role, e.message.text) for e in entries])
+    for e, value in zip(entries, opened, strict=True):
         at = e.message.at
         if at is not None and at.date() != day:
             day = at.date()
             out.append(date_line(day, lang))
-        text = indented(withheld(resolve(e.message.text, at, lang)), "    ")
+        text = indented(withheld(resolve(e.message.text, at, lang), opened=value), "    ")
         out.append(f"{mark(str(e.seq))} {one_line(e.message.author or e.message.role)}: {text}")
     return "\n".join(out)
 

@@ -27,7 +27,7 @@ from kioku.messages import MEDIA_KINDS, LogEntry, canonical_json, render_parts
 from kioku.relative_dates import resolve
 from kioku.salience import carries_nothing, content_words, is_fragment, is_question
 from kioku.scenes import MARK, Scene, marker, scene_of, scenes, scenes_in
-from kioku.sensitive import looks_secret
+from kioku.sensitive import looks_secret, opened_by_earlier, withheld
 from kioku.tokens import TokenCounter
 
 TaskKind = Literal["chapter", "synopsis", "cut"]
@@ -147,6 +147,9 @@ def parse_lines(text: str) -> list[Line]:
     return out
 
 
+UNSAID = (*MEDIA_KINDS, "tool_call")  # parts whose text nobody typed as chat
+
+
 def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line]:
     """Every sentence of every message, with who said it, the day and the scene. Narration is
     attributed to the narrator, speech to its speaker, thought marked as unspoken; a relative
@@ -155,13 +158,19 @@ def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line
     entries = list(entries)
     starts = [sc.first_seq for sc in scenes(entries)]
     out: list[Line] = []
-    for e in entries:
+    # a value its author typed as the message after "my password is"
+    opened = opened_by_earlier([(e.message.role, e.message.text) for e in entries])
+    for e, value in zip(entries, opened, strict=True):
         author = one_line(e.message.author) or e.message.role
         at = e.message.at
         on = at.date() if at else None
         scene = scene_of(e.seq, starts)
+        # a secret's lines leave nothing (`kioku.sensitive`): split into sentences, a value
+        # typed on the line after its keyword would read as an ordinary sentence
+        texts = [p for p in e.message.parts if p.kind not in UNSAID and p.text.strip()]
+        first = texts[0] if value and texts else None  # the part the value is in
         caption = inert(
-            " ".join(p.text for p in e.message.parts if p.kind == "text" and p.text.strip())
+            " ".join(withheld(p.text, "", opened=p is first) for p in texts if p.kind == "text")
         )
         for part in e.message.parts:
             if part.kind in MEDIA_KINDS:
@@ -171,12 +180,12 @@ def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line
                 out.append(Line(e.seq, f"{author} ({tag})", shown, on, scene, must=True))
                 continue
             if part.kind == "tool_call":
-                call = inert(f"{one_line(part.name or '')} {canonical_json(part.text)}")
+                call = inert(f"{one_line(part.name or '')} {withheld(canonical_json(part.text))}")
                 out.append(Line(e.seq, f"{author} (tool use)", call, on, scene))
                 continue
             if part.kind == "tool_result":
                 who = f"{one_line(part.name or '') or author} (tool result)"
-                sents = split_sentences(inert(part.text))
+                sents = split_sentences(inert(withheld(part.text, "", opened=part is first)))
                 out.extend(Line(e.seq, who, sent, on, scene) for sent in sents)
                 continue
             speaker = one_line(part.speaker or "") or author
@@ -189,7 +198,7 @@ def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line
             else:
                 who = author
             text = part.text if part.kind != "text" else render_parts((part,), author)
-            for sent in split_sentences(inert(text)):
+            for sent in split_sentences(inert(withheld(text, "", opened=part is first))):
                 out.append(Line(e.seq, who, resolve(sent, at, lang), on, scene))
     return out
 

@@ -31,7 +31,7 @@ from kioku.inert import indented, inert, inert_start, one_line
 from kioku.messages import LogEntry, Part, canonical_json
 from kioku.prompts import resolve_lang
 from kioku.relative_dates import resolve
-from kioku.sensitive import withheld
+from kioku.sensitive import opened_by_earlier, withheld
 
 
 @dataclass(frozen=True)
@@ -122,12 +122,14 @@ def _stamp(at: datetime | None, previous: datetime | None, lang: str = "en") -> 
     return at.strftime("%H:%M")
 
 
-def _indent(text: str) -> str:
-    return indented(withheld(text.strip()), INDENT + INDENT)
+def _indent(text: str, opened: bool = False) -> str:
+    return indented(withheld(text.strip(), opened=opened), INDENT + INDENT)
 
 
-def render_part(part: Part, author: str, labels: Labels) -> str:
-    text = _indent(part.text)
+def render_part(part: Part, author: str, labels: Labels, opened: bool = False) -> str:
+    """`opened`: the part's first line is the value of a keyword its author's previous message
+    ended on (`kioku.sensitive.opened_by_earlier`)."""
+    text = _indent(part.text, opened)
     author = one_line(author)
     if part.kind == "narration":
         return f"{INDENT}{labels.narration} {text}"
@@ -139,7 +141,7 @@ def render_part(part: Part, author: str, labels: Labels) -> str:
         who = one_line(part.speaker or "") or author
         return f"{INDENT}{labels.thought} {who}{labels.colon}{text}"
     if part.kind == "tool_call":
-        call = f"{one_line(part.name or '')} {inert(canonical_json(part.text))}"
+        call = f"{one_line(part.name or '')} {inert(withheld(canonical_json(part.text)))}"
         return f"{INDENT}{labels.tool_call} {author}{labels.colon}{call}"
     if part.kind == "tool_result":
         tool = one_line(part.name or "") or labels.tool
@@ -152,7 +154,12 @@ def render_part(part: Part, author: str, labels: Labels) -> str:
 
 
 def render_entry(
-    entry: LogEntry, labels: Labels, previous: datetime | None = None, *, numbered: bool = True
+    entry: LogEntry,
+    labels: Labels,
+    previous: datetime | None = None,
+    *,
+    numbered: bool = True,
+    opened: bool = False,
 ) -> str:
     """One message: a header line (#seq, time, author and side) and one line per part; the
     chronicler's chapters read it without the #seq (`render_transcript`)."""
@@ -174,7 +181,8 @@ def render_entry(
         if p.text.strip() or p.ref:
             # "yesterday" with the date it means beside it, so the summary can say when
             dated = replace(p, text=resolve(p.text, m.at, labels.lang)) if p.kind in DATED else p
-            lines.append(render_part(dated, author, labels))
+            lines.append(render_part(dated, author, labels, opened and p.kind in DATED))
+            opened = opened and p.kind not in DATED  # the value is in the first part said
     return "\n".join(lines)
 
 
@@ -187,9 +195,11 @@ def render_transcript(
     labels = labels_for(lang)
     out: list[str] = []
     previous: datetime | None = None
-    for e in entries:
+    entries = list(entries)
+    opened = opened_by_earlier([(e.message.role, e.message.text) for e in entries])
+    for e, value in zip(entries, opened, strict=True):
         if e.message.is_empty():
             continue
-        out.append(render_entry(e, labels, previous, numbered=numbered))
+        out.append(render_entry(e, labels, previous, numbered=numbered, opened=value))
         previous = e.message.at or previous
     return "\n\n".join(out)

@@ -27,6 +27,7 @@ from kioku.recall.archive import (
     index_text,
 )
 from kioku.recall.recollection import RecalledLine, Recollection
+from kioku.sensitive import WITHHELD, opened_by_earlier, withheld
 from kioku.store import Store
 from kioku.store.segments import StoredSegment
 from kioku.tokens import TokenCounter
@@ -37,6 +38,7 @@ DEFAULT_LIMIT = 3  # recollections per user message
 # what one recalled exchange (a turn and its neighbours) takes, about: how many recollections
 # a question's room holds
 EXCHANGE_TOKENS = 48
+SECRET_LOOKBACK = 4  # messages read before an exchange for a secret's keyword (`_line`)
 MIN_CUT_TOKENS = 24  # below this, a cut-down recollection says too little to be worth it
 
 
@@ -46,8 +48,11 @@ MIN_CUT_TOKENS = 24  # below this, a cut-down recollection says too little to be
 Lookup = Callable[[int, int], Sequence[LogEntry]]  # (first, last) inclusive → entries
 
 
-def _line(e: LogEntry) -> RecalledLine:
-    return RecalledLine(e.seq, e.message.author or e.message.role, e.message.text, e.message.at)
+def _line(e: LogEntry, opened: bool = False) -> RecalledLine:
+    # a line held back from memory is not brought back by recall either (`kioku.sensitive`):
+    # the raw window shows the log as it is, a recollection is memory
+    text = withheld(e.message.text, opened=opened)
+    return RecalledLine(e.seq, e.message.author or e.message.role, text, e.message.at)
 
 
 def _fit(
@@ -142,6 +147,7 @@ def exchanges(
     taken: set[int] = set()
     out: list[Recollection] = []
     left = budget_tokens
+    blank = False  # a recollection of withheld lines only was taken: one says all they can
     for hit in hits:
         if hit.seq in taken or hit.seq >= before_seq or left <= 0:
             continue
@@ -149,14 +155,24 @@ def exchanges(
         seqs = [q for q in range(lo, hi + 1) if q not in taken]
         if not seqs:
             continue
-        entries = [e for e in lookup(seqs[0], seqs[-1]) if e.seq in seqs and e.seq < before_seq]
+        # read from a few messages before: a value typed as the message after its keyword
+        # ("my password is", a reply, "hunter2") is withheld as the keyword's
+        around = lookup(max(0, seqs[0] - SECRET_LOOKBACK), seqs[-1])
+        opened = opened_by_earlier([(e.message.role, e.message.text) for e in around])
         lines = tuple(
-            _line(e)
-            for e in entries
-            if e.message.role in ("user", "assistant") and not (skip and skip(e))
+            _line(e, value)
+            for e, value in zip(around, opened, strict=True)
+            if e.seq in seqs
+            and e.seq < before_seq
+            and e.message.role in ("user", "assistant")
+            and not (skip and skip(e))
         )
         if not lines:
             continue
+        if all(ln.text == WITHHELD for ln in lines):
+            if blank:
+                continue
+            blank = True
         fitted = _fit(lines, hit.seq, hit.score, left, counter, lang)
         if fitted is None:
             continue
@@ -303,7 +319,8 @@ class RecallIndexes:
             if missing:
                 ahead = hits[done[0] : done[0] + block]
                 done[0] += len(ahead)
-                near = {h.seq + d for h in ahead for d in range(-1, 2)}
+                # a hit's neighbours, and the messages `exchanges` reads before them
+                near = {h.seq + d for h in ahead for d in range(-1 - SECRET_LOOKBACK, 2)}
                 wanted = sorted(q for q in near.union(missing) if q >= 0 and q not in cache)
                 cache.update((e.seq, e) for e in self.store.entries_at(conversation_id, wanted))
             return [cache[q] for q in range(first, last + 1) if q in cache]
