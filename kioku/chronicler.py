@@ -13,7 +13,7 @@ every reply passes these checks before it becomes a `Summary`:
   extractive chronicler writes the chapter instead (`source="extractive"`, events "fallback").
 - neither lines of the reply format (`kioku.reply_format`) nor the JSON record → never stored;
   asked again with the reason.
-- every line grounded in the messages it cites (`kioku.grounding`, `kioku.grounded`): a line
+- every line grounded in the messages it cites (`kioku.grounding`): a line
   that fails is dropped (an event per drop: "dropped_name", "dropped_author", …) or replaced by
   its message's own words; a record with less than `min_grounded_share` of its lines grounded
   is rejected ("ungrounded"), asked again with examples, then falls back. The share is stored
@@ -38,7 +38,6 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
-from kioku.choice import Item, choose, drafted, item_text, span_candidates, trim
 from kioku.chronicle_prompt import (
     build_compress_request,
     build_request,
@@ -46,8 +45,10 @@ from kioku.chronicle_prompt import (
     max_lines,
 )
 from kioku.errors import BadSummary, Ungrounded
-from kioku.evidence import known_threads, task_evidence
-from kioku.grounded import (
+from kioku.grounding.check import Evidence
+from kioku.grounding.choice import Item, choose, drafted, item_text, span_candidates, trim
+from kioku.grounding.evidence import known_threads, task_evidence
+from kioku.grounding.records import (
     MIN_SHARE,
     Grounding,
     cited,
@@ -56,7 +57,6 @@ from kioku.grounded import (
     record_from_reply,
     replace_dropped,
 )
-from kioku.grounding import Evidence
 from kioku.models import ChatModel, ChatRequest, Completion
 from kioku.prompts import resolve_lang
 from kioku.refusal import DEFAULT_REFUSAL_CHARS, is_refusal

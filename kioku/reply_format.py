@@ -15,9 +15,9 @@ and every other shape a model falls into is read too: "#<seq> <writer>: <text>" 
 named), a person's name as a heading over their facts, "QUOTE #<seq> <speaker>: <words>", a
 citation anywhere in a line, a paragraph of sentences (each one a line). A line without a
 citation is grounded where one message of the span bears it out, and cites it from then on
-(`kioku.grounding`). Code, not the model, decides what each
-grounded line is (`kioku.grounded`): a line borne out by narration is an event, a character's
-words a claim (confirmed only when narration or a thought says so too), what the user said
+(`kioku.grounding`). Code, not the model, decides what each grounded line is
+(`kioku.grounding.records`): a line borne out by narration is an event, a character's words
+a claim (confirmed only when narration or a thought says so too), what the user said
 about themself a user fact. Lines are read leniently about their wrapping (bullets, bold, a
 code fence, "#12-#13", "(user)" after a name), once each (a looping model repeats them), and
 strictly about their shape: a line that is none of these is counted as dropped ("format"),

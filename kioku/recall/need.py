@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 from kioku.dates import MONTHS, WEEKDAYS
 from kioku.salience import is_question
-from kioku.support import SENTENCE_END
+from kioku.sentences import SENTENCE_END
 
 if TYPE_CHECKING:  # the archive pulls in bm25s (and scipy): not at import
     from kioku.recall.archive import Hit

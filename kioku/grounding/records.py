@@ -1,7 +1,7 @@
 """Whole records through the grounding check: what stays, what goes, what replaces it.
 
 `ground_record` reads every line of a parsed record (`kioku.structure.Record`) against the
-evidence (`kioku.grounding.Evidence`) and keeps the grounded ones; `record_from_reply` does the
+evidence (`check.Evidence`) and keeps the grounded ones; `record_from_reply` does the
 same for a reply in the line format (`kioku.reply_format`), deciding what each grounded line is
 from the message that bears it out (narration: an event; a character's words: a claim, confirmed
 only when narration or a thought says so too; the user's words: a user fact). A claim's
@@ -12,7 +12,7 @@ What is dropped is listed with its reason (`Grounding.dropped`), and each drop i
 A dropped line that was about its cited message (a garbled paraphrase, the wrong speaker) is
 replaced by its extractive counterpart: that message's own sentence, verbatim, with who said it
 (`replace_dropped`). What a grounded record then keeps, within its target, is chosen in
-`kioku.choice`.
+`kioku.grounding.choice`.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from kioku.attribution import said_in
-from kioku.grounding import REASONS, Evidence, Statement, Verdict
+from kioku.grounding.attribution import said_in
+from kioku.grounding.check import REASONS, Evidence, Statement, Verdict
+from kioku.grounding.terms import name_key, read, with_captions
 from kioku.messages import LogEntry
 from kioku.relative_dates import resolve
 from kioku.reply_format import LineReply
 from kioku.salience import carries_nothing
 from kioku.structure import Claim, Event, KeyLine, Record, ThreadNote, UserFact, norm_text
 from kioku.summarizer import Line, attributed_lines
-from kioku.support import name_key, read, with_captions
 
 if TYPE_CHECKING:
     from kioku.note import Note, NoteDraft
@@ -320,7 +320,7 @@ def ground_notes(
     """Each note checked against the message it cites: whom it is about wrote or is named in
     that message, every name it uses is in the messages or the notes, none of the prompt's own
     words, and what it says is borne out by the message."""
-    from kioku.evidence import evidence_for
+    from kioku.grounding.evidence import evidence_for
 
     known = "\n".join(f"{n.subject}: {n.text}" for n in current)
     ev = evidence_for(entries, lang=lang, memory_text=known, prompt=prompt)

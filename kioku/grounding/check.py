@@ -17,12 +17,12 @@ thread, a key line, a synopsis line, a note) it is read against the messages it 
 - `empty`: it says nothing a later reader could use (only names and framing words: "Melanie
   asked Caroline how she was"); dropped, but not counted against the record as invented;
 - `unsupported`: its content terms, numbers and negation are found in the cited messages
-  (`kioku.support`: stemmed English, SudachiPy's dictionary forms for Japanese, bigrams for
+  (`kioku.grounding.terms`: stemmed English, SudachiPy's dictionary forms for Japanese, bigrams for
   Chinese) — at least `min_support` of its terms, all of its numbers.
 
 The first check that fails is the line's reason. `Evidence` holds what lines are checked
 against — the span's messages (`from_entries`), or for a synopsis the records it folds
-(`from_items`) — and `check(statement)` is pure. `kioku.grounded` applies it to whole records.
+(`from_items`) — and `check(statement)` is pure. `records` applies it to whole records.
 """
 
 from __future__ import annotations
@@ -34,13 +34,9 @@ from datetime import date
 from functools import cached_property
 
 from kioku.dates import MONTHS, WEEKDAYS
-from kioku.prompts import resolve_lang
-from kioku.salience import carries_nothing
-from kioku.structure import norm_text
-from kioku.support import (
+from kioku.grounding.terms import (
     EMPTY_PROMPT,
     PLACEHOLDER,
-    SENTENCE_END,
     PromptText,
     Reading,
     asks,
@@ -51,6 +47,10 @@ from kioku.support import (
     quoted_share,
     read,
 )
+from kioku.prompts import resolve_lang
+from kioku.salience import carries_nothing
+from kioku.sentences import SENTENCE_END
+from kioku.structure import norm_text
 
 REASONS: tuple[str, ...] = ("seq", "prompt", "name", "author", "empty", "unsupported")
 QUOTED = 0.85  # of a first-person line's words that must stand, in order, in its message

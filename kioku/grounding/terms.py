@@ -1,6 +1,6 @@
 """The words a line of memory rests on: content terms, names, numbers and negation, per language.
 
-Grounding (`kioku.grounding`) asks whether a line a model wrote is supported by the messages it
+Grounding (`check`) asks whether a line a model wrote is supported by the messages it
 cites. That needs the same reading of both sides: the terms that carry the line's content (a
 stemmed English word with its irregular forms folded, "went" → "go"; a Japanese dictionary form
 from SudachiPy, 行った → 行く; Chinese character bigrams), the names it uses (capitalized words,
@@ -23,6 +23,7 @@ from functools import lru_cache
 
 from kioku import morph
 from kioku.morph import wordset
+from kioku.sentences import SENTENCE_END
 
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['\u2019][A-Za-z]+)?")
 _CAPITAL = re.compile(r"\b[A-Z][A-Za-z0-9'\u2019\-]*[A-Za-z0-9]\b")
@@ -368,7 +369,6 @@ def first_person(text: str, speaker: str = "") -> bool:
 
 _QUOTE_TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
 MEDIA = re.compile(r"\[[^\[\]\n]*\]")  # "[shares a photo: a cup with a dog face]"
-SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s*")
 
 
 def with_captions(line: str, said: str) -> str:

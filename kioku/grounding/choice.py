@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
 from typing import Any
 
-from kioku.grounded import item_of_line
+from kioku.grounding.records import item_of_line
+from kioku.grounding.terms import read
 from kioku.messages import LogEntry
 from kioku.scenes import Scene, marker, scene_of
 from kioku.structure import (
@@ -31,7 +32,6 @@ from kioku.structure import (
     who_and_what,
 )
 from kioku.summarizer import Line, attributed_lines, select_balanced, select_lines, split_sentences
-from kioku.support import read
 from kioku.tokens import TokenCounter
 
 
