@@ -14,28 +14,16 @@ import re
 from functools import lru_cache
 
 from kioku import morph
-from kioku.morph import wordset
+from kioku.lang import EN, JA
 
 _LATIN = re.compile(r"[A-Za-z][A-Za-z'\-]+|\d[\d,.:/]*")
 _KANA = re.compile(r"[\u3040-\u30ff]")
 _HAN_RUN = re.compile(r"[\u4e00-\u9fff]{2,}")
 _HANGUL = re.compile(r"[\uac00-\ud7af]{2,}")
-_FILLERS_EN = wordset(
-    """
-    yeah yes yep yup no nope ok okay oh ah aw wow haha hahaha lol hey hi hello bye goodbye
-    thanks thank thx sure cool great awesome nice glad sounds sound good right totally
-    definitely amazing really so well um uh hmm hm gonna wanna gotta lot lots much always
-    also anyway anyways though indeed true exactly absolutely agree agreed love like know
-    think guess mean feel felt see seems sounds awesome incredible wonderful fantastic super
-    pretty kinda sorta stuff thing things something anything everything tell told talk
-    talking chat chatting catch care take fair enough maybe perhaps probably course
-    """
-)
+_FILLERS_EN = EN.fillers
 # words that only point at something said before: kept, they carry nothing alone
-DEICTIC_EN = wordset("that this it these those there here")
-DEICTIC_JA = wordset(
-    "あれ アレ それ ソレ これ コレ あそこ そこ ここ あっち そっち こっち あの その この"
-)
+DEICTIC_EN = EN.deictic
+DEICTIC_JA = JA.deictic
 
 
 @lru_cache(maxsize=1)
@@ -49,8 +37,8 @@ def _stop_en() -> frozenset[str]:
 # a greeting or thanks with only names after it ("Hey Melanie!", "Thanks, Caroline"): the
 # names are content words, but the line tells a later reader nothing
 _GREETING = re.compile(
-    r"(?i:hey|hi|hello|hiya|yo|bye|goodbye|good (?:morning|night|evening)|thanks|thank you)"
-    r"(?:[\s,!.~]+(?:[A-Z][a-z'\-]+|(?i:there|all|guys|so much)))*[\s,!.~]*"
+    rf"(?i:{EN.greetings})"
+    rf"(?:[\s,!.~]+(?:[A-Z][a-z'\-]+|(?i:{EN.greeting_tails})))*[\s,!.~]*"
 )
 _QUESTION_END = re.compile(r"(?:[?？]|(?:か|かな|かね|っけ|の)[。!！〜~ー…\s]*)$")
 

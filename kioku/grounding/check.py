@@ -47,6 +47,7 @@ from kioku.grounding.terms import (
     quoted_share,
     read,
 )
+from kioku.lang import WORDS
 from kioku.prompts import resolve_lang
 from kioku.salience import carries_nothing
 from kioku.sentences import SENTENCE_END
@@ -61,8 +62,8 @@ MIN_SUPPORT = {"en": 0.75, "ja": 0.7, "zh": 0.6}
 # a thread's title names a question or a plan in a few words of its own ("what Aoi hides about
 # the town"): half of them must be in its message, or anywhere in the span when it cites none
 THREAD_SUPPORT = 0.5
-USER_WORDS = frozenset(["user", "the user", "ユーザー", "ユーザ", "用户", "使用者"])
-CHARACTER_WORDS = frozenset(["character", "the character", "キャラクター", "角色"])
+USER_WORDS = frozenset(w for x in WORDS.values() for w in x.user_words)
+CHARACTER_WORDS = frozenset(w for x in WORDS.values() for w in x.character_words)
 # parts whose words are evidence of what happened (not only of what someone said)
 WITNESS = ("narration", "thought")
 
