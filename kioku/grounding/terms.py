@@ -175,10 +175,13 @@ def _zh_terms(text: str) -> set[str]:
 _HANGUL_WORD = re.compile(r"[\uac00-\ud7af]+")
 
 
+_PARTICLES_KO = sorted(KO.particles, key=len, reverse=True)
+
+
 def ko_word(word: str) -> str:
     """A Korean word without the particle it ends on (친구를 → 친구), where two syllables or
     more are left (아이 stays 아이)."""
-    for p in KO.particles:
+    for p in _PARTICLES_KO:
         if word.endswith(p) and len(word) - len(p) >= 2:
             return word[: -len(p)]
     return word
@@ -193,7 +196,8 @@ def _ko_terms(text: str) -> tuple[set[str], bool]:
         if w in KO.negation or any(p in w for p in KO.negation_parts):
             negated = True
             continue
-        terms.add(ko_word(w))
+        if w not in KO.particles:  # a particle after a word in another script ("Mika는")
+            terms.add(ko_word(w))
     return terms, negated
 
 

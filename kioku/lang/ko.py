@@ -3,7 +3,7 @@ they end on (친구를 → 친구), so a line and its message meet on the same w
 
 from __future__ import annotations
 
-from kioku.lang.words import Language
+from kioku.lang.words import Language, wordset
 
 HONORIFICS = ("씨", "님")
 
@@ -21,42 +21,13 @@ KO = Language(
     negation_parts=frozenset(["않", "없", "아니"]),
     first_person=r"(?<![\uac00-\ud7af])(?:나는|내가|저는|제가|우리|나도|저도)",
     asking=r"물었|물어|질문|궁금",
-    # particles and copulas a word ends on, longest first: read without them
-    particles=(
-        "에서는",
-        "에게서",
-        "한테서",
-        "으로는",
-        "까지는",
-        "이라고",
-        "에서",
-        "에게",
-        "한테",
-        "으로",
-        "부터",
-        "까지",
-        "처럼",
-        "보다",
-        "하고",
-        "이랑",
-        "라고",
-        "이나",
-        "은",
-        "는",
-        "이",
-        "가",
-        "을",
-        "를",
-        "에",
-        "의",
-        "도",
-        "와",
-        "과",
-        "로",
-        "랑",
-        "나",
-        "요",
-    ),  # fmt: skip
+    # particles and copulas a word ends on: read without them (the longest that fits first)
+    particles=wordset(
+        """
+        이에요 이예요 예요 이야 에서는 에게서 한테서 으로는 까지는 이라고 에서 에게 한테 으로
+        부터 까지 처럼 보다 하고 이랑 라고 이나 은 는 이 가 을 를 에 의 도 와 과 로 랑 나 요
+        """
+    ),
     user_words=("사용자",),
     character_words=("캐릭터",),
 )

@@ -60,7 +60,7 @@ class Language:
     first_person: str = ""  # regex: the writer's own voice (I, my, 私, 我)
     asking: str = ""  # regex: a line that says someone asked ("asked whether", 尋ねた)
     function_words: frozenset[str] = frozenset()  # words that stand alone only in this language
-    particles: tuple[str, ...] = ()  # endings a word is read without (Korean 은, 를), longest first
+    particles: frozenset[str] = frozenset()  # endings a word is read without (Korean 은, 를)
     # --- what a line carries out of context (`kioku.salience`)
     fillers: frozenset[str] = frozenset()
     deictic: frozenset[str] = frozenset()  # words that only point at something said before
