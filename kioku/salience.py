@@ -2,7 +2,7 @@
 
 Memory is read long after the moment: "はい、またー！", "Haha, yeah!", "…アレですよ、アレ！" or
 "あなたは？" meant something only next to the lines around them. The extractive chronicler drops
-such lines (greetings, with only names after them too: "Hey Melanie!"; fillers; questions
+such lines (greetings, with only names after them too: "Hey Samantha!"; fillers; questions
 without content; lines whose only words point at something — あれ, that thing) and prefers
 lines that bring new content words. Japanese words come from the morphological analyzer
 (`kioku.morph`), Chinese from character bigrams, other scripts from words.
@@ -34,7 +34,7 @@ def _stop_en() -> frozenset[str]:
     return frozenset(w.lower() for w in STOPWORDS_EN_PLUS) | _FILLERS_EN | DEICTIC_EN
 
 
-# a greeting or thanks with only names after it ("Hey Melanie!", "Thanks, Caroline"): the
+# a greeting or thanks with only names after it ("Hey Samantha!", "Thanks, Mika"): the
 # names are content words, but the line tells a later reader nothing
 _GREETING = re.compile(
     rf"(?i:{EN.greetings})"

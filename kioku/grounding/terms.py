@@ -296,18 +296,15 @@ _FIRST_PERSON = re.compile("|".join(x.first_person for x in WORDS.values() if x.
 
 # Japanese drops the 私: speech shows in its polite or spoken sentence ends ("…ヤバいです。",
 # "知らなかったですー!", "…思いますけどね。") and its exclamations; a summary is plain, or says
-# who and that they said it ("ACは…と言っています")
-_SPOKEN_JA = re.compile(
-    r"(?:です|ます|でした|ました|ません|ましょう|でしょう|けど|よね|かな)[ねよなわー〜~]*(?:[。.!?…]|$)"
-    r"|!"
-)
-_REPORTED_JA = re.compile(r"(?:と|って)(?:言|い[っいうわ]|話し|述べ|書い)|とのこと|そうです")
+# who and that they said it ("ミカは…と言っています")
+_SPOKEN_JA = re.compile(rf"(?:{JA.spoken_endings})[ねよなわー〜~]*(?:[。.!?…]|$)|!")
+_REPORTED_JA = re.compile(JA.reported_speech)
 
 
 def first_person(text: str, speaker: str = "") -> bool:
     """The line speaks as its writer ("I'm thrilled…", 私も, "知らなかったですー!"): it gives
     itself out as their words. `speaker`: a Japanese line that names them as its subject
-    ("ACは…") tells of them instead."""
+    ("ミカは…") tells of them instead."""
     t = fold(text)
     if _FIRST_PERSON.search(t):
         return True
@@ -325,8 +322,8 @@ MEDIA = re.compile(r"\[[^\[\]\n]*\]")  # "[shares a photo: a cup with a dog face
 def with_captions(line: str, said: str) -> str:
     """The line with each media marker the message does not have ("[shares a photo]") put
     back as the message has it ("[shares a photo: a photo of a cup with a dog face on it]"):
-    the 1.5B model shortened LoCoMo 0 #138's marker, and with it the only place the answer to
-    "What kind of pot did Mel and her kids make?" was said."""
+    a small model shortened a photo's marker, and with it the only place the answer to "What
+    kind of pot did they make?" was said."""
     theirs = [m.group(0) for m in MEDIA.finditer(said)]
     rest = [x for x in theirs if x not in line]
 

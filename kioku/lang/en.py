@@ -235,6 +235,8 @@ EN = Language(
         """
     ),
     deictic=wordset("that this it these those there here"),
+    clitics=wordset("s t ll re ve d m"),
+    contracted=wordset("don doesn didn isn wasn can won"),
     greetings=(r"hey|hi|hello|hiya|yo|bye|goodbye|good (?:morning|night|evening)|thanks|thank you"),
     greeting_tails=r"there|all|guys|so much",
     user_words=("user", "the user"),

@@ -60,6 +60,13 @@ class Language:
     first_person: str = ""  # regex: the writer's own voice (I, my, 私, 我)
     asking: str = ""  # regex: a line that says someone asked ("asked whether", 尋ねた)
     function_words: frozenset[str] = frozenset()  # words that stand alone only in this language
+    # regex: the sentence ends that tell speech from a summary where the writer's pronoun is
+    # dropped (Japanese です, けど), and the words that report speech (と言っ, とのこと)
+    spoken_endings: str = ""
+    reported_speech: str = ""
+    # the pieces a contraction leaves ("don" of don't, "s" of it's), as a search splits words
+    clitics: frozenset[str] = frozenset()
+    contracted: frozenset[str] = frozenset()  # the first piece, as a stop word ("don", "isn")
     particles: frozenset[str] = frozenset()  # endings a word is read without (Korean 은, 를)
     # --- what a line carries out of context (`kioku.salience`)
     fillers: frozenset[str] = frozenset()

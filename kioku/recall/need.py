@@ -3,8 +3,8 @@
 A recollection costs the turn its tokens: prefilled on that turn, and in a full window the room
 a ready chapter must be folded for. Filling whatever room a question finds made every question
 pay that, and in companion chat most questions are small talk ("do you watch films?"), not a
-request for the past: on RealPersonaChat FZ at 16k, 133 turns each prefilled 2,000–3,800 tokens
-of excerpts that shared a word with the message and nothing more. So the past comes when the
+request for the past: in a Japanese companion chat at 16k, 133 turns each prefilled 2,000–3,800
+tokens of excerpts that shared a word with the message and nothing more. So the past comes when the
 turn gives evidence that it is wanted, and in the amount that evidence supports:
 
 - **the message points at the past** (`cue`): "remember", "last week", "when did", 覚えてる,
@@ -23,19 +23,20 @@ turn gives evidence that it is wanted, and in the amount that evidence supports:
     be new, not old).
   - A statement that does not is shown nothing, whatever it shares with the archive: it asks
     nothing, and what it is shown stays in front of it, in the window, until the next fold
-    (on LoCoMo 0 at 8k, in process, those recollections cost 0.007 of prefix reuse).
-- **whom a question asks about** (`about`). One that names someone ("what has Melanie
-  painted?", "how's Oliver?", ハナコさんは？), not the one it speaks to ("…, Mel?"), asks what
+    (in an English chat at 8k, in process, those recollections cost 0.007 of prefix reuse).
+- **whom a question asks about** (`about`). One that names someone ("what has Samantha
+  painted?", "how's Oliver?", ハナコさんは？), not the one it speaks to ("…, Sam?"), asks what
   the conversation knows of them: it is shown the windows that name them (in what was said, or
-  as the speaker: "Deb" is Deborah), best first, up to the room, held back only when the talk
+  as the speaker: "Kat" is Katherine), best first, up to the room, held back only when the talk
   it answers holds as much as the best of them. A name no window names was never spoken of
   ("Do you watch Netflix?" with no Netflix in the archive had been shown every window sharing
   "watch"): it is no one the conversation knows, and no pointer at the past either. One that
   names no one asks the one it speaks to about the talk at hand ("Got any fav tunes?", ご趣味は？): it
   is shown the few windows that stand out most (`SMALL_TALK_HITS`, none under
   `SMALL_TALK_FALLOFF` of the best one's score) and makes no room for them (`Need.makes_room`).
-  On LoCoMo 1,532 of the 1,540 evaluation questions name whom they ask about, and 36 of the
-  1,312 questions in its chats do; on LoCoMo 0 at 8k, questions to the one spoken to had taken
+  Questions written to test a memory name whom they ask about almost always, questions in
+  chat seldom (`tests/cases/need*.jsonl`); in an English chat at 8k, questions to the one
+  spoken to had taken
   25 windows each ("Did you see that band?") and cost 0.0035 of prefix reuse.
 - **retrieval's own evidence**, for a question that does not point at the past ("what books
   do you like?"). The background is the median score of the search's best
@@ -90,13 +91,13 @@ _NAME = re.compile(
     r"(?<![.!?]\s)(?<![.!?][\"'”’)]\s)(?<![.!?]\s[\"'“‘(])(?<!^)(?<!^[\"'“‘(])"
     r"\b(?:[A-Z][a-z]{2,}|[A-Z][a-z]+[A-Z][a-z]+)\b"
 )  # McGee too; not a sentence's first word, after a closing quote either
-# whom a message speaks to by name ("…, Mel?", "Thanks, Melanie!", "Hey Caroline, …"): not
+# whom a message speaks to by name ("…, Sam?", "Thanks, Samantha!", "Hey Mika, …"): not
 # whom it asks about
 _VOCATIVE = re.compile(
     rf"(?:,\s*|\b(?i:{'|'.join(EN.vocatives)})\s+)"
     r"([A-Z][a-z]+(?:[A-Z][a-z]+)?)(?=\s*(?:[,!?.]|$))"
 )
-# what a role-play message narrates between asterisks ("*hugs Seraphina*"): not what it asks
+# what a role-play message narrates between asterisks ("*hugs Rowan*"): not what it asks
 _ACTION = re.compile(r"\*[^*\n]+\*")
 # where a script has no capitals, a name is told by its honorific or title (ハナコさん, 王老师):
 # each language's patterns, those of a script only it writes in any conversation
@@ -192,9 +193,9 @@ def _asked(text: str) -> list[str]:
 
 def about(text: str, lang: str = "en") -> str:
     """Whom a question asks about by name ("" when no one): the first person its question
-    sentences name besides the one it speaks to. "What has Melanie painted?" asks about
-    Melanie; "Wow, Mel! Any more paintings coming up?" asks Mel about the talk at hand, and
-    "*hugs Seraphina* Are you okay?" asks her, the name being in its narration."""
+    sentences name besides the one it speaks to. "What has Samantha painted?" asks about
+    Samantha; "Wow, Sam! Any more paintings coming up?" asks Sam about the talk at hand, and
+    "*hugs Rowan* Are you okay?" asks her, the name being in its narration."""
     return next(iter(_named_in(_asked(text), lang)), "")
 
 
@@ -215,9 +216,8 @@ def at_hand(text: str, said: str) -> bool:
     """Whether a question that points at the past by a tense alone (`said`: its cue, "what
     did", "how was") asks about the talk it answers: it names no one and no time, and the past
     is not one the user shared ("did we", "have I"). "How was it?", "Where did you find it?",
-    "What was the best part? Do you do it often with the kids?" are; "What did Caroline
-    paint?", "When did we fly the kite?", "What did you cook last week?" are not. None of
-    LoCoMo's 1,540 evaluation questions is (they name whom they ask about)."""
+    "What was the best part? Do you do it often with the kids?" are; "What did Mika
+    paint?", "When did we fly the kite?", "What did you cook last week?" are not."""
     return _by_tense_alone(text, said) and not about(text)
 
 
