@@ -3,7 +3,7 @@
 The seed learned that the guards belong in code, not in the prompt: a refusal ("I can't help with
 that", 101 chars against 519 for the shortest real summary) stored as memory sits in every prompt
 after it; a summary cut at max_tokens loses its end, which is where the open threads were; a
-prompt telling the model "don't repeat tics" does not stop it. A 1.5B model taught the rest: it
+prompt telling the model "don't repeat tics" does not stop it. A small model taught the rest: it
 copies the prompt's example, swaps names and cites messages that do not say what it wrote. So
 every reply passes these checks before it becomes a `Summary`:
 
@@ -259,7 +259,7 @@ def _next_try(e: BadSummary, task: SummaryTask, max_tokens: int) -> tuple[int, s
     """After a rejected reply: the next request's max_tokens and the reason it names. A cut
     reply gets half as much room again (up to the ceiling, and within the window) and is told
     to stop sooner: the facts asked for fit the first request's room, and a small model that
-    ran out of it was looping (the 1.5B model filled 1,935 tokens when given 4,096); a refusal
+    ran out of it was looping (a small model filled 1,935 tokens when given 4,096); a refusal
     is a roll of the dice: ask the same again."""
     if e.reason == "truncated":
         n = max_lines(task.target_tokens, task.lang)
