@@ -88,7 +88,7 @@ def _usage(s: Summary) -> dict[str, int]:
 
 
 def _item_json(i: MemoryItem) -> dict[str, Any]:
-    from kioku.grounded import grounded_share
+    from kioku.grounding.records import grounded_share
 
     return {
         "kind": i.kind,

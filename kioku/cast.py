@@ -1,7 +1,7 @@
 """Who is in a stretch of the conversation, as the chronicler's prompt names them.
 
 The chronicler's prompt says whose story it records ("a conversation between the user (Alex)
-and the character Seraphina"). It used to say "the user (user)" however the persona was
+and the character Rowan"). It used to say "the user (user)" however the persona was
 called, while the transcript below named Alex (issue 22), and a group chat has several
 characters. The names come from the messages themselves: the user's persona is the author of
 the user messages, the characters are the authors of the replies, in the order they first
@@ -41,7 +41,7 @@ def characters_of(entries: Iterable[LogEntry]) -> list[str]:
 
 def character_phrase(entries: Iterable[LogEntry], character: str, lang: str = "en") -> str:
     """The character(s) a stretch is about: the conversation's `character`, or, when several
-    characters speak in it (a group chat), all of them as one phrase ("Seraphina and Mika")."""
+    characters speak in it (a group chat), all of them as one phrase ("Rowan and Mika")."""
     seen = characters_of(entries)
     if len(seen) <= 1:
         return character or (seen[0] if seen else "")

@@ -27,9 +27,9 @@ from kioku.summarizer import parse_lines as parse_extractive
 from kioku.tokens import TokenCounter
 from kioku.transcript import labels_for, render_entry, render_transcript
 
-# What one fact line is given of the token target, per language (the 1.5B model's lines are
+# What one fact line is given of the token target, per language (a small model's lines are
 # ~20 tokens in English, ~28 in Japanese): a target becomes "the N most important facts", which
-# a model can count. Fewer than fit: asked for 14, the 1.5B model looped; asked for 8, it wrote
+# a model can count. Fewer than fit: asked for 14, a small model looped; asked for 8, it wrote
 # 8 (docs/chronicler.md). The room left is filled with the span's own lines.
 LINE_TOKENS = {"en": 32, "ja": 40, "zh": 38}
 MIN_LINES, MAX_LINES = 4, 40

@@ -3,7 +3,7 @@
 The seed learned that the guards belong in code, not in the prompt: a refusal ("I can't help with
 that", 101 chars against 519 for the shortest real summary) stored as memory sits in every prompt
 after it; a summary cut at max_tokens loses its end, which is where the open threads were; a
-prompt telling the model "don't repeat tics" does not stop it. A 1.5B model taught the rest: it
+prompt telling the model "don't repeat tics" does not stop it. A small model taught the rest: it
 copies the prompt's example, swaps names and cites messages that do not say what it wrote. So
 every reply passes these checks before it becomes a `Summary`:
 
@@ -14,7 +14,7 @@ every reply passes these checks before it becomes a `Summary`:
   and why in `data["fallback"]`, `kioku.outcomes`).
 - neither lines of the reply format (`kioku.reply_format`) nor the JSON record → never stored;
   asked again with the reason.
-- every line grounded in the messages it cites (`kioku.grounding`, `kioku.grounded`): a line
+- every line grounded in the messages it cites (`kioku.grounding`): a line
   that fails is dropped (an event per drop: "dropped_name", "dropped_author", …) or replaced by
   its message's own words; a record with less than `min_grounded_share` of its lines grounded
   is rejected ("ungrounded"), asked again with examples, then falls back. The share is stored
@@ -39,7 +39,6 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
-from kioku.choice import Item, choose, drafted, item_text, span_candidates, trim
 from kioku.chronicle_prompt import (
     build_compress_request,
     build_request,
@@ -47,8 +46,10 @@ from kioku.chronicle_prompt import (
     max_lines,
 )
 from kioku.errors import BadSummary, Ungrounded
-from kioku.evidence import known_threads, task_evidence
-from kioku.grounded import (
+from kioku.grounding.check import Evidence
+from kioku.grounding.choice import Item, choose, drafted, item_text, span_candidates, trim
+from kioku.grounding.evidence import known_threads, task_evidence
+from kioku.grounding.records import (
     MIN_SHARE,
     Grounding,
     cited,
@@ -57,7 +58,6 @@ from kioku.grounded import (
     record_from_reply,
     replace_dropped,
 )
-from kioku.grounding import Evidence
 from kioku.models import ChatModel, ChatRequest, Completion
 from kioku.outcomes import FALLBACK, fallback_data
 from kioku.prompts import resolve_lang
@@ -265,7 +265,7 @@ def _next_try(e: BadSummary, task: SummaryTask, max_tokens: int) -> tuple[int, s
     """After a rejected reply: the next request's max_tokens and the reason it names. A cut
     reply gets half as much room again (up to the ceiling, and within the window) and is told
     to stop sooner: the facts asked for fit the first request's room, and a small model that
-    ran out of it was looping (the 1.5B model filled 1,935 tokens when given 4,096); a refusal
+    ran out of it was looping (a small model filled 1,935 tokens when given 4,096); a refusal
     is a roll of the dice: ask the same again."""
     if e.reason == "truncated":
         n = max_lines(task.target_tokens, task.lang)

@@ -250,7 +250,7 @@ def memory(
     conv = Conversation(kk, terminal.find_conversation(kk.store, conversation, kk.tenant).id)
     mem = conv.memory()
     if as_json:
-        from kioku.grounded import grounded_share
+        from kioku.grounding.records import grounded_share
 
         def shown(item: Any) -> dict[str, Any]:
             return {**item.__dict__, "grounded_share": grounded_share(item)}

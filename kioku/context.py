@@ -197,8 +197,8 @@ def _chat_message(message: Message) -> ChatMessage:
 # What a question's recollections leave of the room when the count is an estimate (an exact
 # one needs none). The margin kept for an estimated count is what recent prompts needed; a
 # block of excerpts (dates, names, labels) counts worse than chat, and a block that fills the
-# room to the token is where that shows: LoCoMo 7 at 8k through `kioku serve` overflowed by
-# 31 tokens on a 1,700-token block, and with 5 % left RealPersonaChat FZ at 16k by 4 tokens
+# room to the token is where that shows: an English chat at 8k through `kioku serve` overflowed by
+# 31 tokens on a 1,700-token block, and with 5 % left a Japanese chat at 16k by 4 tokens
 # once a question's block could take 35 % of the ceiling (`Profile.recall_room`).
 QUESTION_SLACK = 0.1
 

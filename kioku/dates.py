@@ -20,29 +20,13 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from kioku.inert import mark
+from kioku.lang import EN, JA, ZH
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage
 from kioku.tokens import TokenCounter
 
-MONTHS = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
-WEEKDAYS = {
-    "en": ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"),
-    "ja": ("月", "火", "水", "木", "金", "土", "日"),
-    "zh": ("星期一", "星期二", "星期三", "星期四", "星期五", "星期六", "星期日"),
-}
+MONTHS = EN.months
+WEEKDAYS = {x.code: x.weekdays for x in (EN, JA, ZH)}
 
 
 def _lang(lang: str) -> str:

@@ -14,22 +14,17 @@ from collections.abc import Sequence
 
 from kioku import morph
 from kioku.fact import Fact, Speech, slot_for_object
+from kioku.lang import JA
 from kioku.morph import Word, wordset
 from kioku.relative_dates import resolve
 from kioku.salience import is_question
 
-PERSON = wordset(
-    """
-    子供 子ども こども 息子 娘 夫 妻 主人 旦那 嫁 奥さん 母 父 母親 父親 お母さん お父さん 姉 妹 兄 弟 祖母 祖父 おばあちゃん おじいちゃん 彼 彼女 彼氏
-    友達 友人 家族 孫 両親 親 上司 同僚 長男 長女 次男 次女 甥 姪 いとこ 親戚 家内 パートナー 犬 猫 愛犬 愛猫 ペット 姉妹 兄弟 子 赤ちゃん 主人
-    """
-)
-PETS = wordset("犬 猫 愛犬 愛猫 ペット")
-FIRST = wordset("私 わたし 僕 ぼく 俺 おれ 自分 あたし わたくし 私たち 僕ら")
-SECOND = frozenset(["あなた", "君", "きみ", "あんた", "そちら", "お宅"])
-INTERROGATIVE = wordset(
-    "何 なに なん 何か どれ どこ どちら どっち だれ 誰 いつ どう どんな どの なぜ どうして いくつ いくら"
-)
+# the words a fact is told by: who (people, pets, the writer, whom they speak to) and questions
+PERSON = JA.people
+PETS = JA.pets
+FIRST = JA.first_person_words
+SECOND = JA.second_person_words
+INTERROGATIVE = JA.interrogatives
 FORMAL_HEAD = wordset("やつ 奴 もの 物 こと 事 ところ 所 感じ の ん 方 ほう 系統 辺 あたり")
 VAGUE_PLACE = wordset("近く 近所 そば 辺り 周り 隣 ここ そこ あそこ 外 家 うち 田舎 都会")
 LIKES = {"好き": "好き", "大好き": "大好き", "嫌い": "嫌い", "大嫌い": "大嫌い", "苦手": "苦手"}

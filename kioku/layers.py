@@ -121,8 +121,8 @@ class Layers:
         windows: dict[int, str] = {}  # judge asks of the same hits for each name it weighs
 
         def names(hit: Hit, name: str) -> bool:
-            # the hit's window as it is recalled (±1 turn): said, or the speaker ("Deb" is
-            # Deborah); one line each, so a name never spans two of them
+            # the hit's window as it is recalled (±1 turn): said, or the speaker ("Kat" is
+            # Katherine); one line each, so a name never spans two of them
             if (said := windows.get(hit.seq)) is None:
                 said = windows[hit.seq] = "\n".join(
                     f"{e.message.author}\n{e.message.text}"

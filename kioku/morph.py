@@ -14,11 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-
-def wordset(text: str) -> frozenset[str]:
-    """A set of words written as one whitespace-separated string (word lists read better so)."""
-    return frozenset(text.split())
-
+from kioku.lang.words import wordset
 
 # words that carry nothing alone: light verbs, formal nouns, stock replies
 _LIGHT = wordset(

@@ -1,7 +1,7 @@
 """What a client's clean-up may change in a message without it being an edit.
 
 A stateless client shows the model's reply after tidying it: SillyTavern strips the speaker
-label the model wrote ("Seraphina: *smiles*" becomes "*smiles*", at the start of every line),
+label the model wrote ("Rowan: *smiles*" becomes "*smiles*", at the start of every line),
 trims trailing spaces on each line, drops carriage returns and may collapse blank lines. The
 next request then carries the tidied text. Counting that as the user editing the reply would
 keep a version of every reply and, under memory, mark chapters stale for nothing. So messages
@@ -10,7 +10,7 @@ The stored text is not changed: it stays what the model wrote, which is also wha
 upstream's prefix cache warm.
 
 A speaker label is one to three capitalized words (or words in a script without case, such as
-Japanese) ending in a colon: "Seraphina:", "Dr. Hale:", "セラフィナ:". An edit that only adds
+Japanese) ending in a colon: "Rowan:", "Dr. Hale:", "ロウアン:". An edit that only adds
 or removes such a label is not seen; an edit of anything else is.
 """
 

@@ -34,7 +34,7 @@ from kioku.sensitive import looks_secret, opened_by_earlier, withheld
 from kioku.tokens import TokenCounter
 
 if TYPE_CHECKING:
-    from kioku.grounded import Dropped
+    from kioku.grounding.records import Dropped
     from kioku.store import Store
 
 NOTES_PROMPT_VERSION = "notes-2"  # the version line of prompts/<lang>/notes.txt
@@ -420,7 +420,7 @@ class NotesExtractor:
         drafts = self.parse(completion.text, entries, current)
         # the words of the instructions: the same request with no messages in it
         prompt = "\n".join(m.content for m in self.request((), current).messages)
-        from kioku.grounded import ground_notes
+        from kioku.grounding.records import ground_notes
 
         return ground_notes(drafts, entries, current, self.lang, prompt)
 

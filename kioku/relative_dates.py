@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 from kioku.dates import day_text, month_text, year_text
+from kioku.lang import EN, JA, ZH
 
 Resolver = Callable[[re.Match[str], date], str | None]
 
@@ -48,25 +49,11 @@ def _around(d: date, lang: str) -> str:
     return {"en": f"around {w}", "ja": f"{w}ごろ", "zh": f"{w}前后"}[lang]
 
 
-_EN_NUM = {
-    "a": 1,
-    "an": 1,
-    "one": 1,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "a couple of": 2,
-}
-_CJK_NUM = {c: i for i, c in enumerate("〇一二三四五六七八九十", 0)} | {"两": 2}
-_EN_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_CJK_DAYS = {"月": 0, "火": 1, "水": 2, "木": 3, "金": 4, "土": 5, "日": 6}
-_ZH_DAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
+_EN_NUM = EN.counts  # number and day words are each language's (`kioku.lang`)
+_CJK_NUM = {**JA.numerals, **ZH.numerals}
+_EN_DAYS = tuple(d.lower() for d in EN.weekdays)
+_CJK_DAYS = JA.weekday_numbers
+_ZH_DAYS = ZH.weekday_numbers
 
 
 def _number(token: str) -> int | None:

@@ -103,13 +103,13 @@ def render_claim(c: Claim, lab: RenderLabels) -> str:
 def quote(seq: int | None, speaker: str, text: str) -> str:
     """A key line as memory shows it: who said it and where, then their words as they were.
     Quotation marks would say nothing more and cost a token or two a line: the extractive
-    chapter's "[76] Caroline: …" held more lines in the same room."""
+    chapter's "[76] Mika: …" held more lines in the same room."""
     return f"- {_at(seq)}{speaker}: {text}"
 
 
 def quoted(key_lines: Iterable[KeyLine]) -> list[tuple[int | None, str]]:
     """Key lines in order, a message's further lines indented under its first, without its seq
-    again: the 1.5B model's chapters of LoCoMo 1 spent ~20 tokens more than the extractive
+    again: a small model's chapters of an English chat spent ~20 tokens more than the extractive
     chapter on the same lines, and memory folded a chapter sooner for it."""
     out: list[tuple[int | None, str]] = []
     prev: int | None = None

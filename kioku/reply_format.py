@@ -1,6 +1,6 @@
-"""The chronicler's reply format: plain lines a 1.5B model writes reliably.
+"""The chronicler's reply format: plain lines a small model writes reliably.
 
-Measured on Qwen2.5 Coder 1.5B (docs/chronicler.md): asked for the five-key JSON record or for
+Measured on a small local model (docs/chronicler.md): asked for the five-key JSON record or for
 "#<seq> <writer>: <what it says>" lines, the small model copied the transcript message by
 message until max_tokens cut it; asked for facts citing "(#<seq>)" from a numbered transcript,
 it wrote one line per number whatever that message said. Shown no numbers and asked for the
@@ -15,9 +15,9 @@ and every other shape a model falls into is read too: "#<seq> <writer>: <text>" 
 named), a person's name as a heading over their facts, "QUOTE #<seq> <speaker>: <words>", a
 citation anywhere in a line, a paragraph of sentences (each one a line). A line without a
 citation is grounded where one message of the span bears it out, and cites it from then on
-(`kioku.grounding`). Code, not the model, decides what each
-grounded line is (`kioku.grounded`): a line borne out by narration is an event, a character's
-words a claim (confirmed only when narration or a thought says so too), what the user said
+(`kioku.grounding`). Code, not the model, decides what each grounded line is
+(`kioku.grounding.records`): a line borne out by narration is an event, a character's words
+a claim (confirmed only when narration or a thought says so too), what the user said
 about themself a user fact. Lines are read leniently about their wrapping (bullets, bold, a
 code fence, "#12-#13", "(user)" after a name), once each (a looping model repeats them), and
 strictly about their shape: a line that is none of these is counted as dropped ("format"),
@@ -48,7 +48,7 @@ _THREAD = re.compile(
 # a thread's keyword in front of a citation instead of a short id: the line is a fact
 _NUMBERED_THREAD = re.compile(r"^(?:OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+(#\s*\d.*)$", re.I)
 # a keyword, the format's own word or a bare number for an id ("DONE OPEN: …", "OPEN thread:
-# 3段腹", "OPEN 1: …", as the 1.5B model wrote): a thread of no name, which memory would show
+# 3段腹", "OPEN 1: …", as a small model wrote): a thread of no name, which memory would show
 # as "[open] thread" or "[open] 1"
 _NAMELESS_THREAD = re.compile(
     r"^(?:OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+(?:OPEN|DONE|thread(?:-id)?|id)?\d*\s*[:：]", re.I
@@ -124,7 +124,7 @@ _RUN_ON = re.compile(r"(?<=[.!?。！？])\s+(?=#\s*\d+\s)")
 
 def _pieces(text: str) -> list[str]:
     """The reply's lines, a run-on line of several "#n …" lines split at each of them, each
-    line once: a small model that loops writes the same lines again and again (the 1.5B model
+    line once: a small model that loops writes the same lines again and again (a small model
     wrote one block of five lines four times over), and a repeated line is no truer."""
     pieces = [p for line in text.splitlines() for p in _RUN_ON.split(line)]
     seen: set[str] = set()
@@ -142,7 +142,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+(?=\S)|(?<=[。！？])(?=\S)
 
 
 def _sentences(s: str) -> list[str]:
-    """A paragraph's sentences, when it holds two or more of three words or more (the 1.5B
+    """A paragraph's sentences, when it holds two or more of three words or more (a small
     model, asked for lines, sometimes wrote its facts as one paragraph); [] otherwise."""
     parts = [p.strip() for p in _SENTENCE_END.split(s) if p.strip()]
     if len(parts) < 2:
@@ -156,7 +156,7 @@ def parse_lines(text: str) -> LineReply:
     threads: list[ThreadLine] = []
     quotes: list[QuoteLine] = []
     unread: list[str] = []
-    about = ""  # the person a heading ("Caroline:") puts the next lines under
+    about = ""  # the person a heading ("Mika:") puts the next lines under
     for raw in _pieces(text):
         s = raw.strip()
         if not s or s.startswith("```") or set(s) <= set("-=*_ "):
@@ -174,7 +174,7 @@ def parse_lines(text: str) -> LineReply:
         if not bullet:
             about = ""  # a heading's facts are the bullets under it
         s = _clean(_WRAP.sub("", s, count=1))
-        if m := _NUMBERED_THREAD.match(s):  # "DONE #123: Caroline went …": a cited line
+        if m := _NUMBERED_THREAD.match(s):  # "DONE #123: Mika went …": a cited line
             s = m.group(1)
         if _NAMELESS_THREAD.match(s):
             unread.append(raw.strip())
@@ -198,7 +198,7 @@ def parse_lines(text: str) -> LineReply:
         if m := _LINE.match(s):
             seqs = _seqs(m.group(1), m.group(2))
             rest = m.group(3).strip()
-            rest = _STAMP.sub("", rest)  # a transcript header copied: "· 13:56 · Mel (user):"
+            rest = _STAMP.sub("", rest)  # a transcript header copied: "· 13:56 · Sam (user):"
             nt = _NAME_TEXT.match(rest)
             if nt and len(nt.group(1).split()) <= 4:
                 name, body = _SIDE.sub("", nt.group(1)).strip().strip("*").strip(), nt.group(2)
@@ -233,7 +233,7 @@ _PERSON_SAYS = re.compile(
 
 
 def _inline(s: str) -> list[tuple[str, str, tuple[int, ...]]]:
-    """ "Caroline: went to a support group. Melanie: painted a lake sunrise." → one line about
+    """ "Mika: went to a support group. Samantha: painted a lake sunrise." → one line about
     each person ([] when the line is not of that shape)."""
     marks = list(_PERSON_SAYS.finditer(s))
     if not marks or marks[0].start() != 0 or s[: marks[0].end()].count(" ") > 2:
@@ -250,7 +250,7 @@ _CITATION = re.compile(rf"\s*[(（\[]\s*{_SEQS}\s*[)）\]]")
 
 
 def _citations(s: str) -> tuple[str, tuple[int, ...]]:
-    """A line without its citations, wherever the model put them ("Caroline (#2) went …",
+    """A line without its citations, wherever the model put them ("Mika (#2) went …",
     "… group (#2).", "… group #2"), and the seqs they cite."""
     seqs: list[int] = []
     for m in _CITATION.finditer(s):

@@ -2,7 +2,7 @@
 
 Memory is read long after the moment: "はい、またー！", "Haha, yeah!", "…アレですよ、アレ！" or
 "あなたは？" meant something only next to the lines around them. The extractive chronicler drops
-such lines (greetings, with only names after them too: "Hey Melanie!"; fillers; questions
+such lines (greetings, with only names after them too: "Hey Samantha!"; fillers; questions
 without content; lines whose only words point at something — あれ, that thing) and prefers
 lines that bring new content words. Japanese words come from the morphological analyzer
 (`kioku.morph`), Chinese from character bigrams, other scripts from words.
@@ -14,28 +14,16 @@ import re
 from functools import lru_cache
 
 from kioku import morph
-from kioku.morph import wordset
+from kioku.lang import EN, JA
 
 _LATIN = re.compile(r"[A-Za-z][A-Za-z'\-]+|\d[\d,.:/]*")
 _KANA = re.compile(r"[\u3040-\u30ff]")
 _HAN_RUN = re.compile(r"[\u4e00-\u9fff]{2,}")
 _HANGUL = re.compile(r"[\uac00-\ud7af]{2,}")
-_FILLERS_EN = wordset(
-    """
-    yeah yes yep yup no nope ok okay oh ah aw wow haha hahaha lol hey hi hello bye goodbye
-    thanks thank thx sure cool great awesome nice glad sounds sound good right totally
-    definitely amazing really so well um uh hmm hm gonna wanna gotta lot lots much always
-    also anyway anyways though indeed true exactly absolutely agree agreed love like know
-    think guess mean feel felt see seems sounds awesome incredible wonderful fantastic super
-    pretty kinda sorta stuff thing things something anything everything tell told talk
-    talking chat chatting catch care take fair enough maybe perhaps probably course
-    """
-)
+_FILLERS_EN = EN.fillers
 # words that only point at something said before: kept, they carry nothing alone
-DEICTIC_EN = wordset("that this it these those there here")
-DEICTIC_JA = wordset(
-    "あれ アレ それ ソレ これ コレ あそこ そこ ここ あっち そっち こっち あの その この"
-)
+DEICTIC_EN = EN.deictic
+DEICTIC_JA = JA.deictic
 
 
 @lru_cache(maxsize=1)
@@ -46,11 +34,11 @@ def _stop_en() -> frozenset[str]:
     return frozenset(w.lower() for w in STOPWORDS_EN_PLUS) | _FILLERS_EN | DEICTIC_EN
 
 
-# a greeting or thanks with only names after it ("Hey Melanie!", "Thanks, Caroline"): the
+# a greeting or thanks with only names after it ("Hey Samantha!", "Thanks, Mika"): the
 # names are content words, but the line tells a later reader nothing
 _GREETING = re.compile(
-    r"(?i:hey|hi|hello|hiya|yo|bye|goodbye|good (?:morning|night|evening)|thanks|thank you)"
-    r"(?:[\s,!.~]+(?:[A-Z][a-z'\-]+|(?i:there|all|guys|so much)))*[\s,!.~]*"
+    rf"(?i:{EN.greetings})"
+    rf"(?:[\s,!.~]+(?:[A-Z][a-z'\-]+|(?i:{EN.greeting_tails})))*[\s,!.~]*"
 )
 _QUESTION_END = re.compile(r"(?:[?？]|(?:か|かな|かね|っけ|の)[。!！〜~ー…\s]*)$")
 

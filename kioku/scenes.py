@@ -1,12 +1,12 @@
 """Scenes: where one dialogue ends and another begins, and the line memory marks it with.
 
-A long timeline is rarely one sitting. LoCoMo's conversations are sessions weeks apart; a
-RealPersonaChat speaker's timeline joins fifty partners, one after another. Memory that runs
+A long timeline is rarely one sitting. A conversation may be sessions weeks apart; a speaker's
+timeline may join fifty partners, one after another. Memory that runs
 their lines together reads as if everyone talked at once on one day. A new scene starts on a
 new day, after a long pause, when someone joins who was not in the current dialogue, or where
 the data names a new dialogue (a message's `dialogue_id` or `session` meta); memory
-writes a marker there with the date and who is talking (`— 8 May 2023 · Caroline,
-Melanie —`) in front of the scene's first line, so a reader keeps who, what and when.
+writes a marker there with the date and who is talking (`— 8 May 2023 · Mika,
+Samantha —`) in front of the scene's first line, so a reader keeps who, what and when.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def scenes(entries: Sequence[LogEntry]) -> list[Scene]:
         author = m.author or m.role
         at = m.at
         new = first < 0
-        # a dataset names its dialogues (RealPersonaChat's back-to-back chats, LoCoMo's sessions)
+        # a dataset names its dialogues (back-to-back chats with new partners, sessions)
         named = next((e.meta[k] for k in DIALOGUE_KEYS if e.meta and k in e.meta), None)
         if not new and named is not None and dialogue is not None and named != dialogue:
             new = True

@@ -612,7 +612,7 @@ def test_a_records_quotes_cost_what_the_extractive_chapters_lines_cost() -> None
     seq again, and a story of quotes alone needs no heading to tell quotes from the model's
     words. The 1.5B model's chapters of LoCoMo 1 spent ~20 tokens a chapter more on the same
     lines, and its memory folded three chapters that the extractive memory kept whole."""
-    from kioku.grounded import item_of_line
+    from kioku.grounding.records import item_of_line
     from kioku.rendering import render_story
     from kioku.scenes import scenes_in
     from kioku.structure import KeyLine

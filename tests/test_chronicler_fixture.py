@@ -23,8 +23,9 @@ from kioku.chronicler import LLMChronicler
 from kioku.datasets import Transcript, load
 from kioku.errors import BadSummary
 from kioku.eval.audit import audit_store
-from kioku.evidence import evidence_for
-from kioku.grounded import ground_record
+from kioku.grounding.evidence import evidence_for
+from kioku.grounding.records import ground_record
+from kioku.grounding.terms import read
 from kioku.memory import MemoryItem
 from kioku.messages import LogEntry
 from kioku.models import ScriptedModel
@@ -32,7 +33,6 @@ from kioku.profiles import LOCAL_8K
 from kioku.store import Store
 from kioku.structure import parse_record, record_from_data
 from kioku.summarizer import ExtractiveSummarizer, Summary, SummaryTask
-from kioku.support import read
 from tests.conftest import shared_file
 
 # what the old prompts' examples said: none of it may reach memory

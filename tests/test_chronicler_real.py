@@ -22,14 +22,14 @@ from kioku.chronicler import ChroniclerConfig, LLMChronicler
 from kioku.client import OpenAIChatModel, Timeouts
 from kioku.counters import counter_from_spec
 from kioku.datasets import load
-from kioku.evidence import evidence_for
-from kioku.grounded import ground_record
+from kioku.grounding.evidence import evidence_for
+from kioku.grounding.records import ground_record
+from kioku.grounding.terms import read
 from kioku.messages import LogEntry
 from kioku.models import ChatRequest, Completion
 from kioku.profiles import LOCAL_8K
 from kioku.structure import is_structured, record_from_data, who_and_what
 from kioku.summarizer import ExtractiveSummarizer, SummaryTask
-from kioku.support import read
 from tests.conftest import need, shared_file
 from tests.llama import LlamaServer, need_llama
 

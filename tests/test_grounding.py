@@ -12,9 +12,9 @@ import pytest
 
 from kioku.chronicle_prompt import instructions
 from kioku.chronicler import ChroniclerConfig, LLMChronicler
-from kioku.evidence import evidence_for
-from kioku.grounded import ground_record, record_from_reply
-from kioku.grounding import Statement
+from kioku.grounding.check import Statement
+from kioku.grounding.evidence import evidence_for
+from kioku.grounding.records import ground_record, record_from_reply
 from kioku.messages import LogEntry, Message, Part
 from kioku.models import ChatRequest, ScriptedModel
 from kioku.reply_format import parse_lines

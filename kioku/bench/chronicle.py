@@ -34,12 +34,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kioku.backlog import TranscriptMemory, summarize_transcript
-from kioku.choice import item_text
 from kioku.chronicle_prompt import record_lines
 from kioku.datasets import Transcript, load
 from kioku.eval.answers import match
-from kioku.evidence import evidence_for, task_evidence
-from kioku.grounded import ground_record
+from kioku.grounding.choice import item_text
+from kioku.grounding.evidence import evidence_for, task_evidence
+from kioku.grounding.records import ground_record
 from kioku.messages import LogEntry
 from kioku.profiles import Profile
 from kioku.rendering import render_record

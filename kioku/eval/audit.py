@@ -216,8 +216,8 @@ def check_grounding(
     are known from the item's range and the conversation before it (`before`), never from
     other memory (an invented name copied from chapter to chapter is still invented). An item
     with less than `grounded.MIN_SHARE` of its lines grounded is counted as invented."""
-    from kioku.evidence import evidence_for
-    from kioku.grounded import MIN_SHARE, ground_record
+    from kioku.grounding.evidence import evidence_for
+    from kioku.grounding.records import MIN_SHARE, ground_record
     from kioku.structure import record_from_data
 
     ev = evidence_for(entries, lang=lang, user_name=user, character=character, memory_text=before)

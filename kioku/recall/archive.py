@@ -1,7 +1,7 @@
 """The archive index: BM25 over windows of turns, incremental, persisted as segments.
 
 Scoring is BM25 over *windows*: each turn is scored together with its neighbours, whose words
-count half (one turn away) and a quarter (two away). On LoCoMo's dev half (conversations 0–4)
+count half (one turn away) and a quarter (two away). On the English evaluation's dev half
 single turns gave evidence recall@10 59, ±1 concatenated 73, this weighting 76; a window is
 ranked by the turn it is centred on. The index is an inverted index of our own (per-term arrays
 of seq and term frequency) so a live conversation adds a message in microseconds; windows are
@@ -30,6 +30,7 @@ import numpy as np
 from bm25s.stopwords import STOPWORDS_EN_PLUS
 
 from kioku.errors import InputError
+from kioku.lang import EN
 from kioku.messages import LogEntry
 
 TOKENIZER_VERSION = "terms-1"
@@ -44,8 +45,8 @@ MAX_QUERY_TERMS = 48  # a pasted essay as a user message must not cost a scan pe
 _CJK = "\u3005\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _TOKEN = re.compile(rf"([{_CJK}]+)|([^\W_]+(?:['\u2019][^\W_]+)*)")
 _HAN = re.compile(r"[\u3005\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_CLITICS = frozenset({"s", "t", "ll", "re", "ve", "d", "m"})
-_STOP = frozenset(STOPWORDS_EN_PLUS) | {"don", "doesn", "didn", "isn", "wasn", "can", "won"}
+_CLITICS = EN.clitics  # the words of a language are data (`kioku.lang`)
+_STOP = frozenset(STOPWORDS_EN_PLUS) | EN.contracted
 
 
 def _crude_stem(word: str) -> str:

@@ -3,12 +3,13 @@
 A recollection costs the turn its tokens: prefilled on that turn, and in a full window the room
 a ready chapter must be folded for. Filling whatever room a question finds made every question
 pay that, and in companion chat most questions are small talk ("do you watch films?"), not a
-request for the past: on RealPersonaChat FZ at 16k, 133 turns each prefilled 2,000–3,800 tokens
-of excerpts that shared a word with the message and nothing more. So the past comes when the
+request for the past: in a Japanese companion chat at 16k, 133 turns each prefilled 2,000–3,800
+tokens of excerpts that shared a word with the message and nothing more. So the past comes when the
 turn gives evidence that it is wanted, and in the amount that evidence supports:
 
 - **the message points at the past** (`cue`): "remember", "last week", "when did", 覚えてる,
-  この前, っけ, 还记得, 上次…, or a name the raw window and memory do not hold.
+  この前, っけ, 还记得, 上次, 기억나…, or a name the raw window and memory do not hold. Each
+  language's words (cues, vocatives, honorifics and titles) are data (`kioku.lang`).
   - A question that does in words ("when did we…?", "what did you cook last week?", 覚えてる？)
     in what it asks (not in a sentence that tells: "I went hiking last Friday. How about
     you?") asks for the past outright: every window that shares its words is shown, best
@@ -22,19 +23,20 @@ turn gives evidence that it is wanted, and in the amount that evidence supports:
     be new, not old).
   - A statement that does not is shown nothing, whatever it shares with the archive: it asks
     nothing, and what it is shown stays in front of it, in the window, until the next fold
-    (on LoCoMo 0 at 8k, in process, those recollections cost 0.007 of prefix reuse).
-- **whom a question asks about** (`about`). One that names someone ("what has Melanie
-  painted?", "how's Oliver?", ハナコさんは？), not the one it speaks to ("…, Mel?"), asks what
+    (in an English chat at 8k, in process, those recollections cost 0.007 of prefix reuse).
+- **whom a question asks about** (`about`). One that names someone ("what has Samantha
+  painted?", "how's Oliver?", ハナコさんは？), not the one it speaks to ("…, Sam?"), asks what
   the conversation knows of them: it is shown the windows that name them (in what was said, or
-  as the speaker: "Deb" is Deborah), best first, up to the room, held back only when the talk
+  as the speaker: "Kat" is Katherine), best first, up to the room, held back only when the talk
   it answers holds as much as the best of them. A name no window names was never spoken of
   ("Do you watch Netflix?" with no Netflix in the archive had been shown every window sharing
   "watch"): it is no one the conversation knows, and no pointer at the past either. One that
   names no one asks the one it speaks to about the talk at hand ("Got any fav tunes?", ご趣味は？): it
   is shown the few windows that stand out most (`SMALL_TALK_HITS`, none under
   `SMALL_TALK_FALLOFF` of the best one's score) and makes no room for them (`Need.makes_room`).
-  On LoCoMo 1,532 of the 1,540 evaluation questions name whom they ask about, and 36 of the
-  1,312 questions in its chats do; on LoCoMo 0 at 8k, questions to the one spoken to had taken
+  Questions written to test a memory name whom they ask about almost always, questions in
+  chat seldom (`tests/cases/need*.jsonl`); in an English chat at 8k, questions to the one
+  spoken to had taken
   25 windows each ("Did you see that band?") and cost 0.0035 of prefix reuse.
 - **retrieval's own evidence**, for a question that does not point at the past ("what books
   do you like?"). The background is the median score of the search's best
@@ -69,9 +71,9 @@ from functools import lru_cache
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Any
 
-from kioku.dates import MONTHS, WEEKDAYS
+from kioku.lang import EN, WORDS
 from kioku.salience import is_question
-from kioku.support import SENTENCE_END
+from kioku.sentences import SENTENCE_END
 
 if TYPE_CHECKING:  # the archive pulls in bm25s (and scipy): not at import
     from kioku.recall.archive import Hit
@@ -89,50 +91,38 @@ _NAME = re.compile(
     r"(?<![.!?]\s)(?<![.!?][\"'”’)]\s)(?<![.!?]\s[\"'“‘(])(?<!^)(?<!^[\"'“‘(])"
     r"\b(?:[A-Z][a-z]{2,}|[A-Z][a-z]+[A-Z][a-z]+)\b"
 )  # McGee too; not a sentence's first word, after a closing quote either
-# whom a message speaks to by name ("…, Mel?", "Thanks, Melanie!", "Hey Caroline, …"): not
+# whom a message speaks to by name ("…, Sam?", "Thanks, Samantha!", "Hey Mika, …"): not
 # whom it asks about
 _VOCATIVE = re.compile(
-    r"(?:,\s*|\b(?i:hey|hi|hello|thanks|thank you|dear|oh|wow|yo|huh|eh)\s+)"
+    rf"(?:,\s*|\b(?i:{'|'.join(EN.vocatives)})\s+)"
     r"([A-Z][a-z]+(?:[A-Z][a-z]+)?)(?=\s*(?:[,!?.]|$))"
 )
-# what a role-play message narrates between asterisks ("*hugs Seraphina*"): not what it asks
+# what a role-play message narrates between asterisks ("*hugs Rowan*"): not what it asks
 _ACTION = re.compile(r"\*[^*\n]+\*")
-# a Japanese name is told by its honorific (ハナコさん, 田中くん, お母さん)
-_HONORIFICS = "さん|ちゃん|くん|様"
-_HONORIFIC = re.compile(rf"[\u4e00-\u9fff\u30a0-\u30ff々]{{1,6}}(?:{_HONORIFICS})")
-_HONORIFIC_END = re.compile(rf"(?:{_HONORIFICS})$")
-_MONTHS = "|".join(m.lower() for m in MONTHS)
-_WEEKDAYS = "|".join(d.lower() for d in WEEKDAYS["en"])
-_SEASONS = "spring|summer|autumn|fall|winter|weekend|night|time|week|month|year"
-# a past tense in a question ("what did", "how was"): it points at the past only with
-# something of that past named beside it (`at_hand`)
-_TENSE_EN = (
-    r"(?:when|what|where|who|how|why|which) (?:did|was|were|had)|"
-    r"(?:did|have|had) (?:i|we)(?: ever)?"
+# where a script has no capitals, a name is told by its honorific or title (ハナコさん, 王老师):
+# each language's patterns, those of a script only it writes in any conversation
+_HONORIFIC = re.compile(
+    "|".join(p for x in WORDS.values() if x.names_in_any_conversation for p in x.name_patterns)
 )
-# words that point at the past by themselves: memory, time
-_POINTER_EN = (
-    r"remember(?:ed|s)?|recall(?:ed)?|remind(?:ed)?|forg[oe]t(?:ten)?|mention(?:ed)?|"
-    r"told (?:me|you|us)|(?:you|i|we) said|talked about|used to|ago|earlier|yesterday|"
-    r"the other (?:day|night)|back (?:then|when|in)|"
-    rf"last (?:{_SEASONS}|{_WEEKDAYS}|{_MONTHS})|(?:in|on|since) (?:{_MONTHS})"
+_HONORIFICS_BY_LANG: Mapping[str, re.Pattern[str]] = {
+    x.code: re.compile("|".join(x.name_patterns))
+    for x in WORDS.values()
+    if x.name_patterns and not x.names_in_any_conversation
+}
+_HONORIFIC_END = re.compile(
+    " ?(?:" + "|".join(s for x in WORDS.values() for s in x.name_suffixes) + ")$"
 )
-_TENSE = re.compile(_TENSE_EN, re.IGNORECASE)
+_TENSE = re.compile(EN.past_tense, re.IGNORECASE)
 # days and months are capitalized, and name no one ("Tues", "last Friday" is a time cue)
-_DAY_WORDS = tuple(d.lower() for d in (*MONTHS, *WEEKDAYS["en"]))
-_DAYS = frozenset([*_DAY_WORDS, *(d[:3] for d in _DAY_WORDS), "tues", "thur", "thurs", "sept"])
-_SHARED = re.compile(r"\b(?:did|have|had) (?:i|we)\b", re.IGNORECASE)  # a past the user shared
-_POINTER = re.compile(rf"\b(?:{_POINTER_EN})\b", re.IGNORECASE)
+_DAY_WORDS = tuple(d.lower() for d in (*EN.months, *EN.weekdays))
+_DAYS = frozenset([*_DAY_WORDS, *(d[:3] for d in _DAY_WORDS), *EN.day_abbreviations])
+_SHARED = re.compile(rf"\b{EN.shared_past}\b", re.IGNORECASE)  # a past the user shared
+_POINTER = re.compile(rf"\b(?:{EN.past_cues})\b", re.IGNORECASE)
+# each language's words that point at the past (`kioku.lang`); English's are words, and a
+# past tense in a question is one too (`at_hand` tells when it points at the talk at hand)
 _CUES: Mapping[str, re.Pattern[str]] = {
-    "en": re.compile(rf"\b(?:{_POINTER_EN}|{_TENSE_EN})\b", re.IGNORECASE),
-    "ja": re.compile(
-        r"覚えて|憶えて|思い出|忘れ|この前|こないだ|この間|以前|昨日|一昨日|おととい|先週|先月|"
-        r"去年|昨年|おととし|あの時|あのとき|あの頃|あの日|[日週月年]前|言って(?:た|まし)|"
-        r"話して(?:た|まし)|話した|言った|聞いた|教えて(?:くれ)?た|っけ[？?]?$"
-    ),
-    "zh": re.compile(
-        r"还记得|记得|忘了|以前|之前|上次|上回|昨天|前天|上周|上个月|去年|那时|那次|说过|提过|聊过"
-    ),
+    "en": re.compile(rf"\b(?:{EN.past_cues}|{EN.past_tense})\b", re.IGNORECASE),
+    **{x.code: re.compile(x.past_cues) for x in WORDS.values() if x.code != "en" and x.past_cues},
 }
 
 
@@ -201,15 +191,15 @@ def _asked(text: str) -> list[str]:
     return [x for x in sentences if is_question(x)] or sentences[-1:]
 
 
-def about(text: str) -> str:
+def about(text: str, lang: str = "en") -> str:
     """Whom a question asks about by name ("" when no one): the first person its question
-    sentences name besides the one it speaks to. "What has Melanie painted?" asks about
-    Melanie; "Wow, Mel! Any more paintings coming up?" asks Mel about the talk at hand, and
-    "*hugs Seraphina* Are you okay?" asks her, the name being in its narration."""
-    return next(iter(_named_in(_asked(text))), "")
+    sentences name besides the one it speaks to. "What has Samantha painted?" asks about
+    Samantha; "Wow, Sam! Any more paintings coming up?" asks Sam about the talk at hand, and
+    "*hugs Rowan* Are you okay?" asks her, the name being in its narration."""
+    return next(iter(_named_in(_asked(text), lang)), "")
 
 
-def _named_in(asked: list[str]) -> list[str]:
+def _named_in(asked: list[str], lang: str = "en") -> list[str]:
     """Everyone the asking sentences name besides the one they speak to, first named first
     ("Which city in Ireland will Tim stay in?": Ireland, Tim)."""
     out: list[str] = []
@@ -217,6 +207,8 @@ def _named_in(asked: list[str]) -> list[str]:
         spoken_to = set(_VOCATIVE.findall(x))
         out += [n for n in names(x) if n not in spoken_to and n not in out]
         out += [m for m in _HONORIFIC.findall(x) if m not in out]
+        if own := _HONORIFICS_BY_LANG.get(lang):
+            out += [m for m in own.findall(x) if m not in out]
     return out
 
 
@@ -224,9 +216,8 @@ def at_hand(text: str, said: str) -> bool:
     """Whether a question that points at the past by a tense alone (`said`: its cue, "what
     did", "how was") asks about the talk it answers: it names no one and no time, and the past
     is not one the user shared ("did we", "have I"). "How was it?", "Where did you find it?",
-    "What was the best part? Do you do it often with the kids?" are; "What did Caroline
-    paint?", "When did we fly the kite?", "What did you cook last week?" are not. None of
-    LoCoMo's 1,540 evaluation questions is (they name whom they ask about)."""
+    "What was the best part? Do you do it often with the kids?" are; "What did Mika
+    paint?", "When did we fly the kite?", "What did you cook last week?" are not."""
     return _by_tense_alone(text, said) and not about(text)
 
 
@@ -284,7 +275,7 @@ def judge(
     them: a name none of the hits holds ("Do you watch Netflix?", never spoken of) asks about
     the talk at hand, and a named question's matches are the windows that name them."""
     asked = _asked(text) if asks else []
-    named = _named_in(asked)
+    named = _named_in(asked, lang)
     whom = named[0] if named else ""
     # a window that names any of them holds what the conversation knows of whom it asks
     # about: "Which city in Ireland will Tim stay in?" is answered where Tim names the city

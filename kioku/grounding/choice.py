@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
 from typing import Any
 
-from kioku.grounded import item_of_line
+from kioku.grounding.records import item_of_line
+from kioku.grounding.terms import read
 from kioku.messages import LogEntry
 from kioku.scenes import Scene, marker, scene_of
 from kioku.structure import (
@@ -31,7 +32,6 @@ from kioku.structure import (
     who_and_what,
 )
 from kioku.summarizer import Line, attributed_lines, select_balanced, select_lines, split_sentences
-from kioku.support import read
 from kioku.tokens import TokenCounter
 
 
@@ -107,7 +107,7 @@ def choose(
     (first, last) seq ranges of the items a synopsis folds, each range keeps its share as in
     `select_balanced`). A small model's line that restates a message in more words, or says
     less than the message it cites, loses its place to that message; a short line that sums
-    up many is picked before any of them. Measured with the 1.5B model on LoCoMo, its lines
+    up many is picked before any of them. Measured with a small model on an English chat, its lines
     alone answered fewer questions than the extractive chapter in the same room
     (`docs/chronicler.md`). Threads that name a storyline stay. Returns the record, the items added,
     and how many of the model's lines were left out."""
@@ -153,7 +153,7 @@ def _copied(a: str, b: str) -> bool:
 
 
 def _unnamed(sentence: str, who: str) -> str:
-    """A sentence without the writer's name put in front of their words ("CP マルタイ！")."""
+    """A sentence without the writer's name put in front of their words ("アキ マルタイ！")."""
     if who and sentence.startswith(who):
         return sentence[len(who) :].lstrip(" 　:：、,は")
     return sentence
@@ -166,14 +166,14 @@ def _unrepeated(
     stored: bool = False,
 ) -> tuple[list[tuple[Item, Line]], list[tuple[Item, Line]]]:
     """The model's lines and the candidates with each thing said once. A model line each of
-    whose sentences is a line of its message copied (the 1.5B model copies whole messages as
+    whose sentences is a line of its message copied (a small model copies whole messages as
     "facts") gives way to those lines, which the selection then weighs one by one; a
     candidate the model's kept line of the same message mostly says is left out. A model's
     story line that mostly says what its message's lines say gives way to them as well, and
-    in a synopsis (`stored`: the candidates are memory's lines) any model line does: on
-    LoCoMo 2 the 1.5B model's synopsis restated lines and so pushed out "Been busy
+    in a synopsis (`stored`: the candidates are memory's lines) any model line does: in
+    one English chat a small model's synopsis restated lines and so pushed out "Been busy
     volunteering at the homeless shelter", which the extractive synopsis of the same
-    chapters kept, and on LoCoMo 0 its retelling of #72 in a chapter pushed out #70's "They
+    chapters kept, and in another its retelling of #72 in a chapter pushed out #70's "They
     talked about different therapeutic methods". So does a claim the story neither bears out
     nor belies: a speaker's words are as much their claim, in less room. In a chapter, a line
     gives way only where the fewest of its message's lines that say as much are no longer
@@ -228,8 +228,8 @@ def _cover(words: frozenset[str], lines: Sequence[str], lang: str) -> list[str] 
 def _storylines(
     threads: Sequence[ThreadNote], candidates: Sequence[tuple[Item, Line]]
 ) -> tuple[ThreadNote, ...]:
-    """The threads that name a storyline: one whose title is a line of its message copied (the
-    1.5B model wrote eight such "threads" for one chapter, and threads always stay) is left
+    """The threads that name a storyline: one whose title is a line of its message copied (a
+    small model wrote eight such "threads" for one chapter, and threads always stay) is left
     for that line to compete with the others. A title in the message's words is no copy."""
     said: dict[int, list[str]] = {}
     for _, ln in candidates:
@@ -244,7 +244,7 @@ def _storylines(
     return tuple(t for t in threads if not copy(t))
 
 
-_SAID_BY = re.compile(r"^[^:：\s]{1,24}\s*[:：]\s*")  # "Gina: It's a wild ride": her words
+_SAID_BY = re.compile(r"^[^:：\s]{1,24}\s*[:：]\s*")  # "Rosa: It's a wild ride": her words
 
 
 def _one_each(threads: Sequence[ThreadNote]) -> tuple[ThreadNote, ...]:

@@ -1,15 +1,16 @@
 """The words a line of memory rests on: content terms, names, numbers and negation, per language.
 
-Grounding (`kioku.grounding`) asks whether a line a model wrote is supported by the messages it
+Grounding (`check`) asks whether a line a model wrote is supported by the messages it
 cites. That needs the same reading of both sides: the terms that carry the line's content (a
 stemmed English word with its irregular forms folded, "went" → "go"; a Japanese dictionary form
-from SudachiPy, 行った → 行く; Chinese character bigrams), the names it uses (capitalized words,
+from SudachiPy, 行った → 行く; Chinese character bigrams; a Korean word without its particle,
+친구를 → 친구), the names it uses (capitalized words,
 katakana words and Sudachi's proper nouns), its numbers ("five" and "5" are one number) and
 whether it negates (a line that says "not" where its source does not has turned it around).
 
 Words that only frame a line ("said", "told", "asked", "the user", 話す, 尋ねる) and light verbs
 ("got", "made", "felt") are not content: a faithful paraphrase uses them freely, an invention
-does not need them.
+does not need them. Each language's words are data (`kioku.lang`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from difflib import SequenceMatcher
 from functools import lru_cache
 
 from kioku import morph
-from kioku.morph import wordset
+from kioku.lang import EN, JA, KO, WORDS, ZH
+from kioku.sentences import SENTENCE_END
 
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['\u2019][A-Za-z]+)?")
 _CAPITAL = re.compile(r"\b[A-Z][A-Za-z0-9'\u2019\-]*[A-Za-z0-9]\b")
@@ -32,90 +34,16 @@ _KANA = re.compile(r"[\u3040-\u30ff]")
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
 
-# framing: how a line reports (who said, asked, shared), not what it reports
-_FRAMING_EN = wordset(
-    """
-    say says said saying tell tells told telling ask asks asked asking share shares shared
-    sharing mention mentions mentioned talk talks talked talking discuss discusses discussed
-    express expresses expressed explain explains explained describe describes described reply
-    replies replied answer answers answered respond responds responded agree agrees agreed
-    thank thanks thanked wonder wonders wondered suggest suggests suggested note notes noted
-    admit admits admitted claim claims claimed add adds added continue continues continued
-    state states stated reveal reveals revealed confirm confirms confirmed inform informs
-    informed update updates updated recall recalls recalled point points pointed encourage
-    encourages encouraged praise praises praised compliment compliments complimented
-    show shows showed shown reveal reveals revealed indicate indicates indicated narration
-    narrator thought thoughts inner voice actually really ostensibly
-    user character conversation message chat someone something also really very lot lots
-    about would could should might must may can will shall whether though although yet
-    however because since unless whose anyone everyone anybody everybody anything everything
-    nothing another other others thing things way one ones kind sort bit part
-    """
-)
-# light verbs and words any paraphrase may bring in
-_LIGHT_EN = wordset(
-    """
-    go goes went gone going get gets got gotten getting make makes made making have has had
-    having do does did done doing take takes took taken taking come comes came coming give
-    gives gave given giving find finds found finding feel feels felt feeling think thinks
-    thought thinking want wants wanted wanting seem seems seemed become becomes became keep
-    keeps kept let lets put puts see sees saw seen seeing know knows knew known look looks
-    looked looking plan plans planned planning try tries tried trying use uses used using
-    recently lately currently now today new always still just even well much many
-    """
-)
-_AUXILIARY = wordset("have has had having do does did done doing")
-_IRREGULAR = {
-    "went": "go", "gone": "go", "got": "get", "gotten": "get", "made": "make", "took": "take",
-    "taken": "take", "came": "come", "gave": "give", "given": "give", "found": "find",
-    "felt": "feel", "thought": "think", "became": "become", "kept": "keep", "saw": "see",
-    "seen": "see", "knew": "know", "known": "know", "told": "tell", "said": "say",
-    "bought": "buy", "brought": "bring", "built": "build", "caught": "catch", "chose": "choose",
-    "chosen": "choose", "drew": "draw", "drawn": "draw", "drove": "drive", "driven": "drive",
-    "ate": "eat", "eaten": "eat", "fell": "fall", "fallen": "fall", "flew": "fly",
-    "forgot": "forget", "forgotten": "forget", "grew": "grow", "grown": "grow", "held": "hold",
-    "hurt": "hurt", "left": "leave", "lost": "lose", "met": "meet", "paid": "pay", "ran": "run",
-    "read": "read", "rode": "ride", "sang": "sing", "sung": "sing", "sent": "send", "sat": "sit",
-    "slept": "sleep", "spent": "spend", "stood": "stand", "swam": "swim", "swum": "swim",
-    "taught": "teach", "threw": "throw", "thrown": "throw", "understood": "understand",
-    "woke": "wake", "won": "win", "wore": "wear", "worn": "wear", "wrote": "write",
-    "written": "write", "began": "begin", "begun": "begin", "broke": "break", "broken": "break",
-    "heard": "hear", "led": "lead", "lent": "lend", "mean": "mean", "meant": "mean",
-    "children": "kid", "child": "kid", "kids": "kid", "mother": "mom", "mum": "mom",
-    "father": "dad", "picture": "photo", "pictures": "photo", "pic": "photo", "pics": "photo",
-    "image": "photo", "images": "photo", "photograph": "photo", "husband": "husband",
-}  # fmt: skip
-_NUMBERS = {
-    "zero": "0", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
-    "seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12",
-    "thirteen": "13", "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17",
-    "eighteen": "18", "nineteen": "19", "twenty": "20", "thirty": "30", "forty": "40",
-    "fifty": "50", "hundred": "100", "twice": "2",
-}  # fmt: skip
-_NEGATION_EN = wordset(
-    "not no never nothing nobody none neither nor without cannot can't don't doesn't didn't "
-    "isn't wasn't aren't weren't won't wouldn't haven't hasn't hadn't couldn't shouldn't"
-)
-# capitalized words that are not names (sentence openers, pronouns, titles)
-_NOT_NAMES = wordset(
-    """
-    I I'm I've I'll I'd The A An And But Or So Then This That These Those There Here It Its
-    He She They We You His Her Their Our My Your Him Them Us Me Who What When Where Why How
-    After Before While During Since Until On In At For From With Without By To Of As If
-    Also Both Each Every Some Many Most All No Not Yes Later Earlier Now Today Yesterday
-    Tomorrow Tonight User Users Character Message Messages Chapter OPEN DONE QUOTE Mr Mrs Ms
-    Dr OK Okay
-    """
-)
-_FRAMING_JA = wordset(
-    """
-    言う 話す 尋ねる 聞く 訊く 答える 伝える 述べる 語る 説明 質問 返事 回答 同意 感謝
-    提案 共有 紹介 報告 確認 話 発言 会話 メッセージ ユーザー キャラクター 相手 自分 彼 彼女
-    画像 写真 最近 今回 とても すごく 特に 一緒
-    """
-)
-_NEGATION_JA = ("ない", "ぬ", "ず", "ません", "なかった", "無い")
-_FRAMING_ZH = frozenset(["说过", "告诉", "问道", "回答", "用户", "角色", "分享"])
+# the words of each language a line is read by (`kioku.lang`)
+_FRAMING_EN = EN.framing
+_LIGHT_EN = EN.light_verbs
+_AUXILIARY = EN.auxiliaries
+_IRREGULAR = EN.irregular
+_NUMBERS = EN.numbers
+_NEGATION_EN = EN.negation
+_NOT_NAMES = EN.not_names  # capitalized words that are not names
+_FRAMING_JA = JA.framing
+_FRAMING_ZH = ZH.framing
 
 
 def _stemmer():  # type: ignore[no-untyped-def]
@@ -200,7 +128,7 @@ def ja_tenses(text: str) -> tuple[frozenset[str], frozenset[str]]:
 
 
 # Chinese words a Japanese sentence has no use for standing alone (我也, 是, 很)
-_CHINESE_WORDS = frozenset("我也是了吗你很呢吧")
+_CHINESE_WORDS = ZH.function_words
 
 
 def foreign_han(text: str) -> frozenset[str]:
@@ -224,9 +152,7 @@ def _ja_terms(text: str) -> tuple[set[str], set[str], set[str], bool]:
     numbers: set[str] = set()
     negated = False
     for w in morph.words(text):
-        if w.is_("助動詞") and w.base in ("ない", "ぬ", "ず"):
-            negated = True
-        if w.is_("形容詞") and w.base in ("ない", "無い"):
+        if (w.is_("助動詞") or w.is_("形容詞")) and w.base in JA.negation:
             negated = True
         if w.is_("名詞", "数詞"):
             numbers.add(unicodedata.normalize("NFKC", w.surface))
@@ -244,6 +170,35 @@ def _zh_terms(text: str) -> set[str]:
     for run in _HAN_RUN.findall(text):
         out.update(run[i : i + 2] for i in range(len(run) - 1))
     return out - _FRAMING_ZH
+
+
+_HANGUL_WORD = re.compile(r"[\uac00-\ud7af]+")
+
+
+_PARTICLES_KO = sorted(KO.particles, key=len, reverse=True)
+
+
+def ko_word(word: str) -> str:
+    """A Korean word without the particle it ends on (친구를 → 친구), where two syllables or
+    more are left (아이 stays 아이)."""
+    for p in _PARTICLES_KO:
+        if word.endswith(p) and len(word) - len(p) >= 2:
+            return word[: -len(p)]
+    return word
+
+
+def _ko_terms(text: str) -> tuple[set[str], bool]:
+    """Korean content words (what spaces part, without their particle) and whether a word
+    negates."""
+    terms: set[str] = set()
+    negated = False
+    for w in _HANGUL_WORD.findall(text):
+        if w in KO.negation or any(p in w for p in KO.negation_parts):
+            negated = True
+            continue
+        if w not in KO.particles:  # a particle after a word in another script ("Mika는")
+            terms.add(ko_word(w))
+    return terms, negated
 
 
 _CITATION = re.compile(r"#\s*\d+")
@@ -285,7 +240,11 @@ def read(text: str, lang: str = "en") -> Reading:
         foreign = foreign_han(t)
     elif _CJK.search(t):
         terms |= _zh_terms(t)
-        negated = negated or any(x in t for x in ("不", "没", "别"))
+        negated = negated or any(x in t for x in ZH.negation)
+    if _HANGUL_WORD.search(t):
+        kt, kneg = _ko_terms(t)
+        terms |= kt
+        negated = negated or kneg
     return Reading(
         frozenset(terms),
         frozenset(names),
@@ -298,11 +257,7 @@ def read(text: str, lang: str = "en") -> Reading:
     )
 
 
-_ASKING = re.compile(
-    r"\b(?:ask|asks|asked|asking|wonder|wonders|wondered|wondering|question|questions|"
-    r"inquire|inquires|inquired|whether)\b|尋ね|訊|聞い|聞き|聞く|質問|問い|かどうか|问",
-    re.I,
-)
+_ASKING = re.compile("|".join(x.asking for x in WORDS.values() if x.asking), re.I)
 
 
 def asks(text: str) -> bool:
@@ -336,26 +291,20 @@ def phrases(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
-_FIRST_PERSON = re.compile(
-    r"\b(?:[Ii](?:'m|'ve|'ll|'d)?|[Mm]y|me|mine|[Ww]e(?:'re|'ve)?|[Oo]ur|us)\b"
-    r"|私|僕|俺|あたし|わたし|ぼく|おれ|我"
-)
+_FIRST_PERSON = re.compile("|".join(x.first_person for x in WORDS.values() if x.first_person))
 
 
 # Japanese drops the 私: speech shows in its polite or spoken sentence ends ("…ヤバいです。",
 # "知らなかったですー!", "…思いますけどね。") and its exclamations; a summary is plain, or says
-# who and that they said it ("ACは…と言っています")
-_SPOKEN_JA = re.compile(
-    r"(?:です|ます|でした|ました|ません|ましょう|でしょう|けど|よね|かな)[ねよなわー〜~]*(?:[。.!?…]|$)"
-    r"|!"
-)
-_REPORTED_JA = re.compile(r"(?:と|って)(?:言|い[っいうわ]|話し|述べ|書い)|とのこと|そうです")
+# who and that they said it ("ミカは…と言っています")
+_SPOKEN_JA = re.compile(rf"(?:{JA.spoken_endings})[ねよなわー〜~]*(?:[。.!?…]|$)|!")
+_REPORTED_JA = re.compile(JA.reported_speech)
 
 
 def first_person(text: str, speaker: str = "") -> bool:
     """The line speaks as its writer ("I'm thrilled…", 私も, "知らなかったですー!"): it gives
     itself out as their words. `speaker`: a Japanese line that names them as its subject
-    ("ACは…") tells of them instead."""
+    ("ミカは…") tells of them instead."""
     t = fold(text)
     if _FIRST_PERSON.search(t):
         return True
@@ -368,14 +317,13 @@ def first_person(text: str, speaker: str = "") -> bool:
 
 _QUOTE_TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
 MEDIA = re.compile(r"\[[^\[\]\n]*\]")  # "[shares a photo: a cup with a dog face]"
-SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s*")
 
 
 def with_captions(line: str, said: str) -> str:
     """The line with each media marker the message does not have ("[shares a photo]") put
     back as the message has it ("[shares a photo: a photo of a cup with a dog face on it]"):
-    the 1.5B model shortened LoCoMo 0 #138's marker, and with it the only place the answer to
-    "What kind of pot did Mel and her kids make?" was said."""
+    a small model shortened a photo's marker, and with it the only place the answer to "What
+    kind of pot did they make?" was said."""
     theirs = [m.group(0) for m in MEDIA.finditer(said)]
     rest = [x for x in theirs if x not in line]
 

@@ -1,4 +1,4 @@
-"""What grounding checks lines against (`kioku.grounding.Evidence`), built from what a task has.
+"""What grounding checks lines against (`check.Evidence`), built from what a task has.
 
 A chapter or a cut is read against its own messages, each part as the chronicler's transcript
 showed it (a relative date followed by the date it means), with the names memory already holds
@@ -14,14 +14,14 @@ import re
 from collections.abc import Iterable, Sequence
 
 from kioku.chronicle_prompt import context_items, instructions
-from kioku.grounding import USER_WORDS, Evidence, Piece, Source, same_person
+from kioku.grounding.check import USER_WORDS, Evidence, Piece, Source, same_person
+from kioku.grounding.terms import EMPTY_PROMPT, PromptText, name_key
 from kioku.memory import MemoryItem
 from kioku.messages import LogEntry
 from kioku.prompts import resolve_lang
 from kioku.relative_dates import resolve
 from kioku.structure import merge_threads
 from kioku.summarizer import SummaryTask
-from kioku.support import EMPTY_PROMPT, PromptText, name_key
 
 
 def sources_of(entries: Iterable[LogEntry], lang: str = "en") -> dict[int, Source]:

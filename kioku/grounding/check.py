@@ -1,10 +1,11 @@
 """Grounding: every line a model writes into memory is checked, in code, against what it cites.
 
-A 1.5B model, asked for a chronicle, copied the prompt's example into memory (its seqs happened
-to fall inside the span), renamed Caroline "Aoi", stored Melanie's marriage as a fact about the
-user and cited a "thought at #13" in a conversation without thoughts. Every one of those lines
-parsed; a parser cannot tell. So before a line is stored (an event, a claim, a user fact, a
-thread, a key line, a synopsis line, a note) it is read against the messages it cites:
+A small model, asked for a chronicle, copied the prompt's example into memory (its seqs happened
+to fall inside the span), renamed a speaker after the example's character, stored another
+speaker's marriage as a fact about the user and cited a "thought at #13" in a conversation
+without thoughts. Every one of those lines parsed; a parser cannot tell. So before a line is
+stored (an event, a claim, a user fact, a thread, a key line, a synopsis line, a note) it is
+read against the messages it cites:
 
 - `seq`: it cites messages inside the span (a line without a seq is looked for: the one message
   that supports it becomes its citation, or it is dropped);
@@ -14,15 +15,15 @@ thread, a key line, a synopsis line, a note) it is read against the messages it 
 - `author`: whom it names as the writer (a claim's speaker, a key line's speaker, the user of a
   user fact) wrote a cited message; whom it is about, if a person of the conversation, wrote
   or is named in one;
-- `empty`: it says nothing a later reader could use (only names and framing words: "Melanie
-  asked Caroline how she was"); dropped, but not counted against the record as invented;
+- `empty`: it says nothing a later reader could use (only names and framing words: "Samantha
+  asked Mika how she was"); dropped, but not counted against the record as invented;
 - `unsupported`: its content terms, numbers and negation are found in the cited messages
-  (`kioku.support`: stemmed English, SudachiPy's dictionary forms for Japanese, bigrams for
+  (`kioku.grounding.terms`: stemmed English, SudachiPy's dictionary forms for Japanese, bigrams for
   Chinese) — at least `min_support` of its terms, all of its numbers.
 
 The first check that fails is the line's reason. `Evidence` holds what lines are checked
 against — the span's messages (`from_entries`), or for a synopsis the records it folds
-(`from_items`) — and `check(statement)` is pure. `kioku.grounded` applies it to whole records.
+(`from_items`) — and `check(statement)` is pure. `records` applies it to whole records.
 """
 
 from __future__ import annotations
@@ -34,13 +35,9 @@ from datetime import date
 from functools import cached_property
 
 from kioku.dates import MONTHS, WEEKDAYS
-from kioku.prompts import resolve_lang
-from kioku.salience import carries_nothing
-from kioku.structure import norm_text
-from kioku.support import (
+from kioku.grounding.terms import (
     EMPTY_PROMPT,
     PLACEHOLDER,
-    SENTENCE_END,
     PromptText,
     Reading,
     asks,
@@ -51,6 +48,11 @@ from kioku.support import (
     quoted_share,
     read,
 )
+from kioku.lang import WORDS
+from kioku.prompts import resolve_lang
+from kioku.salience import carries_nothing
+from kioku.sentences import SENTENCE_END
+from kioku.structure import norm_text
 
 REASONS: tuple[str, ...] = ("seq", "prompt", "name", "author", "empty", "unsupported")
 QUOTED = 0.85  # of a first-person line's words that must stand, in order, in its message
@@ -58,11 +60,11 @@ NEAR = 3  # messages either side of a cited one whose words a line may have borr
 # share of a line's content terms its cited messages must hold, per language (a paraphrase in
 # Japanese swaps more words than one in English; Chinese bigrams split words)
 MIN_SUPPORT = {"en": 0.75, "ja": 0.7, "zh": 0.6}
-# a thread's title names a question or a plan in a few words of its own ("what Aoi hides about
+# a thread's title names a question or a plan in a few words of its own ("what Hana hides about
 # the town"): half of them must be in its message, or anywhere in the span when it cites none
 THREAD_SUPPORT = 0.5
-USER_WORDS = frozenset(["user", "the user", "ユーザー", "ユーザ", "用户", "使用者"])
-CHARACTER_WORDS = frozenset(["character", "the character", "キャラクター", "角色"])
+USER_WORDS = frozenset(w for x in WORDS.values() for w in x.user_words)
+CHARACTER_WORDS = frozenset(w for x in WORDS.values() for w in x.character_words)
 # parts whose words are evidence of what happened (not only of what someone said)
 WITNESS = ("narration", "thought")
 
@@ -135,7 +137,7 @@ def _day_terms(day: date | None, lang: str) -> frozenset[str]:
 
 
 def same_person(a: str, b: str) -> bool:
-    """Names compare loosely: case, and a short form of a longer name ("Mel", "Melanie")."""
+    """Names compare loosely: case, and a short form of a longer name ("Sam", "Samantha")."""
     if not a or not b:
         return False
     if a == b:
@@ -188,7 +190,9 @@ class Evidence:
 
     def wrote(self, who: str, src: Source) -> bool:
         """Whether `who` wrote message `src` (or speaks in it)."""
-        k = re.sub(r"\s*[(（][^)）]*[)）]\s*$", "", name_key(who)) if who else ""  # "Aoi (thought)"
+        k = (
+            re.sub(r"\s*[(（][^)）]*[)）]\s*$", "", name_key(who)) if who else ""
+        )  # "Hana (thought)"
         if k not in USER_WORDS and k not in CHARACTER_WORDS:
             k = k.removeprefix("the ").strip()
         if not k:
@@ -204,8 +208,8 @@ class Evidence:
 
     def told_of(self, who: str, src: Source) -> bool:
         """Whether narration or a thought in `src` (or a record a synopsis folds) speaks of
-        `who`. Words someone says to a person do not count: "Thanks, Melanie!" is Caroline's,
-        and a line that has Melanie thanking is the two turned around."""
+        `who`. Words someone says to a person do not count: "Thanks, Samantha!" is Mika's,
+        and a line that has Samantha thanking is the two turned around."""
         pieces = (
             src.pieces if src.role == "memory" else [p for p in src.pieces if p.kind in WITNESS]
         )
@@ -306,8 +310,8 @@ class Evidence:
 
     def _misquoted(self, line: str, speaker: str, cited: Sequence[Source]) -> str:
         """A line in its writer's first person gives itself out as their words, so it must be
-        them, cut but not reworded: "#31 Caroline: I'm doing my best to make a family for kids"
-        stood for "I'm thrilled to make a family for kids" (the 1.5B model on LoCoMo)."""
+        them, cut but not reworded: "#31 Mika: I'm doing my best to make a family for kids"
+        stood for "I'm thrilled to make a family for kids" (a small model's line)."""
         text = line.removeprefix(speaker).lstrip(" :：")
         best = max(
             (quoted_share(text, t) for s in cited for p in s.pieces for t in (p.text, p.raw) if t),
@@ -319,9 +323,9 @@ class Evidence:
 
     def _borrowed(self, line: str, cited: Sequence[Source], who: str | None) -> str:
         """Words of the line that its messages lack and a neighbour's message by someone else
-        holds: the line has put that person's words in another mouth. The 1.5B model wrote
-        "AC 週3回水泳を通っています" citing AC's "水泳を週3回もやってたら、身体も引き締まりそう"
-        (if you swim three times a week…), from CP's "週に3回通っています" just before."""
+        holds: the line has put that person's words in another mouth. A small model wrote
+        "ミカ 週3回水泳を通っています" citing ミカ's "水泳を週3回もやってたら、身体も引き締まりそう"
+        (if you swim three times a week…), from アキ's "週に3回通っています" just before."""
         have: set[str] = set()
         for s in cited:
             for p in s.pieces:
@@ -343,8 +347,8 @@ class Evidence:
     def _asked(self, text: str, srcs: Sequence[Source]) -> int | None:
         """The seq whose question the line turns into a statement, or None: a sentence of the
         line that neither asks nor says someone asked is best borne out by a question
-        ("DV 晩御飯は食べました" from "晩御飯はもう食べましたか？", "釣るやつです。" from
-        "水風船って、釣るやつですか？": the 1.5B model on RealPersonaChat FZ and CP)."""
+        ("ケン 晩御飯は食べました" from "晩御飯はもう食べましたか？", "釣るやつです。" from
+        "水風船って、釣るやつですか？": a small model's lines)."""
         for mine in SENTENCE_END.split(text):
             line = read(mine, self.lang)
             if asks(mine) or not line.terms:
@@ -367,7 +371,7 @@ class Evidence:
         )
 
     def _short_names(self, line: Reading) -> frozenset[str]:
-        """Terms of the names a line calls people of the conversation by ("Mel")."""
+        """Terms of the names a line calls people of the conversation by ("Sam")."""
         short = [n for n in line.names if any(same_person(name_key(n), k) for k in self.people)]
         return read(" ".join(short), "en").terms if short else frozenset()
 
@@ -458,7 +462,7 @@ class Evidence:
         content = line.terms - self._people_terms - self._short_names(line)
         if (not content and not line.numbers) or carries_nothing(
             st.text, self.lang
-        ):  # "Hey Mel! Good to see you!": true, and nothing a later reader could use
+        ):  # "Hey Sam! Good to see you!": true, and nothing a later reader could use
             return Verdict("empty", detail="it says nothing a later reader could use")
         share, missing = self._support(line, cited)
         need = min(self.threshold, THREAD_SUPPORT) if st.kind == "thread" else self.threshold
@@ -482,13 +486,13 @@ class Evidence:
         kind, best = self._best_part(line, cited)
         if len(cited) > 1 and not st.span_wide and best is not None:
             # the line is stored citing that one message, so that one must bear it out: two
-            # neighbours together bore out "Caroline asked what kind of counseling she wanted
-            # to pursue" from Melanie's question and Caroline's answer
+            # neighbours together bore out "Mika asked what kind of counseling she wanted
+            # to pursue" from Samantha's question and Mika's answer
             alone, missing = self._support(line, [self.sources[best]])
             if alone < need:
                 return Verdict("unsupported", alone, f"#{best} alone does not say that ({missing})")
             # several messages cited: whom the line names must be the one whose message
-            # says it, not a neighbour ("Melanie shared a photo" borne out by Caroline's)
+            # says it, not a neighbour ("Samantha shared a photo" borne out by Mika's)
             src = self.sources[best]
             who = st.author or subject
             if who and not (self.wrote(who, src) or (not st.author and self.told_of(who, src))):
@@ -499,8 +503,8 @@ class Evidence:
         """A line that cites nothing is grounded only where one message of the span bears it
         out (the best three candidates are tried), and it cites that message from then on.
         The other checks still apply to what it then cites. Never two neighbours together:
-        the line is stored citing one message, and Melanie's question beside Caroline's answer
-        bore out "Caroline asked what kind of counseling she wanted to pursue"."""
+        the line is stored citing one message, and Samantha's question beside Mika's answer
+        bore out "Mika asked what kind of counseling she wanted to pursue"."""
         line = read(st.text, self.lang)
         found = []
         for i, seq in enumerate(sorted(self.sources)):

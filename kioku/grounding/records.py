@@ -1,7 +1,7 @@
 """Whole records through the grounding check: what stays, what goes, what replaces it.
 
 `ground_record` reads every line of a parsed record (`kioku.structure.Record`) against the
-evidence (`kioku.grounding.Evidence`) and keeps the grounded ones; `record_from_reply` does the
+evidence (`check.Evidence`) and keeps the grounded ones; `record_from_reply` does the
 same for a reply in the line format (`kioku.reply_format`), deciding what each grounded line is
 from the message that bears it out (narration: an event; a character's words: a claim, confirmed
 only when narration or a thought says so too; the user's words: a user fact). A claim's
@@ -12,7 +12,7 @@ What is dropped is listed with its reason (`Grounding.dropped`), and each drop i
 A dropped line that was about its cited message (a garbled paraphrase, the wrong speaker) is
 replaced by its extractive counterpart: that message's own sentence, verbatim, with who said it
 (`replace_dropped`). What a grounded record then keeps, within its target, is chosen in
-`kioku.choice`.
+`kioku.grounding.choice`.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from kioku.attribution import said_in
-from kioku.grounding import REASONS, Evidence, Statement, Verdict
+from kioku.grounding.attribution import said_in
+from kioku.grounding.check import REASONS, Evidence, Statement, Verdict
+from kioku.grounding.terms import name_key, read, with_captions
 from kioku.messages import LogEntry
 from kioku.relative_dates import resolve
 from kioku.reply_format import LineReply
 from kioku.salience import carries_nothing
 from kioku.structure import Claim, Event, KeyLine, Record, ThreadNote, UserFact, norm_text
 from kioku.summarizer import Line, attributed_lines
-from kioku.support import name_key, read, with_captions
 
 if TYPE_CHECKING:
     from kioku.note import Note, NoteDraft
@@ -158,8 +158,8 @@ def _threads(
             continue
         if name_key(n.id) in t.ev.people:
             # memory shows a thread as "id: title", so a person's name for an id makes the
-            # title read as their words ("ac: 何が爆弾というケーキですね？", which AC never said:
-            # the 1.5B model on RealPersonaChat CP)
+            # title read as their words ("mika: 何が爆弾というケーキですね？", which Mika never said:
+            # a small model's reply)
             detail = f"a thread named {n.id!r}, a person of the span, reads as their words"
             t.drop(f"{where}[{i}]", n.title, "author", detail)
             continue
@@ -216,17 +216,17 @@ def ground_record(
 
 _AFTER_NAME = re.compile(
     r"\s*[:：]\s*"
-    # "AC は、…", "AC は金閣寺を…": the topic particle; "AC はい。" and "AC はじめまして" are words
+    # "ミカ は、…", "ミカ は金閣寺を…": the topic particle; "ミカ はい。" and "ミカ はじめまして" are words
     r"|\s*は(?:[、,]\s*|\s+|(?=[\u3400-\u9fff\u30a0-\u30ff]))"
-    # "Caroline went…", "FQ 暗くなる…", "AC 1年たったら…": a name before what is no name
+    # "Mika went…", "ユウ 暗くなる…", "ミカ 1年たったら…": a name before what is no name
     r"|\s+(?=[^\x00-\x7f]|[a-z0-9])"
 )
 
 
 def _without_name(text: str, who: str) -> str:
-    """ "Caroline went to a support group", stored under Caroline: "went to a support group";
-    "FQ 暗くなるのが…", "FQ: 暗くなるのが…", "AC は、家事を…" and "AC 1年たったら…" under their
-    writer: "暗くなるのが…", "家事を…", "1年たったら…" (the 1.5B model on RealPersonaChat FZ and CP
+    """ "Mika went to a support group", stored under Mika: "went to a support group";
+    "ユウ 暗くなるのが…", "ユウ: 暗くなるのが…", "ミカ は、家事を…" and "ミカ 1年たったら…" under their
+    writer: "暗くなるのが…", "家事を…", "1年たったら…" (a small model
     put the writer's name before their words: it was shown twice, or "は、" was left in front of
     them)."""
     if who and text.startswith(who) and (m := _AFTER_NAME.match(text, len(who))):
@@ -260,7 +260,7 @@ def record_from_reply(
         who = ln.name or ln.about or src.author
         # "yesterday" kept with the day it meant, as the transcript showed it; what is stored
         # is grounded as stored: "昨年の同級生" from "昔私の同級生" passed as written, and was
-        # stored as "昨年(2021年)の同級生", a year the message never named (the 1.5B model on FZ)
+        # stored as "昨年(2021年)の同級生", a year the message never named (a small model's line)
         stored = with_captions(resolve(ln.text, src.day, ev.lang), src.text)
         text = _without_name(stored, who)
         item: Event | UserFact | Claim
@@ -273,8 +273,8 @@ def record_from_reply(
         else:  # a character's words: a claim; what confirms it is a line of its own
             item = Claim(src.seq, who, text, listener)
         # checked again as the item it is stored as: its day resolved, under its writer.
-        # "FZ え！そんなことあるんですか！…" passed as a line of no one's, and was stored as
-        # FZ's words, which it rewords
+        # "ユウ え！そんなことあるんですか！…" passed as a line of no one's, and was stored as
+        # ユウ's words, which it rewords
         if not (w := ev.check(as_stored(item))).ok:
             t.kept -= 1
             t.dropped.append(Dropped(f"line {i}", text, w.reason or "", w.detail, (src.seq,)))
@@ -320,7 +320,7 @@ def ground_notes(
     """Each note checked against the message it cites: whom it is about wrote or is named in
     that message, every name it uses is in the messages or the notes, none of the prompt's own
     words, and what it says is borne out by the message."""
-    from kioku.evidence import evidence_for
+    from kioku.grounding.evidence import evidence_for
 
     known = "\n".join(f"{n.subject}: {n.text}" for n in current)
     ev = evidence_for(entries, lang=lang, memory_text=known, prompt=prompt)
