@@ -16,7 +16,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 from typing import TYPE_CHECKING
@@ -146,6 +146,35 @@ def add_notes(
             )
             ids.append(nid)
         return ids
+
+
+# what the user takes back ---------------------------------------------------------------------
+
+# a change of a stored message → how a retraction says why (the ledger entry's origin)
+TAKEN_BACK = {"delete": "deleted", "edit": "edited", "regenerate": "regenerated"}
+
+
+def retraction_reason(seq: int, change: str) -> str:
+    return f"retracted: message #{seq} {TAKEN_BACK.get(change, change)}"
+
+
+def retract_sources(store: Store, conversation_id: str, taken: Mapping[int, str]) -> list[int]:
+    """Retract every extracted note in force that was taken from a message the user deleted
+    or edited (`taken`: seq → the change, a key of `TAKEN_BACK`); return the new entries' ids.
+
+    Each retraction is a ledger entry (the note stays in the history, marked) whose origin says
+    why: "retracted: message #2 deleted". An edited message's facts are extracted again from
+    its new text when its chapter is written again (`kioku.revisions`). A note the operator
+    wrote has no source message and is never retracted here: the person wins."""
+    out: list[int] = []
+    with store.atomic():
+        for n in current_notes(store.note_ledger(conversation_id)):
+            if n.author != "extractor" or n.source_seq is None or n.source_seq not in taken:
+                continue
+            tomb = NoteDraft(n.subject, n.kind, "", n.source_seq, n.id)
+            why = retraction_reason(n.source_seq, taken[n.source_seq])
+            out.append(_insert(store, conversation_id, tomb, "extractor", why, retracted=True))
+    return out
 
 
 # plain text for people --------------------------------------------------------------------------
@@ -315,6 +344,8 @@ def dated_lines(entries: Sequence[LogEntry], lang: str = "en") -> str:
     out: list[str] = []
     day: date | None = None
     for e in entries:
+        if e.message.is_empty():
+            continue  # deleted: nothing of it is read
         at = e.message.at
         if at is not None and at.date() != day:
             day = at.date()

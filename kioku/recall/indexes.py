@@ -153,7 +153,9 @@ def exchanges(
         lines = tuple(
             _line(e)
             for e in entries
-            if e.message.role in ("user", "assistant") and not (skip and skip(e))
+            if e.message.role in ("user", "assistant")
+            and not e.message.is_empty()  # deleted: nothing of it is recalled
+            and not (skip and skip(e))
         )
         if not lines:
             continue
@@ -197,7 +199,10 @@ class RecallIndexes:
 
     `index(conv)` loads the persisted segments and replays newer messages from the log;
     `add(conv, entries)` indexes messages the caller just stored and writes a segment every
-    `segment_size` messages; `recall(...)` first pulls any messages another process stored."""
+    `segment_size` messages; `recall(...)` first pulls any messages another process stored.
+    An edit or a delete of a stored message (by any process) bumps the conversation's
+    `revision` and drops the segments from it on (`kioku.store.edits`): the index is loaded
+    again, so the old text is found by no search."""
 
     def __init__(
         self,
@@ -215,7 +220,8 @@ class RecallIndexes:
         self.max_segments = max_segments
         self.stats: dict[str, LoadStats] = {}
         self._indexes: dict[str, ArchiveIndex] = {}
-        self._lock = threading.Lock()
+        self._revisions: dict[str, int] = {}  # the log's revision each index was loaded at
+        self._lock = threading.RLock()  # a load may save a segment
 
     def index(self, conversation_id: str) -> ArchiveIndex:
         with self._lock:
@@ -231,9 +237,14 @@ class RecallIndexes:
             self._save(conversation_id, idx)
 
     def sync(self, conversation_id: str) -> ArchiveIndex:
-        """Index whatever the log holds beyond the index (messages stored by someone else)."""
+        """Index whatever the log holds beyond the index (messages stored by someone else);
+        after an edit or a delete, the index as the log is now."""
+        info = self.store.conversation(conversation_id)
+        with self._lock:
+            if self._revisions.get(conversation_id, info.revision) != info.revision:
+                self._indexes.pop(conversation_id, None)
         idx = self.index(conversation_id)
-        if self.store.conversation(conversation_id).next_seq > idx.size:
+        if info.next_seq > idx.size:
             self.add(conversation_id, self.store.entries(conversation_id, idx.size))
         return idx
 
@@ -296,6 +307,13 @@ class RecallIndexes:
     def _save(self, conversation_id: str, idx: ArchiveIndex) -> None:
         if self.store.readonly:
             return  # a read-only command searches in memory and persists nothing
+        if self.store.conversation(conversation_id).revision != self._revisions.get(
+            conversation_id
+        ):
+            # the log was edited since this index was loaded: its postings may hold old text
+            with self._lock:
+                self._indexes.pop(conversation_id, None)
+            return
         seg = idx.take_segment()
         if seg is not None:
             _write_segments(self.store, conversation_id, [seg])
@@ -303,6 +321,8 @@ class RecallIndexes:
     def _load(self, conversation_id: str) -> ArchiveIndex:
         t0 = time.perf_counter()
         stats = LoadStats()
+        # read first: an edit landing while this loads is seen at the next `sync`
+        self._revisions[conversation_id] = self.store.conversation(conversation_id).revision
         idx = ArchiveIndex(self.terms, self.params)
         segs = _read_segments(self.store, conversation_id)
         usable = bool(segs) and all(g.tokenizer == self.terms.version for g in segs)

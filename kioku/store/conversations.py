@@ -54,6 +54,7 @@ class ConversationInfo:
     raw_start: int
     memory_version: int
     public_id: str = ""  # the id the tenant named it by; `id` is the store's key
+    revision: int = 0  # bumps at every edit or delete of a stored message
 
 
 def _message_row(row: Any) -> LogEntry:
@@ -240,6 +241,7 @@ class Store(
             raw_start=row.raw_start,
             memory_version=row.memory_version,
             public_id=row.public_id or row.id,
+            revision=row.revision,
         )
 
     def conversations(self, tenant: str | None = None) -> list[ConversationInfo]:
