@@ -22,6 +22,7 @@ from datetime import date
 from typing import TYPE_CHECKING
 
 from kioku import prompts
+from kioku.cast import as_recorded
 from kioku.dates import date_line
 from kioku.errors import BadNotes, InputError
 from kioku.facts import Fact, facts_in
@@ -486,6 +487,7 @@ def update_notes(
     """Extract facts from `entries` and append them; return the new ledger ids. With no model,
     the heuristic extractor runs; so it does when the model's reply is not notes (prose, broken
     JSON: `BadNotes`), logged and counted, so the notes miss nothing the extractor can see."""
+    entries = as_recorded(entries)  # a user message is the user's, whatever its name
     drafts: list[NoteDraft] = []
     origin = HEURISTIC_VERSION
     if extractor is not None:

@@ -21,13 +21,13 @@ the last, unanswered ones is not stored twice).
 from __future__ import annotations
 
 import hashlib
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from kioku.align import opcodes
+from kioku.cast import user_author
 from kioku.chat_messages import message_tokens, reply_message
 from kioku.dates import received
 from kioku.errors import InputError, NotFound, SyncConflict
@@ -276,28 +276,6 @@ def log_tail(conv: Conversation, n: int) -> list[Logged]:
         Logged(seq, role, line_key(role, text))
         for seq, role, text in conv.store.visible_tail(conv.id, n)
     ]
-
-
-USER_MARK = " (user)"  # how a user's name that is a character's is stored
-
-
-def same_name(a: str, b: str) -> bool:
-    """Whether two names are one, as a reader would take them: case, width and spacing aside."""
-
-    def key(name: str) -> str:
-        return " ".join(unicodedata.normalize("NFKC", name).split()).casefold()
-
-    return bool(key(a)) and key(a) == key(b)
-
-
-def user_author(name: str, character: str = "", cast: Sequence[str] = ()) -> str:
-    """The name a user's message is stored under. Authorship comes from the role: a name the
-    client gives a user message (its `name`, X-Kioku-User) that is the character's, or a group
-    member's (`cast`), is stored as "Mika (user)", so nothing the user typed is ever filed as
-    the character's (notes input, chapters, the ledger, recall all read the author)."""
-    if any(same_name(name, c) for c in (character, *cast)):
-        return f"{name.strip()}{USER_MARK}"
-    return name
 
 
 def to_message(

@@ -9,18 +9,21 @@ from dataclasses import replace
 
 import pytest
 
+from kioku.cast import as_recorded, same_name, user_author
 from kioku.engine import Kioku
 from kioku.errors import NotFound
+from kioku.generations import chapter_task
 from kioku.layers import Layers
 from kioku.memory import MemoryItem
-from kioku.messages import Message
+from kioku.messages import LogEntry, Message
 from kioku.note import NoteDraft
-from kioku.notes import add_notes, current_notes, retract_sources
+from kioku.notes import add_notes, current_notes, retract_sources, update_notes
 from kioku.revisions import stand_in
 from kioku.service.keys import create_key
 from kioku.store import Store
-from kioku.summarizer import Summary, SummaryTask
-from kioku.sync import Incoming, forget, same_name, sync, to_message, user_author
+from kioku.summarizer import ExtractiveSummarizer, Summary, SummaryTask
+from kioku.sync import Incoming, forget, sync, to_message
+from kioku.tokens import ScriptEstimator
 from tests import test_service_support as support
 from tests.test_service_support import SERVICE_PROFILE, Harness, words
 
@@ -138,6 +141,18 @@ def test_a_user_is_never_stored_under_the_characters_name() -> None:
     assert to_message(Incoming("user", "hi", "Mika"), "Mika").author == "Mika (user)"
     assert to_message(Incoming("user", "hi"), "Mika", user="Mika").author == "Mika (user)"
     assert to_message(Incoming("assistant", "hi"), "Mika").author == "Mika"
+    # a row stored before the rule: read as the user's wherever a range is read for memory
+    old = [
+        LogEntry(0, Message.of("user", SECRET, author="Mika")),
+        LogEntry(1, Message.of("assistant", "How sweet!", author="Mika")),
+    ]
+    assert [e.message.author for e in as_recorded(old)] == ["Mika (user)", "Mika"]
+    store = Store.open("sqlite://")
+    Kioku(store, profile=TINY).conversation("old")
+    assert update_notes(store, "old", old)
+    assert {n.said_by for n in store.note_ledger("old")} == {"Mika (user)"}
+    lines = ExtractiveSummarizer(ScriptEstimator()).summarize(chapter_task(old, TINY)).data
+    assert {ln["speaker"] for ln in lines["lines"] if ln["seq"] == 0} == {"Mika (user)"}
 
 
 def test_the_delete_route_is_the_operators_and_says_what_it_did(harness: Harness) -> None:
