@@ -407,3 +407,30 @@ def test_console_reads_memory_edits_notes_cuts_and_shows_alerts_and_log(
     severe = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     expected = ("status of 401", "status of 400")
     assert [m for m in severe if not any(x in m for x in expected)] == []
+
+
+def test_console_forgets_a_message_and_its_notes(served: Served, browser: Any) -> None:
+    """The Forget button on a message deletes it as `DELETE …/messages/{seq}` does: the note
+    taken from it is retracted, the log keeps it as a version."""
+    from kioku.notes import current_notes
+
+    store = served.store
+    assert [n for n in current_notes(store.note_ledger(CID)) if n.source_seq == 0]
+    p = Page(browser)
+    browser.get(f"{served.base}/console/")
+    p.until(lambda: p.visible("api-key"), "the key form")
+    p.id("api-key").send_keys(served.key)
+    p.id("key-submit").click()
+    p.until(lambda: p.all("conversation"), "the conversation list")
+    p.all("conversation")[0].click()
+    p.until(lambda: p.all("message"), "the newest messages")
+    p.id("tr-start").click()
+    p.until(lambda: p.all("message")[0].get_attribute("data-seq") == "0", "the first page")
+    first = p.all("message")[0]
+    first.find_element(p.By.CSS_SELECTOR, '[data-testid="forget"]').click()
+    p.until(lambda: browser.switch_to.alert, "the confirmation").accept()
+    p.until(lambda: "deleted" in (p.all("message")[0].get_attribute("class") or ""), "deleted")
+    assert store.entries(CID, 0, 0)[0].message.is_empty()
+    assert store.message_versions(CID, 0)[0]["text"] == FIRST
+    assert not [n for n in current_notes(store.note_ledger(CID)) if n.source_seq == 0]
+    assert "Sapporo" not in store.notes_snapshot(CID)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from kioku.cast import as_recorded
 from kioku.messages import LogEntry
 from kioku.recall.archive import (
     ArchiveIndex,
@@ -149,7 +150,9 @@ def exchanges(
         seqs = [q for q in range(lo, hi + 1) if q not in taken]
         if not seqs:
             continue
-        entries = [e for e in lookup(seqs[0], seqs[-1]) if e.seq in seqs and e.seq < before_seq]
+        entries = as_recorded(  # a user's line is the user's, whatever its name
+            [e for e in lookup(seqs[0], seqs[-1]) if e.seq in seqs and e.seq < before_seq]
+        )
         lines = tuple(
             _line(e)
             for e in entries
