@@ -311,7 +311,6 @@ class Conversation:
             )
             # what the user took back leaves every prompt in the same transaction
             back = take_back(self.store, self.id, changes, self.info().raw_start)
-            self._raw = []
             if back.retracted:
                 self.refresh_notes()
         self._raw = []
