@@ -56,13 +56,19 @@ def character_phrase(entries: Iterable[LogEntry], character: str, lang: str = "e
 USER_MARK = " (user)"  # how a user's name that is a character's is stored
 
 
+def _name_key(name: str) -> str:
+    text = unicodedata.normalize("NFKC", name)
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")  # zero-width marks
+    return " ".join(text.split()).strip(_AROUND).casefold()
+
+
+_AROUND = " \"'`.,:;!?()[]{}<>「」『』【】“”‘’*_~-"  # what may wrap a name without changing it
+
+
 def same_name(a: str, b: str) -> bool:
-    """Whether two names are one, as a reader would take them: case, width and spacing aside."""
-
-    def key(name: str) -> str:
-        return " ".join(unicodedata.normalize("NFKC", name).split()).casefold()
-
-    return bool(key(a)) and key(a) == key(b)
+    """Whether two names are one, as a reader would take them: case, width, spacing, invisible
+    characters and the punctuation around them aside ("mika ", "Ｍｉｋａ", "Mi\u200bka", "「Mika」")."""
+    return bool(_name_key(a)) and _name_key(a) == _name_key(b)
 
 
 def user_author(name: str, character: str = "", cast: Sequence[str] = ()) -> str:

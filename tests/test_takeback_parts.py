@@ -24,6 +24,7 @@ from kioku.store import Store
 from kioku.summarizer import ExtractiveSummarizer, Summary, SummaryTask
 from kioku.sync import Incoming, forget, sync, to_message
 from kioku.tokens import ScriptEstimator
+from kioku.transcript import render_transcript
 from tests import test_service_support as support
 from tests.test_service_support import SERVICE_PROFILE, Harness, words
 
@@ -133,6 +134,8 @@ def test_a_summary_that_read_a_message_deleted_meanwhile_is_not_stored() -> None
 
 def test_a_user_is_never_stored_under_the_characters_name() -> None:
     assert same_name("Mika", " mika ") and same_name("Ｍｉｋａ", "mika")
+    assert same_name("Mi\u200bka", "Mika") and same_name("「Mika」", "Mika")
+    assert same_name("Mika:", "Mika") and same_name("Mika  Rose", "mika rose")
     assert not same_name("", "") and not same_name("Mika", "Mikan")
     assert user_author("Mika", "Mika") == "Mika (user)"
     assert user_author("mika  ", "Mika") == "mika (user)"
@@ -151,6 +154,8 @@ def test_a_user_is_never_stored_under_the_characters_name() -> None:
     Kioku(store, profile=TINY).conversation("old")
     assert update_notes(store, "old", old)
     assert {n.said_by for n in store.note_ledger("old")} == {"Mika (user)"}
+    shown = render_transcript(as_recorded(old))
+    assert "Mika (user)\n" in shown and "(user) (user)" not in shown
     lines = ExtractiveSummarizer(ScriptEstimator()).summarize(chapter_task(old, TINY)).data
     assert {ln["speaker"] for ln in lines["lines"] if ln["seq"] == 0} == {"Mika (user)"}
 
