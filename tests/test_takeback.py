@@ -4,7 +4,7 @@
 The upstream is a scripted double that answers the chat, the chronicler (a chapter in its own
 words over the secret, else a refusal: the chapter is written extractively) and the notes model
 (a note for each message that names a sister or a cat), and records every request. A message a chapter, a note and a recollection came from is
-deleted (by a client's sync, by REST, by `kioku forget`) or edited away: the next five prompts
+deleted (by a client's sync, by its next transcript, by REST, by `kioku forget`) or edited away: the next five prompts
 the upstream receives hold none of its words, and the ledger shows its note retracted with the
 change as the reason.
 """
@@ -101,13 +101,11 @@ class Chat:
         return self.store.find_conversation("acme", self.cid).id
 
     def turn(self, text: str, **message: Any) -> None:
-        body = {
-            "model": "m",
-            "messages": [
-                {"role": "system", "content": CARD},
-                {"role": "user", "content": text, **message},
-            ],
-        }
+        self.send([{"role": "user", "content": text, **message}])
+
+    def send(self, chat: list[dict]) -> None:
+        """A turn: one new message (a stateful client) or the whole chat (a stateless one)."""
+        body = {"model": "m", "messages": [{"role": "system", "content": CARD}, *chat]}
         r = self.http.post("/v1/chat/completions", headers=self.headers, json=body)
         assert r.status_code == 200, r.text
         self.settle()
@@ -194,7 +192,7 @@ def forget_by_cli(db: str, cid: str) -> None:
     assert json.loads(done.stdout)["deleted"] is True
 
 
-@pytest.mark.parametrize("how", ["sync", "rest", "cli", "edit"])
+@pytest.mark.parametrize("how", ["sync", "turn", "rest", "cli", "edit"])
 def test_a_message_taken_back_is_in_no_later_prompt(db: str, tmp_path: Path, how: str) -> None:
     store = Store.open(db)
     with FakeUpstream(reply=reply) as up:
@@ -215,6 +213,12 @@ def test_a_message_taken_back_is_in_no_later_prompt(db: str, tmp_path: Path, how
             if how == "sync":
                 out = chat.sync(chat.transcript(lambda q, t: None if q == 2 else t))
                 assert out["deleted"] == [2]
+            elif how == "turn":  # a stateless client's next turn shows the chat without it
+                chat.send(
+                    chat.transcript(lambda q, t: None if q == 2 else t)
+                    + [{"role": "user", "content": QUESTION}]
+                )
+                assert chat.store.entries(chat.key, 2, 2)[0].message.is_empty()
             elif how == "edit":
                 edited = "My sister is doing well."
                 out = chat.sync(chat.transcript(lambda q, t: edited if q == 2 else t))
