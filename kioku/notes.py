@@ -166,16 +166,51 @@ def retract_sources(store: Store, conversation_id: str, taken: Mapping[int, str]
     Each retraction is a ledger entry (the note stays in the history, marked) whose origin says
     why: "retracted: message #2 deleted". An edited message's facts are extracted again from
     its new text when its chapter is written again (`kioku.revisions`). A note the operator
-    wrote has no source message and is never retracted here: the person wins."""
+    wrote has no source message and is never retracted here: the person wins.
+
+    A retracted note that had replaced an older one in its slot ("moved to Kyoto" over "lives
+    in Osaka") gives the older one back, when a message still in the log said it: the user took
+    back the newer statement, not the older."""
     out: list[int] = []
     with store.atomic():
-        for n in current_notes(store.note_ledger(conversation_id)):
+        entries = store.note_ledger(conversation_id)
+        by_id = {e.id: e for e in entries}
+        for n in current_notes(entries):
             if n.author != "extractor" or n.source_seq is None or n.source_seq not in taken:
                 continue
             tomb = NoteDraft(n.subject, n.kind, "", n.source_seq, n.id)
             why = retraction_reason(n.source_seq, taken[n.source_seq])
             out.append(_insert(store, conversation_id, tomb, "extractor", why, retracted=True))
+            older = _still_said(by_id, n.supersedes, taken)
+            if older is not None:
+                again = NoteDraft(older.subject, older.kind, older.text, older.source_seq)
+                nid = _insert(store, conversation_id, again, "extractor", f"restored: {why}")
+                store.add_note_facts(
+                    conversation_id,
+                    nid,
+                    said_by=older.said_by,
+                    on_date=older.on_date,
+                    slot=older.slot,
+                    seq=older.source_seq,
+                )
     return out
+
+
+def _still_said(
+    by_id: Mapping[int, Note], ref: int | None, taken: Mapping[int, str]
+) -> Note | None:
+    """The newest note in a chain of replaced ones (from `ref` back) that a message still in
+    the log said, or None (a retraction or an operator's entry ends the chain)."""
+    seen: set[int] = set()
+    while ref is not None and ref not in seen:
+        seen.add(ref)
+        e = by_id.get(ref)
+        if e is None or e.retracted or e.author != "extractor":
+            return None
+        if e.source_seq is not None and e.source_seq not in taken and e.text:
+            return e
+        ref = e.supersedes
+    return None
 
 
 # plain text for people --------------------------------------------------------------------------

@@ -80,6 +80,21 @@ def test_a_note_the_operator_wrote_is_never_retracted_by_a_delete() -> None:
     assert extracted not in live and mine in live
 
 
+def test_a_retracted_correction_gives_back_the_fact_it_replaced() -> None:
+    store = Store.open("sqlite://")
+    Kioku(store, profile=TINY).conversation("s")
+    add_notes(store, "s", [NoteDraft("Anna", "fact", "lives in Osaka", 10, slot="home")])
+    add_notes(store, "s", [NoteDraft("Anna", "fact", "lives in Kyoto", 40, slot="home")])
+    assert [n.text for n in current_notes(store.note_ledger("s"))] == ["lives in Kyoto"]
+    [tomb] = retract_sources(store, "s", {40: "edit"})
+    [back] = current_notes(store.note_ledger("s"))
+    assert (back.text, back.source_seq, back.slot) == ("lives in Osaka", 10, "home")
+    assert back.origin == "restored: retracted: message #40 edited"
+    # both statements taken back: nothing is left
+    assert retract_sources(store, "s", {10: "delete"})
+    assert not current_notes(store.note_ledger("s"))
+
+
 def test_the_recall_index_forgets_a_deleted_message_in_every_process() -> None:
     kk, _ = conversation()
     store = kk.store
