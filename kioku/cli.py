@@ -557,6 +557,38 @@ def cut(
 
 
 @app.command()
+def forget(
+    conversation: ConvArg,
+    seq: Annotated[int, typer.Argument(min=0, help="The message's seq (`kioku export`).")],
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete one message: its notes, recollections and chapter lines go with it.
+
+    The log keeps it as a version for the operator; no model reads it again.
+
+    Example: kioku forget mika 2
+    """
+    from kioku.engine import Conversation
+    from kioku.sync import forget as forget_message
+
+    s = settings(db)
+    kk = terminal.open_kioku(s, write=True)
+    key = terminal.find_conversation(kk.store, conversation, s.tenant).id
+    done = forget_message(Conversation(kk, key), seq)
+    if as_json:
+        emit(done.__dict__)
+        return
+    if not done.deleted:
+        terminal.note(f"#{seq} of {conversation!r} was deleted already")
+        return
+    terminal.text(
+        f"forgot #{seq} of {conversation!r}: {plural(len(done.retracted), 'note')} retracted, "
+        f"{plural(len(done.stale), 'memory item')} written again"
+    )
+
+
+@app.command()
 def export(
     conversation: ConvArg,
     fmt: Annotated[

@@ -45,6 +45,7 @@ from kioku.recall.need import Recall
 from kioku.revisions import Change, Revised, revise, stand_ins
 from kioku.store import ConversationInfo, Store
 from kioku.summarizer import ExtractiveSummarizer, Summarizer
+from kioku.takeback import take_back
 from kioku.tokens import ScriptEstimator, TokenCounter
 from kioku.turn_state import TurnState
 from kioku.worker import BackgroundWorker, Worker
@@ -204,6 +205,7 @@ class Conversation:
         self.last_turn = TurnReport()  # what the last `prepare` did (for logs, demos, tests)
         self._last_prompt: Prompt | None = None
         self._raw: list[LogEntry] = []  # cache of the raw window; the log is append-only
+        self._revision = 0  # the log's revision `_raw` was read at (an edit bumps it)
         self._lang: str | None = None
         self._character: str | None = None
         self._compactor = Compactor(kioku, conversation_id)
@@ -276,6 +278,8 @@ class Conversation:
 
     def raw_window(self, info: ConversationInfo | None = None) -> list[LogEntry]:
         info = info or self.info()
+        if info.revision != self._revision:  # edited or deleted, by this process or another
+            self._raw, self._revision = [], info.revision
         self._raw = [e for e in self._raw if e.seq >= info.raw_start]
         after = self._raw[-1].seq + 1 if self._raw else info.raw_start
         if after < info.next_seq:
@@ -295,17 +299,22 @@ class Conversation:
         """Edit, delete or regenerate stored messages (versions kept, memory over them marked
         stale and re-summarized; `kioku.revisions`). The raw window cached here is read again."""
         k = self.kioku
-        done = revise(
-            self.store,
-            self.id,
-            changes,
-            k.counter,
-            delay_s=k.profile.summary_delay_s,
-            now=k.clock(),
-            image_tokens=k.profile.image_tokens,
-        )
+        with self.store.atomic():
+            done = revise(
+                self.store,
+                self.id,
+                changes,
+                k.counter,
+                delay_s=k.profile.summary_delay_s,
+                now=k.clock(),
+                image_tokens=k.profile.image_tokens,
+            )
+            # what the user took back leaves every prompt in the same transaction
+            back = take_back(self.store, self.id, changes, self.info().raw_start)
+            if back.retracted:
+                self.refresh_notes()
         self._raw = []
-        return done
+        return replace(done, retracted=back.retracted)
 
     def prepare(self, user_message: str | Message) -> Prompt:
         """Store the user message, apply what is ready, and build the prompt for the reply (a

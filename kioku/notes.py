@@ -16,12 +16,13 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 from typing import TYPE_CHECKING
 
 from kioku import prompts
+from kioku.cast import as_recorded
 from kioku.dates import date_line
 from kioku.errors import BadNotes, InputError
 from kioku.facts import Fact, facts_in
@@ -146,6 +147,70 @@ def add_notes(
             )
             ids.append(nid)
         return ids
+
+
+# what the user takes back ---------------------------------------------------------------------
+
+# a change of a stored message → how a retraction says why (the ledger entry's origin)
+TAKEN_BACK = {"delete": "deleted", "edit": "edited", "regenerate": "regenerated"}
+
+
+def retraction_reason(seq: int, change: str) -> str:
+    return f"retracted: message #{seq} {TAKEN_BACK.get(change, change)}"
+
+
+def retract_sources(store: Store, conversation_id: str, taken: Mapping[int, str]) -> list[int]:
+    """Retract every extracted note in force that was taken from a message the user deleted
+    or edited (`taken`: seq → the change, a key of `TAKEN_BACK`); return the new entries' ids.
+
+    Each retraction is a ledger entry (the note stays in the history, marked) whose origin says
+    why: "retracted: message #2 deleted". An edited message's facts are extracted again from
+    its new text when its chapter is written again (`kioku.revisions`). A note the operator
+    wrote has no source message and is never retracted here: the person wins.
+
+    A retracted note that had replaced an older one in its slot ("moved to Kyoto" over "lives
+    in Osaka") gives the older one back, when a message still in the log said it: the user took
+    back the newer statement, not the older."""
+    out: list[int] = []
+    with store.atomic():
+        entries = store.note_ledger(conversation_id)
+        by_id = {e.id: e for e in entries}
+        for n in current_notes(entries):
+            if n.author != "extractor" or n.source_seq is None or n.source_seq not in taken:
+                continue
+            tomb = NoteDraft(n.subject, n.kind, "", n.source_seq, n.id)
+            why = retraction_reason(n.source_seq, taken[n.source_seq])
+            out.append(_insert(store, conversation_id, tomb, "extractor", why, retracted=True))
+            older = _still_said(by_id, n.supersedes, taken)
+            if older is not None:
+                again = NoteDraft(older.subject, older.kind, older.text, older.source_seq)
+                nid = _insert(store, conversation_id, again, "extractor", f"restored: {why}")
+                store.add_note_facts(
+                    conversation_id,
+                    nid,
+                    said_by=older.said_by,
+                    on_date=older.on_date,
+                    slot=older.slot,
+                    seq=older.source_seq,
+                )
+    return out
+
+
+def _still_said(
+    by_id: Mapping[int, Note], ref: int | None, taken: Mapping[int, str]
+) -> Note | None:
+    """The newest note in a chain of replaced ones (from `ref` back) that a message still in
+    the log said, or None (a retraction or an operator's entry ends the chain)."""
+    seen: set[int] = set()
+    while ref is not None and ref not in seen:
+        seen.add(ref)
+        e = by_id.get(ref)
+        if e is None or e.retracted or e.author != "extractor":
+            return None
+        if e.source_seq is not None and e.source_seq not in taken and e.text:
+            return e
+        ref = e.supersedes
+    return None
 
 
 # plain text for people --------------------------------------------------------------------------
@@ -316,6 +381,8 @@ def dated_lines(entries: Sequence[LogEntry], lang: str = "en") -> str:
     day: date | None = None
     opened = opened_by_earlier([(e.message.role, e.message.text) for e in entries])
     for e, value in zip(entries, opened, strict=True):
+        if e.message.is_empty():
+            continue  # deleted: nothing of it is read
         at = e.message.at
         if at is not None and at.date() != day:
             day = at.date()
@@ -456,6 +523,7 @@ def update_notes(
     """Extract facts from `entries` and append them; return the new ledger ids. With no model,
     the heuristic extractor runs; so it does when the model's reply is not notes (prose, broken
     JSON: `BadNotes`), logged and counted, so the notes miss nothing the extractor can see."""
+    entries = as_recorded(entries)  # a user message is the user's, whatever its name
     drafts: list[NoteDraft] = []
     origin = HEURISTIC_VERSION
     if extractor is not None:

@@ -20,7 +20,7 @@ covered by active memory exactly once) is untouched, because ranges never move:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,11 +32,12 @@ from kioku.memory import MemoryItem
 from kioku.messages import Message
 from kioku.profiles import DEFAULT_IMAGE_TOKENS, Profile
 from kioku.rendering import render_story
+from kioku.scenes import scenes_in
 from kioku.store import Job, Store
 from kioku.store.edits import ChangeKind, Revised, Rewrite
 from kioku.store.protocols import LogReads
 from kioku.structure import is_structured, record_from_data
-from kioku.summarizer import SummaryTask
+from kioku.summarizer import SummaryTask, render_lines, stored_lines
 from kioku.tokens import ScriptEstimator, TokenCounter
 from kioku.transcript import render_transcript
 
@@ -109,7 +110,14 @@ def versions(store: LogReads, conversation_id: str, seq: int) -> list[dict[str, 
 # the prompt until the revision lands ---------------------------------------------------------
 
 
-def _body(item: MemoryItem, lang: str) -> str:
+def _body(item: MemoryItem, lang: str, changed: Collection[int] = ()) -> str:
+    """The stale item's text without its lines taken from a changed message: what the user
+    deleted or edited away is not shown again, even until the re-summary."""
+    if changed:
+        lines = stored_lines(item)
+        kept = [ln for ln in lines if ln.seq not in changed]
+        if len(kept) < len(lines):
+            return render_lines(kept, scenes_in(item.data), lang).strip()
     if is_structured(item.data):
         return render_story(record_from_data(item.data), lang).strip()
     return item.text.strip()
@@ -146,7 +154,9 @@ def stand_in(
         if sum(e.tokens for e in entries) <= max(0, profile.prompt_budget - profile.ceiling) // 2:
             text = f"{note['raw']}\n\n{render_transcript(entries, lang)}"
     if not text:
-        text = f"{_body(item, lang)}\n\n{_errata(store, conversation_id, item, lang)}"
+        changed = changed_seqs(store, conversation_id, item.first_seq, item.last_seq)
+        body = _body(item, lang, changed)
+        text = f"{body}\n\n{_errata(store, conversation_id, item, lang)}"
     return replace(item, text=text, data={}, tokens=counter.count(text))
 
 

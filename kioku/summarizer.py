@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from kioku.cast import as_recorded
 from kioku.facts import Speech, facts_in_speech
 from kioku.inert import inert, one_line
 from kioku.memory import ItemSource, MemoryItem
@@ -154,8 +155,9 @@ def attributed_lines(entries: Iterable[LogEntry], lang: str = "en") -> list[Line
     """Every sentence of every message, with who said it, the day and the scene. Narration is
     attributed to the narrator, speech to its speaker, thought marked as unspoken; a relative
     date is followed by the date it means ("yesterday (7 May 2023)"). Memory is made of these
-    lines, so their text is inert and their names one line (`kioku.inert`)."""
-    entries = list(entries)
+    lines, so their text is inert and their names one line (`kioku.inert`); a user message is
+    the user's, whatever its name (`kioku.cast.as_recorded`)."""
+    entries = as_recorded(list(entries))
     starts = [sc.first_seq for sc in scenes(entries)]
     out: list[Line] = []
     # a value its author typed as the message after "my password is"

@@ -27,9 +27,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from kioku.align import opcodes
+from kioku.cast import user_author
 from kioku.chat_messages import message_tokens, reply_message
 from kioku.dates import received
-from kioku.errors import InputError, SyncConflict
+from kioku.errors import InputError, NotFound, SyncConflict
 from kioku.fit import refuse_if_never_fits
 from kioku.messages import LogEntry, Message, Part, Role
 from kioku.models import Completion
@@ -278,14 +279,21 @@ def log_tail(conv: Conversation, n: int) -> list[Logged]:
 
 
 def to_message(
-    m: Incoming, character: str = "", user: str = "", now: datetime | None = None
+    m: Incoming,
+    character: str = "",
+    user: str = "",
+    now: datetime | None = None,
+    cast: Sequence[str] = (),
 ) -> Message:
     """A client's message as stored: the author is the name the client gave it, else the
     conversation's user or character (`user` falls back to "user", as an import without names
-    does); dated by the client when it said when, else when kioku received it (`now`)."""
+    does), a user's never the character's (`user_author`); dated by the client when it said
+    when, else when kioku received it (`now`)."""
     author = m.name or (
         (user or "user") if m.role == "user" else character if m.role == "assistant" else ""
     )
+    if m.role == "user":
+        author = user_author(author, character, cast)
     if m.parts:
         return Message(m.role, m.parts, author=author, at=m.at or now)
     return Message.of(m.role, m.text, author=author, at=m.at or now)
@@ -300,12 +308,14 @@ def sync(
     blobs: Mapping[str, bytes] | None = None,
     user: str = "",
     named: bool = False,
+    cast: Sequence[str] = (),
 ) -> Synced:
     """Bring the log in line with a request and store what is new. `stateful` None: a request
     with one message, or with only tool results, is a stateful client's turn (a transcript
     always holds the user message that led to the tool calls); a longer one a transcript.
     `blobs` holds the media parts the messages name; only those of stored messages are kept.
-    `named`: the client names each chat itself (the SillyTavern extension), see `diff`."""
+    `named`: the client names each chat itself (the SillyTavern extension), see `diff`.
+    `cast`: a group chat's characters, whose names a user message is never stored under."""
     if not incoming:
         raise InputError("the request has no user or assistant message to answer")
     if stateful is None:
@@ -314,7 +324,7 @@ def sync(
         plan = diff_new(log_tail(conv, len(incoming)), incoming)
     else:
         plan = diff(log_tail(conv, 2 * len(incoming) + TAIL_SLACK), incoming, named=named)
-    return apply(conv, plan, character, blobs, user)
+    return apply(conv, plan, character, blobs, user, cast)
 
 
 def apply(
@@ -323,6 +333,7 @@ def apply(
     character: str | None = None,
     blobs: Mapping[str, bytes] | None = None,
     user: str = "",
+    cast: Sequence[str] = (),
 ) -> Synced:
     """Store a plan (and the `blobs` its messages name). `character` names unnamed assistant
     messages (default: the conversation's character), `user` unnamed user messages (default:
@@ -330,12 +341,12 @@ def apply(
     stored."""
     store, k = conv.store, conv.kioku
     changed = [*plan.appends, *(e.message for e in plan.edits)]
-    if character is None and any(m.role == "assistant" and not m.name for m in changed):
-        character = conv.info().character
+    if character is None and any(m.role in ("user", "assistant") for m in changed):
+        character = conv.info().character  # names unnamed replies; no user message takes it
     character = character or ""
     now = received(k.clock())
-    new = [to_message(m, character, user, now) for m in plan.appends]
-    edited = [to_message(e.message, character, user) for e in plan.edits]
+    new = [to_message(m, character, user, now, cast) for m in plan.appends]
+    edited = [to_message(e.message, character, user, cast=cast) for e in plan.edits]
     tokens = [message_tokens(m, k.counter, k.profile.image_tokens) for m in new]
     refuse_if_never_fits(
         conv.message_limit(),
@@ -348,6 +359,21 @@ def apply(
         store.put_blobs({r: blobs[r] for r in refs if r is not None})
     stale: tuple[int, ...] = ()
     if plan.changes:
+        stale = _revise(conv, plan, edited)
+    appended = store.append_many(conv.id, list(zip(new, tokens, strict=True)))
+    if appended:
+        entry = appended[-1]
+    elif plan.turn is not None:
+        entry = store.entries(conv.id, plan.turn, plan.turn)[0]
+    else:  # pragma: no cover - diff always names the turn when nothing is appended
+        raise InputError("nothing to answer in this request")
+    return Synced(entry, plan, tuple(e.seq for e in appended), stale)
+
+
+def _revise(conv: Conversation, plan: SyncPlan, edited: Sequence[Message]) -> tuple[int, ...]:
+    """A plan's edits and deletions, with their log line and counters, in one transaction."""
+    store = conv.store
+    with store.atomic():
         changes = [Change(e.seq, m) for e, m in zip(plan.edits, edited, strict=True)]
         changes += [Change(q, None, "delete") for q in plan.deletes]
         done = conv.revise(changes)
@@ -369,14 +395,41 @@ def apply(
             store.incr(conv.id, "deletions", len(plan.deletes))
         if stale:
             store.incr(conv.id, "stale_items", len(stale))
-    appended = store.append_many(conv.id, list(zip(new, tokens, strict=True)))
-    if appended:
-        entry = appended[-1]
-    elif plan.turn is not None:
-        entry = store.entries(conv.id, plan.turn, plan.turn)[0]
-    else:  # pragma: no cover - diff always names the turn when nothing is appended
-        raise InputError("nothing to answer in this request")
-    return Synced(entry, plan, tuple(e.seq for e in appended), stale)
+    return stale
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    seq: int
+    deleted: bool  # False: it was deleted already
+    stale: tuple[int, ...] = ()  # memory items over it, now written again
+    retracted: tuple[int, ...] = ()  # notes ledger entries retracting its notes
+
+
+def forget(conv: Conversation, seq: int) -> Forgotten:
+    """Delete one stored message, as a client's sync deletes it (`kioku forget`, `DELETE
+    /v1/conversations/{id}/messages/{seq}`): the log keeps it as a version, every model
+    forgets it (`kioku.takeback`). A message deleted already changes nothing."""
+    found = conv.store.entries_at(conv.id, [seq])
+    if not found:
+        raise NotFound(f"conversation {conv.info().public_id!r} has no message #{seq}")
+    if found[0].message.is_empty():
+        return Forgotten(seq, deleted=False)
+    store = conv.store
+    with store.atomic():
+        done = conv.revise([Change(seq, None, "delete")])
+        store.log(
+            conv.id,
+            "forget",
+            "deleted",
+            first_seq=seq,
+            last_seq=seq,
+            detail=f"#{seq} deleted" + (f"; stale items {list(done.stale)}" if done.stale else ""),
+        )
+        store.incr(conv.id, "deletions")
+        if done.stale:
+            store.incr(conv.id, "stale_items", len(done.stale))
+    return Forgotten(seq, True, done.stale, done.retracted)
 
 
 def replace_reply(

@@ -175,7 +175,8 @@ def render_entry(
     stamp = _stamp(m.at, previous, labels.lang)
     if stamp:
         head.append(stamp)
-    head.append(f"{author} ({side})" if one_line(m.author) else side)
+    labelled = one_line(m.author) and not author.endswith(f"({side})")  # "Mika (user)" is
+    head.append(f"{author} ({side})" if labelled else author)
     lines = [" · ".join(head)]
     for p in m.parts:
         if p.text.strip() or p.ref:

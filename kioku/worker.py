@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -33,6 +33,7 @@ from kioku.generations import (
 )
 from kioku.hooks import TurnHooks
 from kioku.lang import detect_lang
+from kioku.messages import LogEntry
 from kioku.no_layers import NO_LAYERS
 from kioku.outcomes import FALLBACK, dropped, dropped_text, event_outcome, reason_of, why
 from kioku.owners import may_be_alive, new_owner
@@ -230,6 +231,7 @@ class Worker:
 
     def _execute(self, job: Job, started: float) -> JobOutcome:
         cid = job.conversation_id
+        revision = self.store.conversation(cid).revision  # before the job reads the log
         task = self.task_for(job)
         if task is None:
             self.store.finish_job(
@@ -242,6 +244,21 @@ class Worker:
             return JobOutcome(job, "overtaken")
         summary = self.summarizer.summarize(task)
         duration = time.monotonic() - started
+        if len(self._unchanged(cid, revision, task.entries)) < len(task.entries):
+            # a message it read was deleted or edited meanwhile: what it wrote must not stand
+            # (`kioku.takeback`); the policy schedules the range again, an edit its revision
+            self.store.finish_job(
+                job.id, "cancelled", "overtaken: its messages changed", worker=self.name
+            )
+            self.store.log(
+                cid,
+                job.kind,
+                "overtaken",
+                first_seq=job.first_seq,
+                last_seq=job.last_seq,
+                detail="its messages changed while it ran",
+            )
+            return JobOutcome(job, "overtaken")
         item = item_from_summary(task, summary, ready_at=self.clock() + self.simulated_duration_s)
         if job.kind == "revision":
             item = revised_item(self.store, job, item)
@@ -259,12 +276,26 @@ class Worker:
             log.warning("%s: slower than its lease, another worker's result counts", job_name(job))
             return JobOutcome(job, "lost", duration_s=duration, error=str(e))
         try:
-            self._written(job, task, summary, duration)
+            self._written(job, task, summary, duration, revision)
         except KiokuError as e:  # the item stands; only its log lines or notes are missing
             log.warning("job %s done, but not all of it was recorded: %s", job.id, e)
         return JobOutcome(job, "done", item_id, duration)
 
-    def _written(self, job: Job, task: SummaryTask, summary: Summary, duration: float) -> None:
+    def _unchanged(
+        self, conversation_id: str, revision: int, entries: Sequence[LogEntry]
+    ) -> list[LogEntry]:
+        """The `entries` read at `revision` that the log still holds as they were."""
+        if not entries or self.store.conversation(conversation_id).revision == revision:
+            return list(entries)
+        now = {
+            e.seq: e.message.content_hash()
+            for e in self.store.entries(conversation_id, entries[0].seq, entries[-1].seq)
+        }
+        return [e for e in entries if now.get(e.seq) == e.message.content_hash()]
+
+    def _written(
+        self, job: Job, task: SummaryTask, summary: Summary, duration: float, revision: int
+    ) -> None:
         """Log and count a stored summary (in the compaction log and one line of the process's
         log), and let the layers read its messages (notes)."""
         cid = job.conversation_id
@@ -303,7 +334,8 @@ class Worker:
         self.store.incr(cid, "synopses_written" if task.kind == "synopsis" else "chapters_written")
         if task.kind != "synopsis":
             try:
-                self.layers.chapter_written(cid, task.entries)
+                # only what the user has not taken back meanwhile
+                self.layers.chapter_written(cid, self._unchanged(cid, revision, task.entries))
             except KiokuError as e:
                 # The chapter stands and covers these messages; only the notes layer missed
                 # them. Logged and counted, never silent.

@@ -454,3 +454,30 @@ def test_console_deletes_a_conversation_after_asking(served: Served, browser: An
     p.until(lambda: not p.all("conversation") and p.visible("empty"), "the emptied list")
     assert served.store.conversations(TENANT) == []
     assert served.store.tenant_counts() == {}
+
+
+def test_console_forgets_a_message_and_its_notes(served: Served, browser: Any) -> None:
+    """The Forget button on a message deletes it as `DELETE …/messages/{seq}` does: the note
+    taken from it is retracted, the log keeps it as a version."""
+    from kioku.notes import current_notes
+
+    store = served.store
+    assert [n for n in current_notes(store.note_ledger(CID)) if n.source_seq == 0]
+    p = Page(browser)
+    browser.get(f"{served.base}/console/")
+    p.until(lambda: p.visible("api-key"), "the key form")
+    p.id("api-key").send_keys(served.key)
+    p.id("key-submit").click()
+    p.until(lambda: p.all("conversation"), "the conversation list")
+    p.all("conversation")[0].click()
+    p.until(lambda: p.all("message"), "the newest messages")
+    p.id("tr-start").click()
+    p.until(lambda: p.all("message")[0].get_attribute("data-seq") == "0", "the first page")
+    first = p.all("message")[0]
+    first.find_element(p.By.CSS_SELECTOR, '[data-testid="forget"]').click()
+    p.until(lambda: browser.switch_to.alert, "the confirmation").accept()
+    p.until(lambda: "deleted" in (p.all("message")[0].get_attribute("class") or ""), "deleted")
+    assert store.entries(CID, 0, 0)[0].message.is_empty()
+    assert store.message_versions(CID, 0)[0]["text"] == FIRST
+    assert not [n for n in current_notes(store.note_ledger(CID)) if n.source_seq == 0]
+    assert "Sapporo" not in store.notes_snapshot(CID)

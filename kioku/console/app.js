@@ -508,7 +508,17 @@
         el("b", { text: m.author || m.role }),
         el("span", { class: "muted small", text: m.role }),
         when ? el("time", { class: "muted small", datetime: stamp.toISOString(), title: m.at ? "the client's time" : "stored at", dataset: { testid: "message-time" }, text: when }) : null,
-        m.deleted ? el("span", { class: "badge stale", text: "deleted by the client" }) : null,
+        m.deleted ? el("span", { class: "badge stale", text: "deleted" }) : null,
+        m.deleted
+          ? null
+          : el("button", {
+              type: "button",
+              class: "small forget",
+              title: "Delete this message: its notes, recollections and chapter lines go with it (the log keeps it as a version)",
+              dataset: { testid: "forget" },
+              onclick: act(() => forgetMessage(m.seq)),
+              text: "Forget",
+            }),
       ),
       el("div", { class: "msg-body" }, ...parts),
       m.recall ? recallNote(m.recall) : null,
@@ -525,6 +535,15 @@
       el("b", { text: r.on ? "recall on: " : "recall off: " }),
       `${r.why}${what}`,
     );
+  }
+
+  // what the user takes back: gone from every prompt, kept in the log as a version
+  async function forgetMessage(seq) {
+    if (!window.confirm(`Delete message #${seq}? No model will read it again; the log keeps it as a version.`)) return;
+    await api("DELETE", `${conv(state.current)}/messages/${seq}`);
+    await Promise.all([loadMemory(), loadLog(), loadJobs(), loadStatus()]);
+    const li = document.querySelector(`#messages li[data-seq="${seq}"]`);
+    if (li) li.classList.add("deleted");
   }
 
   // --- notes, cut, tics, log ------------------------------------------------------------------

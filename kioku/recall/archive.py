@@ -99,8 +99,9 @@ class Terms:
 
 
 def index_text(entry: LogEntry) -> str:
-    """What a message contributes to the index: who spoke and what they said."""
-    if entry.message.role not in ("user", "assistant"):
+    """What a message contributes to the index: who spoke and what they said (a deleted
+    message: nothing)."""
+    if entry.message.role not in ("user", "assistant") or entry.message.is_empty():
         return ""
     return f"{entry.message.author} {entry.message.text}"
 

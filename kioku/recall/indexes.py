@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from kioku.cast import as_recorded
 from kioku.messages import LogEntry
 from kioku.recall.archive import (
     ArchiveIndex,
@@ -156,8 +157,9 @@ def exchanges(
         if not seqs:
             continue
         # read from a few messages before: a value typed as the message after its keyword
-        # ("my password is", a reply, "hunter2") is withheld as the keyword's
-        around = lookup(max(0, seqs[0] - SECRET_LOOKBACK), seqs[-1])
+        # ("my password is", a reply, "hunter2") is withheld as the keyword's; a user's line
+        # is the user's, whatever its name
+        around = as_recorded(lookup(max(0, seqs[0] - SECRET_LOOKBACK), seqs[-1]))
         opened = opened_by_earlier([(e.message.role, e.message.text) for e in around])
         lines = tuple(
             _line(e, value)
@@ -165,6 +167,7 @@ def exchanges(
             if e.seq in seqs
             and e.seq < before_seq
             and e.message.role in ("user", "assistant")
+            and not e.message.is_empty()  # deleted: nothing of it is recalled
             and not (skip and skip(e))
         )
         if not lines:
@@ -213,7 +216,10 @@ class RecallIndexes:
 
     `index(conv)` loads the persisted segments and replays newer messages from the log;
     `add(conv, entries)` indexes messages the caller just stored and writes a segment every
-    `segment_size` messages; `recall(...)` first pulls any messages another process stored."""
+    `segment_size` messages; `recall(...)` first pulls any messages another process stored.
+    An edit or a delete of a stored message (by any process) bumps the conversation's
+    `revision` and drops the segments from it on (`kioku.store.edits`): the index is loaded
+    again, so the old text is found by no search."""
 
     def __init__(
         self,
@@ -232,7 +238,8 @@ class RecallIndexes:
         self.stats: dict[str, LoadStats] = {}
         self._indexes: dict[str, ArchiveIndex] = {}
         self._born: dict[str, float] = {}  # when each indexed conversation was made
-        self._lock = threading.Lock()
+        self._revisions: dict[str, int] = {}  # the log's revision each index was loaded at
+        self._lock = threading.RLock()  # a load may save a segment
 
     def index(self, conversation_id: str) -> ArchiveIndex:
         with self._lock:
@@ -248,18 +255,21 @@ class RecallIndexes:
             self._save(conversation_id, idx)
 
     def sync(self, conversation_id: str) -> ArchiveIndex:
-        """Index whatever the log holds beyond the index (messages stored by someone else).
-        A conversation deleted and begun again under the same key (by another process) is
-        another: its index is read again from what the store holds now."""
+        """Index whatever the log holds beyond the index (messages stored by someone else);
+        after an edit or a delete, the index as the log is now. A conversation deleted and
+        begun again under the same key (by another process) is another: its index is read
+        again from what the store holds now."""
         info = self.store.conversation(conversation_id)
+        with self._lock:
+            if self._revisions.get(conversation_id, info.revision) != info.revision:
+                self._indexes.pop(conversation_id, None)
         idx = self.index(conversation_id)
         born = self._born.setdefault(conversation_id, info.created_at)
         if born != info.created_at or info.next_seq < idx.size:
             self.forget(conversation_id)
             idx = self.index(conversation_id)
             self._born[conversation_id] = info.created_at
-        held = info.next_seq
-        if held > idx.size:
+        if info.next_seq > idx.size:
             self.add(conversation_id, self.store.entries(conversation_id, idx.size))
         return idx
 
@@ -268,6 +278,7 @@ class RecallIndexes:
         with self._lock:
             self._indexes.pop(conversation_id, None)
             self._born.pop(conversation_id, None)
+            self._revisions.pop(conversation_id, None)
             self.stats.pop(conversation_id, None)
 
     def flush(self, conversation_id: str | None = None) -> None:
@@ -330,6 +341,13 @@ class RecallIndexes:
     def _save(self, conversation_id: str, idx: ArchiveIndex) -> None:
         if self.store.readonly:
             return  # a read-only command searches in memory and persists nothing
+        if self.store.conversation(conversation_id).revision != self._revisions.get(
+            conversation_id
+        ):
+            # the log was edited since this index was loaded: its postings may hold old text
+            with self._lock:
+                self._indexes.pop(conversation_id, None)
+            return
         seg = idx.take_segment()
         if seg is not None:
             _write_segments(self.store, conversation_id, [seg])
@@ -337,6 +355,8 @@ class RecallIndexes:
     def _load(self, conversation_id: str) -> ArchiveIndex:
         t0 = time.perf_counter()
         stats = LoadStats()
+        # read first: an edit landing while this loads is seen at the next `sync`
+        self._revisions[conversation_id] = self.store.conversation(conversation_id).revision
         idx = ArchiveIndex(self.terms, self.params)
         segs = _read_segments(self.store, conversation_id)
         usable = bool(segs) and all(g.tokenizer == self.terms.version for g in segs)

@@ -109,6 +109,7 @@ def start_turn(
         blobs=split.blobs,
         user=gen.user_name(conv, slot, req.user),
         named=generation is not None,
+        cast=req.speakers,
     )
     if req.stateful is False or (req.stateful is None and len(split.chat) > 1):
         gen.note_transcript(conv, slot)

@@ -15,6 +15,8 @@ re-summarize a chapter, and read seqs as the client numbers its messages.
   enters the prompt when the chat needs the room, as always; Cut folds at once.
 - **resummarize**: one chapter written again from its messages; until it is, the prompt shows
   the messages (`kioku.revisions`).
+- **delete a message** (`DELETE …/messages/{seq}`, operator scope): what the user takes back
+  is gone from what every model reads (`kioku.takeback`); the log keeps it as a version.
 - **positions**: a message's number among the messages the client shows. kioku keeps a deleted
   message's seq (seqs never move), SillyTavern renumbers: after a delete, seq 40 may be message
   38 there.
@@ -42,7 +44,7 @@ from kioku.service.chat_request import ChatMessageIn, split_messages
 from kioku.service.limits import StrictJSONRoute
 from kioku.service.turns import Replay, Ticket, name_request
 from kioku.store.turns import HeldTurn
-from kioku.sync import SyncPlan, apply, diff, log_tail
+from kioku.sync import SyncPlan, apply, diff, forget, log_tail
 
 if TYPE_CHECKING:
     from kioku.service.state import Service
@@ -77,6 +79,15 @@ class SyncOut(BaseModel):
 class SummarizeOut(BaseModel):
     hurried: int = Field(description="Queued summary jobs that now run without their delay.")
     scheduled: list[list[int]] = Field(description="Chapter ranges scheduled now.")
+
+
+class ForgetOut(BaseModel):
+    seq: int
+    deleted: bool = Field(description="False: it was deleted already (nothing changed).")
+    stale: list[int] = Field(description="Memory items over it, now written again.")
+    retracted: list[int] = Field(
+        description="Notes ledger entries that retract the notes it was the source of."
+    )
 
 
 class PositionsOut(BaseModel):
@@ -254,3 +265,39 @@ def positions(
     if any(q < 0 or q > MAX_SEQ for q in seq):
         raise InputError("a seq is a number from 0")
     return PositionsOut(positions=conv.store.positions(conv.id, seq))
+
+
+@router.delete(
+    "/{conversation_id}/messages/{seq}",
+    response_model=ForgetOut,
+    summary="Delete one message: every note, recollection and chapter line it was the source "
+    "of goes with it (the log keeps it as a version)",
+)
+async def forget_message(
+    request: Request,
+    tenant: Tenant,
+    conversation_id: ConversationId,
+    seq: Annotated[int, Path(ge=0, le=MAX_SEQ)],
+) -> ForgetOut:
+    svc = _service(request)
+    conv = await run_in_threadpool(_conversation, request, tenant, conversation_id)
+    cid = conv.info().public_id
+    slot = svc.slot(tenant, cid)
+    named = name_request(None, b"", tenant=tenant, conversation=cid, shape=f"forget\0{seq}")
+
+    def run(_: HeldTurn) -> ForgetOut:  # the conversation's turn: never beside a reply
+        done = forget(conv, seq)
+        slot.conv = None  # the turn's cached view of the log is stale now
+        return ForgetOut(
+            seq=seq, deleted=done.deleted, stale=list(done.stale), retracted=list(done.retracted)
+        )
+
+    held = await svc.gate.enter(slot, tenant, cid, named, time.time(), then=run)
+    if isinstance(held, Replay):  # the same delete already ran while this one waited
+        return ForgetOut(seq=seq, deleted=False, stale=[], retracted=[])
+    assert isinstance(held, Ticket)
+    try:
+        out: ForgetOut = held.value
+        return out
+    finally:
+        await held.finish(None)

@@ -57,6 +57,7 @@ class ConversationInfo:
     public_id: str = ""  # the id the tenant named it by; `id` is the store's key
     # when it was made: a conversation deleted and begun again under the same key is another
     created_at: float = 0.0
+    revision: int = 0  # bumps at every edit or delete of a stored message
 
 
 def _message_row(row: Any) -> LogEntry:
@@ -245,6 +246,7 @@ class Store(
             memory_version=row.memory_version,
             public_id=row.public_id or row.id,
             created_at=row.created_at,
+            revision=row.revision,
         )
 
     def conversations(self, tenant: str | None = None) -> list[ConversationInfo]:

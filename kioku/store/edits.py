@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from kioku.errors import NotFound
 from kioku.messages import LogEntry, Message, parts_from_json
@@ -51,6 +51,7 @@ class Revised:
     entries: tuple[LogEntry, ...]  # the rows as they are now
     stale: tuple[int, ...]  # active items marked stale (a revision job queued for each)
     retired: tuple[int, ...]  # ready items retired (their range will be scheduled again)
+    retracted: tuple[int, ...] = ()  # notes ledger entries retracting what they took back
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,24 @@ class MessageEdits(Database):
             stale, retired = self._mark_stale(
                 conn, conversation_id, {c.seq for c in rewrites}, run_after, now
             )
+            if rewrites:
+                self._forget_index(conn, conversation_id, min(c.seq for c in rewrites))
         return Revised(tuple(out), stale, retired)
+
+    def _forget_index(self, conn: Connection, conversation_id: str, first: int) -> None:
+        """The recall index no longer knows the old text from `first` on: its segments from
+        there are dropped (the log rebuilds them), and the conversation's revision bumps, so a
+        process that cached the log or the index reads it again."""
+        g = s.recall_segments.c
+        conn.execute(
+            delete(s.recall_segments).where(
+                g.conversation_id == conversation_id, g.last_seq >= first
+            )
+        )
+        c = s.conversations.c
+        conn.execute(
+            update(s.conversations).where(c.id == conversation_id).values(revision=c.revision + 1)
+        )
 
     def _mark_stale(
         self, conn: Connection, conversation_id: str, seqs: set[int], run_after: float, now: float
@@ -177,6 +195,18 @@ class MessageEdits(Database):
         with self.atomic() as conn:
             stale, _ = self._mark_stale(conn, conversation_id, {seq}, now, now)
         return stale
+
+    def metas_from(self, conversation_id: str, first: int) -> list[tuple[int, dict[str, Any]]]:
+        """(seq, meta) of the messages from `first` on that carry metadata (what kioku showed
+        beside them), oldest first."""
+        m = s.messages.c
+        q = (
+            select(m.seq, m.meta)
+            .where(m.conversation_id == conversation_id, m.seq >= first, m.meta.is_not(None))
+            .order_by(m.seq)
+        )
+        with self.reading() as conn:
+            return [(int(r.seq), dict(r.meta)) for r in conn.execute(q) if r.meta]
 
     def positions(self, conversation_id: str, seqs: Sequence[int]) -> dict[int, int]:
         """Each seq's number among the messages a client shows (deleted ones not counted):

@@ -61,6 +61,9 @@ conversations = Table(
     Column("created_at", Float, nullable=False),
     # the id the tenant named it by (issue 11): ids are per tenant, `id` is the row's key
     Column("public_id", String(200), nullable=True),
+    # bumps at every edit or delete of a stored message (issue 43): a process that cached the
+    # log (a raw window, a recall index) reads it again
+    Column("revision", Integer, nullable=False, default=0),
     Index("ix_conversations_tenant", "tenant"),
     Index("ux_conversations_tenant_public", "tenant", "public_id", unique=True),
 )
@@ -463,3 +466,14 @@ api_key_scopes = Table(
 )
 
 MIGRATIONS.append(("0011_i21_api_key_scopes", _create(api_key_scopes)))
+
+
+def _conversation_revision(conn: Connection) -> None:
+    """`conversations.revision`: what a process cached of a log is read again after an edit."""
+    if "revision" not in {c["name"] for c in inspect(conn).get_columns("conversations")}:
+        conn.execute(
+            text("ALTER TABLE conversations ADD COLUMN revision INTEGER NOT NULL DEFAULT 0")
+        )
+
+
+MIGRATIONS.append(("0012_i43_conversation_revision", _conversation_revision))
