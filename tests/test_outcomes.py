@@ -146,6 +146,7 @@ def test_stand_in_marks_only_what_replaced_the_models_summary() -> None:
 
 def test_stats_read_rows_written_before_each_event_had_its_word() -> None:
     store = Store.open("sqlite://")
+    store.ensure_conversation("c")
     for event in ("fallback", "fallback", "ungrounded", "dropped_name", "retry"):
         store.log("c", event)  # the worker wrote "ok" for each
     store.log("c", "chapter")
