@@ -21,7 +21,9 @@ the conversation's memory: it only checks that the connection works.
 
 Without the header, a request with one message and no card, to a conversation whose client
 sends whole transcripts, is taken for a side request too (SillyTavern's Test Message): such a
-client never sends a turn that way. `X-Kioku-Mode: stateful` stores it anyway.
+client never sends a turn that way. `X-Kioku-Mode: stateful` stores it anyway. A client that
+switched to single messages would lose every turn so, silently: a lone message with another text
+right after one taken for a Test Message is refused with 409 (`refuse_a_switch`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ that conversation got 409 "would rewrite 11 stored messages": it was jammed.
 A turn (store what is new, call the model, store the reply) now holds the conversation's turn
 lock from its start to its end: an asyncio lock per conversation in this process (`Slot.lock`),
 and across processes the store's lock (`kioku.store.turns`: an advisory lock on PostgreSQL, a lock
-row on SQLite). Every request is named:
+row on SQLite). Both are the conversation's store key's, never its name's (issue 43: keyed by
+name, a rename let a turn under the old name and one under the new run at once on one
+conversation): a request finds the key by the name once, takes the key's locks, and checks that
+the name still leads there (else it follows the name). Every request is named:
 
 - `Idempotency-Key: K` names it by K (per tenant, kept 24 h): K again gets the same reply, also
   after the first request finished or its process died; K with another body or conversation

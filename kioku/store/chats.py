@@ -3,6 +3,7 @@
 A rename gives a conversation another name (`public_id`) and keeps everything else: its key,
 which every other table refers to, does not change (SillyTavern renames a chat file; before
 issue 22 the renamed chat started a new conversation and the old one stayed behind, orphaned).
+The old name is free from the commit on: a conversation created under it gets another key.
 
 A branch's start: the parent's messages and memory copied into a new conversation in one
 transaction (`kioku.branches` decides what; this is the SQL of it).
