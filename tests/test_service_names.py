@@ -125,3 +125,30 @@ def test_lone_messages_after_transcripts_are_refused_once_the_client_switched(
     # a transcript in between starts over: the next Test Message is a side request again
     r = turn(service, "nm-switch", user("Hi"))
     assert r.status_code == 200 and r.headers["X-Kioku-Stored"] == "false"
+
+
+def test_a_branch_refused_for_its_content_creates_nothing(service: Harness) -> None:
+    chat: list[dict[str, Any]] = []
+    for i in range(4):
+        chat.append({"role": "user", "content": support.words(i)})
+        r = turn(service, "nm-parent", [{"role": "system", "content": CARD}, *chat])
+        assert r.status_code == 200, r.text
+        chat.append({"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]})
+    parent = service.store.find_conversation("acme", "nm-parent").id
+    before = [e.text for e in service.store.entries(parent)]
+    huge = {"role": "user", "content": support.words(99, 60_000)}
+    branch = [{"role": "system", "content": CARD}, *chat[:4], huge]
+    r = turn(service, "nm-branch", branch, **{"X-Kioku-Parent": "nm-parent"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert service.svc.conversation_key("acme", "nm-branch") is None  # no row, no copy
+    assert [e.text for e in service.store.entries(parent)] == before
+    # the same branch with a message that fits is whole, from its first request
+    branch[-1] = {"role": "user", "content": "a shorter way to go"}
+    r = turn(service, "nm-branch", branch, **{"X-Kioku-Parent": "nm-parent"})
+    assert r.status_code == 200, r.text
+    key = service.store.find_conversation("acme", "nm-branch").id
+    assert [e.text for e in service.store.entries(key)][:5] == [*before[:4], "a shorter way to go"]
+    assert [e["event"] for e in service.store.log_entries(key)].count("branch") == 1
+    # a plain new conversation refused for its first message leaves nothing either
+    r = turn(service, "nm-plain", [huge])
+    assert r.status_code == 400 and service.svc.conversation_key("acme", "nm-plain") is None
