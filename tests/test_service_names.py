@@ -5,12 +5,16 @@ lone messages gets a 409 that says what to do, while Test Message stays a side r
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
 import httpx
+import pytest
 
 from kioku.ids import key_for
+from kioku.service import client_api
 from tests import test_service_support as support
 from tests.test_service_support import Harness
 
@@ -152,3 +156,25 @@ def test_a_branch_refused_for_its_content_creates_nothing(service: Harness) -> N
     # a plain new conversation refused for its first message leaves nothing either
     r = turn(service, "nm-plain", [huge])
     assert r.status_code == 400 and service.svc.conversation_key("acme", "nm-plain") is None
+
+
+def test_a_rename_waits_for_the_turn_in_flight_at_most_its_own_while(
+    service: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that gives up on a rename (the extension, after 20 s) must not find it done
+    later: a rename that waited `RENAME_WAIT_S` for a turn is 409, and nothing is renamed."""
+    stateful(service, "nm-busy", "first words")
+    monkeypatch.setattr(client_api, "RENAME_WAIT_S", 0.2)
+    service.up.delay_s = 1.5
+    with ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(stateful, service, "nm-busy", "a slow one")
+        deadline = time.monotonic() + 10
+        while not any(b["messages"][-1]["content"] == "a slow one" for b in service.up.chats()):
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        with service.http() as h:
+            r = h.post("/v1/conversations/nm-busy/rename", json={"id": "nm-busy-2"})
+        assert r.status_code == 409 and r.json()["error"]["code"] == "turn_in_progress"
+        slow.result()
+    assert [e.text for e in service.store.entries("nm-busy")][-1] == "(reply to: a slow one)"
+    assert service.svc.conversation_key("acme", "nm-busy-2") is None

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from kioku.service.state import Service
 
 Tenant = Annotated[str, Depends(tenant_of)]
+# a rename waits this long for a turn in flight, then 409 turn_in_progress: a client that gives
+# up sooner (the SillyTavern extension: after 20 s) would not know that the rename happened
+RENAME_WAIT_S = 10.0
 
 router = APIRouter(prefix="/v1/conversations", tags=["clients"], route_class=StrictJSONRoute)
 
@@ -109,7 +112,9 @@ async def rename(
             svc.store.log(held.conversation, "rename", "ok", detail=f"{old!r} → {new!r}")
         return RenameOut(id=new, previous=old)
 
-    held = await svc.gate.enter(tenant, old, named, time.time(), then=run, create=False)
+    held = await svc.gate.enter(
+        tenant, old, named, time.time(), then=run, create=False, wait_s=RENAME_WAIT_S
+    )
     if isinstance(held, Replay):  # pragma: no cover - a rename stores no reply to replay
         raise NotFound(f"no conversation {old!r}; `kioku memory` lists them")
     try:

@@ -186,11 +186,11 @@ class Gate:
         self.clock = clock
         self.owner = Owner()
 
-    def _busy(self, conversation: str) -> TurnInProgress:
+    def _busy(self, conversation: str, wait_s: float) -> TurnInProgress:
         return TurnInProgress(
             f"turn in progress: conversation {conversation!r} is answering another request "
-            f"(waited {self.wait_s:g} s); send this one again when it is done",
-            retry_after_s=max(1.0, self.wait_s / 4),
+            f"(waited {wait_s:g} s); send this one again when it is done",
+            retry_after_s=max(1.0, wait_s / 4),
         )
 
     def _entry(self, tenant: str, key: str, seq: int | None) -> LogEntry | None:
@@ -230,6 +230,7 @@ class Gate:
         then: Callable[[HeldTurn, Slot], Any] | None = None,
         *,
         create: bool = True,
+        wait_s: float | None = None,
     ) -> Ticket | Replay:
         """Wait for the turn of the conversation named `name` (409 after `wait_s`), found by
         its name once and then held by its key: the key's lock here and in the store. Returns
@@ -238,15 +239,16 @@ class Gate:
         while this one waited (the turn then is not held). A name unknown once the lock is
         held is a new conversation (its key planned, `Store.planned_key`), or NotFound without
         `create`. A name that moved to another key while this one waited (a rename, another
-        first turn) is followed to that key."""
-        deadline = time.monotonic() + self.wait_s
+        first turn) is followed to that key. `wait_s`: a shorter wait than a turn's."""
+        wait_s = self.wait_s if wait_s is None else min(wait_s, self.wait_s)
+        deadline = time.monotonic() + wait_s
         for _ in range(_FOLLOWS):
             key = await run_in_threadpool(self._key, tenant, name, create)
             slot = self.slot(tenant, key)
             try:
                 await asyncio.wait_for(slot.lock.acquire(), max(0.0, deadline - time.monotonic()))
             except TimeoutError:
-                raise self._busy(name) from None
+                raise self._busy(name, wait_s) from None
             try:
                 delay = 0.005
                 while True:
@@ -256,7 +258,7 @@ class Gate:
                     if got is not None:
                         break
                     if time.monotonic() + delay > deadline:
-                        raise self._busy(name)
+                        raise self._busy(name, wait_s)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 0.1)
             except NameMoved:
@@ -273,7 +275,7 @@ class Gate:
             if not self.store.is_postgres:
                 ticket.heartbeat = asyncio.create_task(self._renew(held))
             return ticket
-        raise self._busy(name)
+        raise self._busy(name, wait_s)
 
     def _key(self, tenant: str, name: str, create: bool) -> str:
         """The key of the conversation named `name`, or the key it would get."""
