@@ -118,6 +118,7 @@ async def rename(
     if isinstance(held, Replay):  # pragma: no cover - a rename stores no reply to replay
         raise NotFound(f"no conversation {old!r}; `kioku memory` lists them")
     try:
+        svc.gate.forget(tenant, old)
         out: RenameOut = held.value
         return out
     finally:

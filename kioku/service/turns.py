@@ -55,6 +55,7 @@ IDEMPOTENCY_HEADER = "idempotency-key"
 MAX_KEY_LENGTH = 255
 REQUEST_META = "request"  # the reply's meta key naming the request it answers
 _FOLLOWS = 8  # a name that moves to another key this often while a request waits: 409
+_MAX_HINTS = 10_000
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,9 @@ class Gate:
         self.lease_s = lease_s
         self.clock = clock
         self.owner = Owner()
+        # (tenant, name) → the key it led to last: a hint that saves a thread hop per turn;
+        # `_attempt` checks it once the lock is held, and a stale one is followed
+        self._hints: dict[tuple[str, str], str] = {}
 
     def _busy(self, conversation: str, wait_s: float) -> TurnInProgress:
         return TurnInProgress(
@@ -243,7 +247,9 @@ class Gate:
         wait_s = self.wait_s if wait_s is None else min(wait_s, self.wait_s)
         deadline = time.monotonic() + wait_s
         for _ in range(_FOLLOWS):
-            key = await run_in_threadpool(self._key, tenant, name, create)
+            key = self._hints.get((tenant, name))
+            if key is None:
+                key = await run_in_threadpool(self._key, tenant, name, create)
             slot = self.slot(tenant, key)
             try:
                 await asyncio.wait_for(slot.lock.acquire(), max(0.0, deadline - time.monotonic()))
@@ -263,7 +269,12 @@ class Gate:
                     delay = min(delay * 2, 0.1)
             except NameMoved:
                 slot.lock.release()
+                self._hints.pop((tenant, name), None)
                 continue
+            except NotFound:
+                slot.lock.release()
+                self._hints.pop((tenant, name), None)
+                raise
             except BaseException:
                 slot.lock.release()
                 raise
@@ -276,6 +287,10 @@ class Gate:
                 ticket.heartbeat = asyncio.create_task(self._renew(held))
             return ticket
         raise self._busy(name, wait_s)
+
+    def forget(self, tenant: str, name: str) -> None:
+        """A name this process renamed away: its next request looks it up again."""
+        self._hints.pop((tenant, name), None)
 
     def _key(self, tenant: str, name: str, create: bool) -> str:
         """The key of the conversation named `name`, or the key it would get."""
@@ -320,6 +335,9 @@ class Gate:
                 raise NameMoved(f"{name!r} is kept under {now!r} now")
             if now is None:
                 slot.clear()  # a new conversation: nothing this process cached is of it
+            if len(self._hints) >= _MAX_HINTS:
+                self._hints.clear()
+            self._hints[(tenant, name)] = key
             prev = held.previous
             seq: int | None = None
             if prev.done == request.name and (prev.done_at or 0.0) >= arrived:
