@@ -179,8 +179,15 @@ class Kioku:
             self._background = None
 
     def conversation(
-        self, conversation_id: str, *, system_prompt: str | None = None, character: str = ""
+        self,
+        conversation_id: str,
+        *,
+        system_prompt: str | None = None,
+        character: str = "",
+        key: str | None = None,
     ) -> Conversation:
+        """The conversation named `conversation_id`, created if new (with `key`: under that
+        store key, `Store.ensure_conversation`)."""
         if not conversation_id or len(conversation_id) > 200:
             raise InputError("a conversation id is 1 to 200 characters")
         if system_prompt:
@@ -191,6 +198,7 @@ class Kioku:
             system_prompt=system_prompt,
             character=character,
             profile=self.profile.name,
+            key=key,
         )
         return Conversation(self, info.id)
 

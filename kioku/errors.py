@@ -8,6 +8,7 @@
     │   ├── BadParameter       one named header or field is wrong (`param` names it)
     │   ├── SyncConflict       a client's transcript shares nothing with the log it names
     │   ├── NameTaken          a rename to a conversation id another conversation has (409)
+    │   ├── ModeUnclear        lone messages to a transcript client's conversation (409)
     │   ├── RequestTooLarge    a body or a message list over the service's limits (413)
     │   ├── NotJSON            a body sent without a JSON content type (415)
     │   └── KeyReused          an Idempotency-Key sent again with a different request (422)
@@ -17,6 +18,7 @@
     ├── NotFound               no such conversation / item (or it belongs to another tenant)
     ├── StoreError             the database refused; the transaction was rolled back
     │   ├── FoldRefused        a fold would break the coverage invariant; nothing was changed
+    │   ├── NameMoved          a name went to another key while a request waited (taken again)
     │   └── LeaseLost          a worker finished a job another worker took over; not stored
     ├── ContextOverflow        the prompt cannot be made to fit; raised instead of sending it
     └── ModelError             the chat model failed
@@ -95,6 +97,11 @@ class NameTaken(InputError):
     pass
 
 
+class ModeUnclear(InputError):
+    """A client that sent whole transcripts now sends lone messages: kioku cannot tell its turns
+    from connection tests, so it stores nothing and says which header decides (409)."""
+
+
 class Unauthorized(KiokuError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -115,6 +122,12 @@ class StoreError(KiokuError):
 
 class FoldRefused(StoreError):
     """A fold would have broken the coverage invariant; nothing was changed."""
+
+
+class NameMoved(StoreError):
+    """A conversation's name now belongs to another key than the one whose turn lock a request
+    took (a rename or a first turn elsewhere came first): the service takes that key's turn
+    instead; nothing was stored."""
 
 
 class LeaseLost(StoreError):

@@ -43,6 +43,7 @@ from kioku.errors import (
     MessageTooLarge,
     ModelError,
     ModelTimeout,
+    ModeUnclear,
     NameTaken,
     NotFound,
     NotJSON,
@@ -63,6 +64,7 @@ from kioku.service.console_api import router as console_router
 from kioku.service.conventions import COMPLETIONS_REFUSED
 from kioku.service.deletion import router as deletion_router
 from kioku.service.limits import BodyLimit, StrictJSONRoute
+from kioku.service.paths import ConversationPaths
 from kioku.service.readiness import router as readiness_router
 from kioku.service.state import Service
 from kioku.service.status import router as status_router
@@ -99,6 +101,8 @@ def kioku_error(e: KiokuError) -> JSONResponse:
         status, kind, code = 409, "conflict_error", "transcript_conflict"
     elif isinstance(e, NameTaken):
         status, kind, code = 409, "conflict_error", "name_taken"
+    elif isinstance(e, ModeUnclear):
+        status, kind, code = 409, "conflict_error", "mode_unclear"
     elif isinstance(e, ContextOverflow) and e.cause != "raw":
         # kioku's memory (or the card) is what does not fit: not the request's fault
         status, kind, code = 503, "server_error", "memory_over_budget"
@@ -230,6 +234,7 @@ def create_app(
     app.state.max_messages = settings.max_messages
     app.router.route_class = StrictJSONRoute  # set before the routes are added
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ConversationPaths)  # a chat name with a `/`, percent-encoded
     _install_handlers(app)
 
     @app.post(

@@ -19,10 +19,11 @@ CARD_CHANGES = "card_changes"
 EXCERPT = 60
 
 
-def stored_card(store: Store, conversation_id: str, tenant: str) -> str | None:
-    """The card a tenant's conversation has now, or None when it does not exist yet."""
+def stored_card(store: Store, key: str, tenant: str) -> str | None:
+    """The card a tenant's conversation (by its store key) has now, or None when it does not
+    exist yet."""
     try:
-        return store.find_conversation(tenant, conversation_id).system_prompt
+        return store.conversation(key, tenant=tenant).system_prompt
     except NotFound:
         return None
 

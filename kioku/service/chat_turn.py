@@ -16,7 +16,6 @@ from kioku import chat_messages
 from kioku.branches import start_branch
 from kioku.context import Prompt
 from kioku.engine import Conversation, Kioku
-from kioku.errors import NotFound
 from kioku.messages import LogEntry
 from kioku.models import Completion
 from kioku.service import generation as gen
@@ -73,33 +72,64 @@ def start_turn(
     slot: Slot,
     tenant: str,
     conversation_id: str,
+    key: str,
     split: Split,
     req: Request,
     started: float,
     *,
     fresh: bool = False,
 ) -> Turn:
-    """Store what is new and build the prompt (runs in a thread, holding the turn lock).
-    `fresh`: another process ran the last turn, so what this one cached may be stale."""
+    """Store what is new and build the prompt (runs in a thread, holding the turn lock of the
+    store's `key`, which the name `conversation_id` leads to or a new conversation gets).
+    `fresh`: another process ran the last turn, so what this one cached may be stale. A new
+    conversation is created with its first messages (a branch with its parent's too) in one
+    transaction: a request refused for its content leaves nothing."""
     kk = svc.kioku(tenant)
-    generation = req.generation
     if fresh:  # what this process read of the conversation may have changed since
         slot.transcripts = slot.user = None
     known = slot.conv is not None and not fresh
-    stored = slot.system if known else stored_card(kk.store, conversation_id, tenant)
+    stored = slot.system if known else stored_card(kk.store, key, tenant)
+    if known or stored is not None:
+        return _turn(svc, slot, tenant, conversation_id, key, split, req, started, stored, known)
+    try:
+        with kk.store.atomic():
+            return _turn(svc, slot, tenant, conversation_id, key, split, req, started, None, False)
+    except BaseException:
+        slot.clear()  # what it cached of a conversation that was never stored
+        raise
+
+
+def _turn(
+    svc: Service,
+    slot: Slot,
+    tenant: str,
+    conversation_id: str,
+    key: str,
+    split: Split,
+    req: Request,
+    started: float,
+    stored: str | None,
+    known: bool,
+) -> Turn:
+    kk = svc.kioku(tenant)
+    generation = req.generation
     card = split.system
     if req.examples == "gradual":  # the client trims its examples: keep those the card had
         card = pinned(stored, split.card)
     if not known or (card is not None and card != slot.system):
         if stored is None and req.parent:
-            branch_from(kk, tenant, req.parent, conversation_id, split, card, req.character)
-        slot.conv = kk.conversation(conversation_id, system_prompt=card, character=req.character)
+            branch_from(kk, tenant, req.parent, conversation_id, key, split, card, req.character)
+        slot.conv = kk.conversation(
+            conversation_id, system_prompt=card, character=req.character, key=key
+        )
         note_card(kk.store, slot.conv.id, stored, card)
         slot.system = card
         slot.character = slot.conv.info().character
     conv = slot.conv
     assert conv is not None
-    if gen.is_side(generation, split, req.stateful, gen.sends_transcripts(conv, slot)):
+    transcripts = gen.sends_transcripts(conv, slot)
+    if gen.is_side(generation, split, req.stateful, transcripts):
+        gen.refuse_a_switch(slot, split)
         return side_turn(tenant, conv, split, slot.character, started, conversation_id)
     synced = sync(
         conv,
@@ -111,6 +141,7 @@ def start_turn(
         named=generation is not None,
         cast=req.speakers,
     )
+    slot.lone = None
     if req.stateful is False or (req.stateful is None and len(split.chat) > 1):
         gen.note_transcript(conv, slot)
     extend = None
@@ -199,18 +230,26 @@ def finish_turn(
 
 
 def branch_from(
-    kk: Kioku, tenant: str, parent: str, name: str, split: Split, card: str | None, character: str
+    kk: Kioku,
+    tenant: str,
+    parent: str,
+    name: str,
+    key: str,
+    split: Split,
+    card: str | None,
+    character: str,
 ) -> None:
     """A new conversation that the client says branched from `parent` (SillyTavern's branch or
-    checkpoint): created, and started with the parent's messages and memory up to where the
-    two part (`kioku.branches`). A parent kioku does not know, or one the branch shares
-    nothing with, leaves a conversation like any other."""
-    try:
-        parent_key = kk.store.find_conversation(tenant, parent).id
-    except NotFound:
+    checkpoint): created under `key`, and started with the parent's messages and memory up to
+    where the two part (`kioku.branches`), all in one transaction (the caller's, which stores
+    the request's messages too): a branch exists whole or not at all. A parent kioku does not
+    know, or one the branch shares nothing with, leaves a conversation like any other."""
+    parent_key = kk.store.conversation_key(tenant, parent)
+    if parent_key is None or parent_key == key:
         return
-    child = kk.conversation(name, system_prompt=card, character=character)
-    if child.info().next_seq:
-        return
-    if start_branch(kk.store, parent_key, child.id, split.chat) is not None:
-        child.refresh_notes()
+    with kk.store.atomic():
+        child = kk.conversation(name, system_prompt=card, character=character, key=key)
+        if child.info().next_seq:
+            return
+        if start_branch(kk.store, parent_key, child.id, split.chat) is not None:
+            child.refresh_notes()

@@ -259,7 +259,6 @@ async def _delete(store: Store, tenant: str, conversation: str, wait_s: float) -
     is one more owner of the store's lock."""
     import asyncio
 
-    from kioku.errors import NotFound
     from kioku.service.deletion import delete_conversation
     from kioku.service.slot import Slot
     from kioku.service.turns import Gate
@@ -271,18 +270,17 @@ async def _delete(store: Store, tenant: str, conversation: str, wait_s: float) -
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    def resolve(tenant: str, conversation: str) -> str | None:
-        try:
-            return store.find_conversation(tenant, conversation).id
-        except NotFound:
-            return None
+    slots: dict[tuple[str, str], Slot] = {}
+
+    def slot(tenant: str, key: str) -> Slot:
+        return slots.setdefault((tenant, key), Slot())
 
     def waiting() -> None:
         terminal.note(f"waiting for the turn of {conversation!r} in flight to finish…")
 
-    gate = Gate(store, wait_s=wait_s, spawn=spawn, resolve=resolve)
+    gate = Gate(store, wait_s=wait_s, spawn=spawn, slot=slot)
     try:
-        return await delete_conversation(gate, Slot(), tenant, conversation, waiting=waiting)
+        return await delete_conversation(gate, tenant, conversation, waiting=waiting)
     finally:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)

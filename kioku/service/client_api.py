@@ -47,9 +47,13 @@ from kioku.store.turns import HeldTurn
 from kioku.sync import SyncPlan, apply, diff, forget, log_tail
 
 if TYPE_CHECKING:
+    from kioku.service.slot import Slot
     from kioku.service.state import Service
 
 Tenant = Annotated[str, Depends(tenant_of)]
+# a rename waits this long for a turn in flight, then 409 turn_in_progress: a client that gives
+# up sooner (the SillyTavern extension: after 20 s) would not know that the rename happened
+RENAME_WAIT_S = 10.0
 
 router = APIRouter(prefix="/v1/conversations", tags=["clients"], route_class=StrictJSONRoute)
 
@@ -100,16 +104,36 @@ def _service(request: Request) -> Service:
 
 
 @router.post("/{conversation_id}/rename", response_model=RenameOut, summary="Rename")
-def rename(
+async def rename(
     request: Request, tenant: Tenant, conversation_id: ConversationId, body: RenameIn
 ) -> RenameOut:
+    """The conversation's key stays; the name moves, in one transaction, holding the
+    conversation's turn: a turn in flight ends first, under the name it started with, and
+    from the commit on the old name is unknown (a turn under it starts a new conversation)."""
     svc = _service(request)
-    conv = _conversation(request, tenant, conversation_id)
+    conv = await run_in_threadpool(_conversation, request, tenant, conversation_id)
     old = conv.info().public_id
     new = key_for(body.id.strip())
-    svc.store.rename_conversation(tenant, old, new)
-    svc.store.log(conv.id, "rename", "ok", detail=f"{old!r} → {new!r}")
-    return RenameOut(id=new, previous=old)
+    raw = await request.body()
+    named = name_request(None, raw, tenant=tenant, conversation=old, shape="rename")
+
+    def run(held: HeldTurn, _: Slot) -> RenameOut:
+        with svc.store.atomic():
+            svc.store.rename_conversation(tenant, old, new)
+            svc.store.log(held.conversation, "rename", "ok", detail=f"{old!r} → {new!r}")
+        return RenameOut(id=new, previous=old)
+
+    held = await svc.gate.enter(
+        tenant, old, named, time.time(), then=run, create=False, wait_s=RENAME_WAIT_S
+    )
+    if isinstance(held, Replay):  # pragma: no cover - a rename stores no reply to replay
+        raise NotFound(f"no conversation {old!r}; `kioku memory` lists them")
+    try:
+        svc.gate.forget(tenant, old)
+        out: RenameOut = held.value
+        return out
+    finally:
+        await held.finish(None)
 
 
 @router.post(
@@ -121,14 +145,14 @@ async def sync_chat(
     request: Request, tenant: Tenant, conversation_id: ConversationId, body: SyncIn
 ) -> SyncOut:
     svc = _service(request)
-    conv = await run_in_threadpool(_conversation, request, tenant, conversation_id)
-    cid = conv.info().public_id
+    found = await run_in_threadpool(_conversation, request, tenant, conversation_id)
+    cid = found.info().public_id
     split = split_messages(body.messages)
-    slot = svc.slot(tenant, cid)
     raw = await request.body()
     named = name_request(None, raw, tenant=tenant, conversation=cid, shape="sync")
 
-    def run(_: HeldTurn) -> SyncOut:
+    def run(held: HeldTurn, slot: Slot) -> SyncOut:
+        conv = Conversation(found.kioku, held.conversation)  # the key the name leads to now
         plan = diff(log_tail(conv, 2 * len(split.chat) + 16), split.chat, named=True)
         if plan.regenerate is not None:  # the whole chat: a reply it no longer shows is gone
             plan = SyncPlan(
@@ -149,7 +173,7 @@ async def sync_chat(
             stale=list(synced.stale),
         )
 
-    held = await svc.gate.enter(slot, tenant, cid, named, time.time(), then=run)
+    held = await svc.gate.enter(tenant, cid, named, time.time(), then=run, create=False)
     if isinstance(held, Replay):  # the same sync already ran while this one waited
         return SyncOut(edited=[], deleted=[], appended=[], stale=[])
     assert isinstance(held, Ticket)
@@ -280,19 +304,21 @@ async def forget_message(
     seq: Annotated[int, Path(ge=0, le=MAX_SEQ)],
 ) -> ForgetOut:
     svc = _service(request)
-    conv = await run_in_threadpool(_conversation, request, tenant, conversation_id)
-    cid = conv.info().public_id
-    slot = svc.slot(tenant, cid)
+    found = await run_in_threadpool(_conversation, request, tenant, conversation_id)
+    cid = found.info().public_id
     named = name_request(None, b"", tenant=tenant, conversation=cid, shape=f"forget\0{seq}")
 
-    def run(_: HeldTurn) -> ForgetOut:  # the conversation's turn: never beside a reply
+    def run(
+        held: HeldTurn, slot: Slot
+    ) -> ForgetOut:  # the conversation's turn: never beside a reply
+        conv = Conversation(found.kioku, held.conversation)  # the key the name leads to now
         done = forget(conv, seq)
         slot.conv = None  # the turn's cached view of the log is stale now
         return ForgetOut(
             seq=seq, deleted=done.deleted, stale=list(done.stale), retracted=list(done.retracted)
         )
 
-    held = await svc.gate.enter(slot, tenant, cid, named, time.time(), then=run)
+    held = await svc.gate.enter(tenant, cid, named, time.time(), then=run, create=False)
     if isinstance(held, Replay):  # the same delete already ran while this one waited
         return ForgetOut(seq=seq, deleted=False, stale=[], retracted=[])
     assert isinstance(held, Ticket)

@@ -24,7 +24,6 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from kioku.errors import NotFound
 from kioku.hooks import MemoryLayers
 from kioku.service.api import ConversationId, _conversation
 from kioku.service.auth import tenant_of
@@ -56,7 +55,6 @@ class Deleted:
 
 async def delete_conversation(
     gate: Gate,
-    slot: Slot,
     tenant: str,
     conversation_id: str,
     layers: MemoryLayers | None = None,
@@ -70,18 +68,18 @@ async def delete_conversation(
         None, uuid.uuid4().hex.encode(), tenant=tenant, conversation=conversation_id
     )
 
-    def run(_: HeldTurn) -> Deleted:
-        key = gate.resolve(tenant, conversation_id)
-        if key is None:
-            raise NotFound(f"no conversation {conversation_id!r}; `kioku memory` lists them")
+    def run(held: HeldTurn, slot: Slot) -> Deleted:
+        key = held.conversation  # the key its name leads to once the turn is held
         rows = gate.store.delete_conversation(key)
         _forget(slot)
+        gate.forget(tenant, conversation_id)
         if layers is not None:
             layers.conversation_deleted(key)
         return Deleted(conversation_id, rows)
 
+    # a name unknown once the turn is held (another delete took it meanwhile): NotFound
     entering = asyncio.ensure_future(
-        gate.enter(slot, tenant, conversation_id, request, time.time(), then=run)
+        gate.enter(tenant, conversation_id, request, time.time(), then=run, create=False)
     )
     if waiting is not None:
         done, _ = await asyncio.wait({entering}, timeout=WAITING_NOTE_S)
@@ -123,7 +121,6 @@ async def delete(request: Request, tenant: Tenant, conversation_id: Conversation
     def waiting() -> None:
         log.warning("deleting %r of tenant %r: waiting for its turn in flight", cid, tenant)
 
-    slot = svc.slot(tenant, cid)
-    done = await delete_conversation(svc.gate, slot, tenant, cid, kk.layers, waiting)
+    done = await delete_conversation(svc.gate, tenant, cid, kk.layers, waiting)
     log.warning("deleted %r of tenant %r: %s rows", cid, tenant, done.total)
     return DeletedOut(id=done.conversation, deleted=done.rows)

@@ -21,7 +21,9 @@ the conversation's memory: it only checks that the connection works.
 
 Without the header, a request with one message and no card, to a conversation whose client
 sends whole transcripts, is taken for a side request too (SillyTavern's Test Message): such a
-client never sends a turn that way. `X-Kioku-Mode: stateful` stores it anyway.
+client never sends a turn that way. `X-Kioku-Mode: stateful` stores it anyway. A client that
+switched to single messages would lose every turn so, silently: a lone message with another text
+right after one taken for a Test Message is refused with 409 (`refuse_a_switch`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from kioku import chat_messages
 from kioku.client_parts import place
 from kioku.context import Account, Prompt
 from kioku.engine import Conversation
-from kioku.errors import BadParameter, NotFound, SyncConflict
+from kioku.errors import BadParameter, ModeUnclear, NotFound, SyncConflict
 from kioku.messages import LogEntry
 from kioku.models import ChatMessage, Completion
 from kioku.revisions import Change
@@ -104,6 +106,24 @@ def is_side(
         and split.system is None
         and len(split.chat) == 1
     )
+
+
+def refuse_a_switch(slot: Slot, split: Split) -> None:
+    """A lone message taken for a connection test (`is_side`): one is answered, and the same
+    text again (Test Message pressed twice); another text right after it says the client now
+    sends its turns one message at a time, and every one would be lost: `ModeUnclear` (409,
+    nothing stored) says which header to send. A stored turn in between starts over."""
+    text = split.chat[0].text
+    if slot.lone is not None and slot.lone != text:
+        raise ModeUnclear(
+            "this conversation's client sent whole transcripts, so a lone message without a "
+            "system prompt is taken for a connection test (SillyTavern's Test Message) and not "
+            "stored; the last one was not stored either. To send one message at a time and "
+            "let kioku keep the history, send the header X-Kioku-Mode: stateful (then send "
+            "your last message again); to send the whole chat, send it with its system prompt; "
+            "for a request that stores nothing, X-Kioku-Generation: quiet"
+        )
+    slot.lone = text
 
 
 def sends_transcripts(conv: Conversation, slot: Slot) -> bool:

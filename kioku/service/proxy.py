@@ -59,6 +59,7 @@ from kioku.service.upstream import StreamState, completions_of
 from kioku.store.turns import HeldTurn
 
 if TYPE_CHECKING:
+    from kioku.service.slot import Slot
     from kioku.service.state import Service
 
 log = logging.getLogger("kioku.service")
@@ -128,7 +129,7 @@ def _note_failure(turn: Turn, error: UpstreamError) -> None:
 def conversation_key(svc: Service, tenant: str, name: str) -> str:
     """The id a chat name is kept under (`kioku.ids.key_for`): a name a URL cannot carry gets
     an encoded id, unless a conversation was stored under the name itself before the rule."""
-    if is_valid_id(name) or svc.gate.resolve(tenant, name) is not None:
+    if is_valid_id(name) or svc.conversation_key(tenant, name) is not None:
         return name
     return key_for(name)
 
@@ -184,17 +185,18 @@ async def chat(
         conversation=cid,
         shape=f"{mode}\0{character}\0{generation}\0{user}\0{req.examples}\0{req.speakers}",
     )
-    replay = await svc.gate.replayed(tenant, cid, request)
+    replay = await svc.gate.replayed(tenant, request)
     if replay is None:
-        slot = svc.slot(tenant, cid)
 
-        def begin(held: HeldTurn) -> Turn:
+        def begin(held: HeldTurn, slot: Slot) -> Turn:
             # another process ran the last turn, or the lock has no record (a first turn, or
             # the conversation was deleted by `kioku delete`): what this one cached may be stale
             fresh = held.previous.last_owner != svc.gate.owner.name
-            return start_turn(svc, slot, tenant, cid, split, req, started, fresh=fresh)
+            return start_turn(
+                svc, slot, tenant, cid, held.conversation, split, req, started, fresh=fresh
+            )
 
-        held = await svc.gate.enter(slot, tenant, cid, request, arrived, then=begin)
+        held = await svc.gate.enter(tenant, cid, request, arrived, then=begin)
         if not isinstance(held, Replay):
             try:
                 return await _run(svc, body, tenant, held, held.value)

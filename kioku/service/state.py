@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kioku.config import Settings, build_kioku
 from kioku.engine import Kioku
-from kioku.errors import ConfigError, NotFound
+from kioku.errors import ConfigError
 from kioku.profiles import Profile
 from kioku.service.keys import KeyRing
 from kioku.service.metrics import Metrics
@@ -72,15 +72,12 @@ class Service:
             self.store,
             wait_s=self.profile.reply_timeout_s + self.profile.connect_timeout_s,
             spawn=self.spawn,
-            resolve=self.conversation_key,
+            slot=self.slot,
         )
 
     def conversation_key(self, tenant: str, conversation_id: str) -> str | None:
         """The store's key of a tenant's conversation, None if it has none by that id."""
-        try:
-            return self.store.find_conversation(tenant, conversation_id).id
-        except NotFound:
-            return None
+        return self.store.conversation_key(tenant, conversation_id)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run work after a response (kept until done; `close` waits for it)."""
@@ -95,8 +92,9 @@ class Service:
                 kk = self._tenants[tenant] = self._make(tenant, self.store)
             return kk
 
-    def slot(self, tenant: str, conversation_id: str) -> Slot:
-        key = (tenant, conversation_id)
+    def slot(self, tenant: str, conversation: str) -> Slot:
+        """The slot of the conversation whose store key is `conversation` (never a name)."""
+        key = (tenant, conversation)
         slot = self._slots.get(key)
         if slot is None:
             slot = self._slots[key] = Slot()

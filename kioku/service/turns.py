@@ -7,7 +7,10 @@ that conversation got 409 "would rewrite 11 stored messages": it was jammed.
 A turn (store what is new, call the model, store the reply) now holds the conversation's turn
 lock from its start to its end: an asyncio lock per conversation in this process (`Slot.lock`),
 and across processes the store's lock (`kioku.store.turns`: an advisory lock on PostgreSQL, a lock
-row on SQLite). Every request is named:
+row on SQLite). Both are the conversation's store key's, never its name's (issue 43: keyed by
+name, a rename let a turn under the old name and one under the new run at once on one
+conversation): a request finds the key by the name once, takes the key's locks, and checks that
+the name still leads there (else it follows the name). Every request is named:
 
 - `Idempotency-Key: K` names it by K (per tenant, kept 24 h): K again gets the same reply, also
   after the first request finished or its process died; K with another body or conversation
@@ -37,7 +40,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kioku.chat_messages import chat_message
-from kioku.errors import InputError, KeyReused, NotFound, TurnInProgress
+from kioku.errors import InputError, KeyReused, NameMoved, NotFound, TurnInProgress
 from kioku.messages import LogEntry
 from kioku.owners import may_be_alive, new_owner
 from kioku.store import Store
@@ -51,6 +54,8 @@ log = logging.getLogger("kioku.service")
 IDEMPOTENCY_HEADER = "idempotency-key"
 MAX_KEY_LENGTH = 255
 REQUEST_META = "request"  # the reply's meta key naming the request it answers
+_FOLLOWS = 8  # a name that moves to another key this often while a request waits: 409
+_MAX_HINTS = 10_000
 
 
 @dataclass(frozen=True)
@@ -170,33 +175,39 @@ class Gate:
         *,
         wait_s: float,
         spawn: Callable[[Coroutine[Any, Any, Any]], None],
-        resolve: Callable[[str, str], str | None],
+        slot: Callable[[str, str], Slot],
         lease_s: float = DEFAULT_TURN_LEASE_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.wait_s = wait_s
         self.spawn = spawn
-        self.resolve = resolve  # (tenant, conversation id) → the store's key, None if absent
+        self.slot = slot  # (tenant, the store's key) → this process's slot of it
         self.lease_s = lease_s
         self.clock = clock
         self.owner = Owner()
+        # (tenant, name) → the key it led to last: a hint that saves a thread hop per turn;
+        # `_attempt` checks it once the lock is held, and a stale one is followed
+        self._hints: dict[tuple[str, str], str] = {}
 
-    def _busy(self, conversation: str) -> TurnInProgress:
+    def _busy(self, conversation: str, wait_s: float) -> TurnInProgress:
         return TurnInProgress(
             f"turn in progress: conversation {conversation!r} is answering another request "
-            f"(waited {self.wait_s:g} s); send this one again when it is done",
-            retry_after_s=max(1.0, self.wait_s / 4),
+            f"(waited {wait_s:g} s); send this one again when it is done",
+            retry_after_s=max(1.0, wait_s / 4),
         )
 
-    def _entry(self, tenant: str, conversation: str, seq: int | None) -> LogEntry | None:
-        key = self.resolve(tenant, conversation)
-        if key is None or seq is None:
+    def _entry(self, tenant: str, key: str, seq: int | None) -> LogEntry | None:
+        if seq is None:
+            return None
+        try:
+            self.store.conversation(key, tenant=tenant)  # a record of this tenant's only
+        except NotFound:
             return None
         found = self.store.entries_at(key, [seq])
         return found[0] if found and found[0].role == "assistant" else None
 
-    async def replayed(self, tenant: str, conversation: str, request: RequestName) -> Replay | None:
+    async def replayed(self, tenant: str, request: RequestName) -> Replay | None:
         """For a keyed request: the reply its key already got (KeyReused for another body)."""
         if not request.keyed:
             return None
@@ -216,57 +227,96 @@ class Gate:
 
     async def enter(
         self,
-        slot: Slot,
         tenant: str,
-        conversation: str,
+        name: str,
         request: RequestName,
         arrived: float,
-        then: Callable[[HeldTurn], Any] | None = None,
+        then: Callable[[HeldTurn, Slot], Any] | None = None,
+        *,
+        create: bool = True,
+        wait_s: float | None = None,
     ) -> Ticket | Replay:
-        """Wait for the conversation's turn (409 after `wait_s`). Returns the held turn with
-        `then(held)` (run in the same thread that took the lock: one hop for both), or the
-        reply an identical request got while this one waited (the turn then is not held)."""
-        deadline = time.monotonic() + self.wait_s
-        try:
-            await asyncio.wait_for(slot.lock.acquire(), self.wait_s)
-        except TimeoutError:
-            raise self._busy(conversation) from None
-        try:
-            delay = 0.005
-            while True:
-                got = await run_in_threadpool(
-                    self._attempt, tenant, conversation, request, arrived, then
-                )
-                if got is not None:
-                    break
-                if time.monotonic() + delay > deadline:
-                    raise self._busy(conversation)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.1)
-        except BaseException:
-            slot.lock.release()
-            raise
-        held, outcome = got
-        if isinstance(outcome, Replay):
-            slot.lock.release()  # `_attempt` already ended the turn
-            return outcome
-        ticket = Ticket(self, slot, held, request, outcome)
-        if not self.store.is_postgres:
-            ticket.heartbeat = asyncio.create_task(self._renew(held))
-        return ticket
+        """Wait for the turn of the conversation named `name` (409 after `wait_s`), found by
+        its name once and then held by its key: the key's lock here and in the store. Returns
+        the held turn (`held.conversation`: the key) with `then(held, slot)` (run in the same
+        thread that took the lock: one hop for both), or the reply an identical request got
+        while this one waited (the turn then is not held). A name unknown once the lock is
+        held is a new conversation (its key planned, `Store.planned_key`), or NotFound without
+        `create`. A name that moved to another key while this one waited (a rename, another
+        first turn) is followed to that key. `wait_s`: a shorter wait than a turn's."""
+        wait_s = self.wait_s if wait_s is None else min(wait_s, self.wait_s)
+        deadline = time.monotonic() + wait_s
+        for _ in range(_FOLLOWS):
+            key = self._hints.get((tenant, name))
+            if key is None:
+                key = await run_in_threadpool(self._key, tenant, name, create)
+            slot = self.slot(tenant, key)
+            try:
+                await asyncio.wait_for(slot.lock.acquire(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise self._busy(name, wait_s) from None
+            try:
+                delay = 0.005
+                while True:
+                    got = await run_in_threadpool(
+                        self._attempt, slot, tenant, name, key, request, arrived, then, create
+                    )
+                    if got is not None:
+                        break
+                    if time.monotonic() + delay > deadline:
+                        raise self._busy(name, wait_s)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.1)
+            except NameMoved:
+                slot.lock.release()
+                self._hints.pop((tenant, name), None)
+                continue
+            except NotFound:
+                slot.lock.release()
+                self._hints.pop((tenant, name), None)
+                raise
+            except BaseException:
+                slot.lock.release()
+                raise
+            held, outcome = got
+            if isinstance(outcome, Replay):
+                slot.lock.release()  # `_attempt` already ended the turn
+                return outcome
+            ticket = Ticket(self, slot, held, request, outcome)
+            if not self.store.is_postgres:
+                ticket.heartbeat = asyncio.create_task(self._renew(held))
+            return ticket
+        raise self._busy(name, wait_s)
+
+    def forget(self, tenant: str, name: str) -> None:
+        """A name this process renamed away: its next request looks it up again."""
+        self._hints.pop((tenant, name), None)
+
+    def _key(self, tenant: str, name: str, create: bool) -> str:
+        """The key of the conversation named `name`, or the key it would get."""
+        key = self.store.conversation_key(tenant, name)
+        if key is not None:
+            return key
+        if not create:
+            raise NotFound(f"no conversation {name!r}; `kioku memory` lists them")
+        return self.store.planned_key(tenant, name)
 
     def _attempt(
         self,
+        slot: Slot,
         tenant: str,
-        conversation: str,
+        name: str,
+        key: str,
         request: RequestName,
         arrived: float,
-        then: Callable[[HeldTurn], Any] | None,
+        then: Callable[[HeldTurn, Slot], Any] | None,
+        create: bool,
     ) -> tuple[HeldTurn, Any] | None:
-        """Take the lock (None: held elsewhere); then the reply to replay, or `then(held)`."""
+        """Take the key's lock (None: held elsewhere); see that the name still leads to it
+        (`NameMoved` if not); then the reply to replay, or `then(held, slot)`."""
         held = self.store.take_turn(
             tenant,
-            conversation,
+            key,
             self.owner.name,
             request.name,
             now=self.clock(),
@@ -276,17 +326,29 @@ class Gate:
         if held is None:
             return None
         try:
+            now = self.store.conversation_key(tenant, name)
+            if now is None and not create:
+                raise NotFound(f"no conversation {name!r}; `kioku memory` lists them")
+            if now is None and self.store.planned_key(tenant, name) != key:
+                raise NameMoved(f"the key {key!r} was taken while {name!r} waited")
+            if now is not None and now != key:
+                raise NameMoved(f"{name!r} is kept under {now!r} now")
+            if now is None:
+                slot.clear()  # a new conversation: nothing this process cached is of it
+            if len(self._hints) >= _MAX_HINTS:
+                self._hints.clear()
+            self._hints[(tenant, name)] = key
             prev = held.previous
             seq: int | None = None
             if prev.done == request.name and (prev.done_at or 0.0) >= arrived:
                 seq = prev.done_seq  # it finished while this one waited
             elif prev.running == request.name:
-                seq = self._stored_by_the_dead(tenant, conversation, request)
-            entry = self._entry(tenant, conversation, seq) if seq is not None else None
+                seq = self._stored_by_the_dead(key, request)
+            entry = self._entry(tenant, key, seq) if seq is not None else None
             if entry is not None:
                 self.end(held, request, entry.seq)
                 return held, Replay(entry)
-            return held, then(held) if then is not None else None
+            return held, then(held, slot) if then is not None else None
         except BaseException:
             self.end(held, request, None)
             raise
@@ -310,13 +372,8 @@ class Gate:
             # that held the lock is closed, and the lock with it)
             log.exception("could not release the turn lock of %s", held.conversation)
 
-    def _stored_by_the_dead(
-        self, tenant: str, conversation: str, request: RequestName
-    ) -> int | None:
+    def _stored_by_the_dead(self, key: str, request: RequestName) -> int | None:
         """The seq of the reply a process that died during this request had already stored."""
-        key = self.resolve(tenant, conversation)
-        if key is None:
-            return None
         try:
             last = self.store.tail(key, 1)
         except NotFound:

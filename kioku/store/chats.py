@@ -3,6 +3,7 @@
 A rename gives a conversation another name (`public_id`) and keeps everything else: its key,
 which every other table refers to, does not change (SillyTavern renames a chat file; before
 issue 22 the renamed chat started a new conversation and the old one stayed behind, orphaned).
+The old name is free from the commit on: a conversation created under it gets another key.
 
 A branch's start: the parent's messages and memory copied into a new conversation in one
 transaction (`kioku.branches` decides what; this is the SQL of it).
@@ -22,8 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
-from kioku.errors import FoldRefused, NameTaken, NotFound
+from kioku.errors import FoldRefused, NameTaken, NotFound, StoreError
 from kioku.memory import MemoryItem, coverage_gaps
 from kioku.store import schema as s
 from kioku.store.db import Database, item_values, new_id
@@ -34,20 +36,29 @@ class ClientChats(Database):
         """Name the tenant's conversation `old` `new` from now on; return its key. NotFound
         for an unknown `old`, NameTaken when another conversation has the name `new`."""
         c = s.conversations.c
-        with self.atomic() as conn:
-            row = conn.execute(select(c.id).where(c.tenant == tenant, c.public_id == old)).first()
-            if row is None:
-                raise NotFound(f"no conversation {old!r}; `kioku memory` lists them")
-            if old == new:
+        taken = NameTaken(
+            f"there is a conversation {new!r} already; rename or delete it first, or keep the "
+            f"name {old!r}"
+        )
+        try:
+            with self.atomic() as conn:
+                row = conn.execute(
+                    select(c.id).where(c.tenant == tenant, c.public_id == old)
+                ).first()
+                if row is None:
+                    raise NotFound(f"no conversation {old!r}; `kioku memory` lists them")
+                if old == new:
+                    return str(row.id)
+                if conn.execute(select(c.id).where(c.tenant == tenant, c.public_id == new)).first():
+                    raise taken
+                conn.execute(update(s.conversations).where(c.id == row.id).values(public_id=new))
                 return str(row.id)
-            taken = conn.execute(select(c.id).where(c.tenant == tenant, c.public_id == new)).first()
-            if taken is not None:
-                raise NameTaken(
-                    f"there is a conversation {new!r} already; rename or delete it first, or "
-                    f"keep the name {old!r}"
-                )
-            conn.execute(update(s.conversations).where(c.id == row.id).values(public_id=new))
-            return str(row.id)
+        except (IntegrityError, StoreError) as e:
+            # a first turn under the new name committed while this ran (PostgreSQL: the check
+            # above could not see it yet; the unique name index refused the update)
+            if isinstance(e, IntegrityError) or isinstance(e.__cause__, IntegrityError):
+                raise taken from e
+            raise
 
     def copy_branch(
         self,

@@ -8,6 +8,7 @@ store.atomic():` around several methods makes them one transaction.
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import BindParameter
 
-from kioku.errors import FoldRefused, NotFound, StoreError
+from kioku.errors import FoldRefused, NameMoved, NotFound, StoreError
 from kioku.ids import check_id
 from kioku.memory import ItemStatus, MemoryItem, coverage_gaps
 from kioku.messages import LogEntry, Message, parts_from_json
@@ -131,6 +132,7 @@ _SET_NEXT_SEQ = (
     .values(next_seq=bindparam("next_seq"))
 )
 _INSERT_MESSAGE = insert(s.messages)  # the values come as parameters: compiled once
+_DERIVED_KEYS = 4  # keys derived from tenant and name before a random one
 
 
 def _message_values(
@@ -183,44 +185,68 @@ class Store(
         system_prompt: str | None = None,
         character: str = "",
         profile: str = "local-64k",
+        key: str | None = None,
     ) -> ConversationInfo:
         """The tenant's conversation named `conversation_id`, created if it is new. Ids are per
-        tenant: the row's key (what every other table refers to) is the id itself when no
-        conversation has that key yet, else a generated one, so a tenant can neither take nor
-        detect another tenant's id. Read it back as `ConversationInfo.id`."""
+        tenant: the row's key (what every other table refers to) is `planned_key`, so a tenant
+        can neither take nor detect another tenant's id. Read it back as `ConversationInfo.id`.
+        With `key` (the key whose turn lock the caller holds) a new conversation gets exactly
+        that key: `NameMoved` when the name belongs to another key, or the key was taken."""
         name = {"tenant": tenant, "name": conversation_id}
         with self.atomic() as conn:
             row = conn.execute(_BY_NAME, name).first()
             if row is None:
                 check_id(conversation_id)  # only new ids: ones stored before the rule stay
-                for key in (conversation_id, f"~{uuid.uuid4().hex}"):
-                    # ON CONFLICT DO NOTHING: two first turns of one conversation may race
-                    # here, and another tenant may hold the key
-                    conn.execute(
-                        self._insert_ignore(s.conversations).values(
-                            id=key,
-                            public_id=conversation_id,
-                            tenant=tenant,
-                            character=character,
-                            system_prompt=system_prompt or "",
-                            profile=profile,
-                            next_seq=0,
-                            raw_start=0,
-                            memory_version=0,
-                            created_at=time.time(),
-                        )
+                # ON CONFLICT DO NOTHING: another tenant may hold the key, or (without `key`)
+                # two first turns of one conversation may race here
+                conn.execute(
+                    self._insert_ignore(s.conversations).values(
+                        id=key or self.planned_key(tenant, conversation_id),
+                        public_id=conversation_id,
+                        tenant=tenant,
+                        character=character,
+                        system_prompt=system_prompt or "",
+                        profile=profile,
+                        next_seq=0,
+                        raw_start=0,
+                        memory_version=0,
+                        created_at=time.time(),
                     )
-                    row = conn.execute(_BY_NAME, name).first()
-                    if row is not None:
-                        break
-                assert row is not None  # the generated key is new
+                )
+                row = conn.execute(_BY_NAME, name).first()
+                if row is None:
+                    raise NameMoved(f"the key {key!r} was taken while {conversation_id!r} waited")
             elif system_prompt is not None and system_prompt != row.system_prompt:
                 conn.execute(
                     update(s.conversations)
                     .where(s.conversations.c.id == row.id)
                     .values(system_prompt=system_prompt)
                 )
+            if key is not None and row.id != key:
+                raise NameMoved(f"{conversation_id!r} is kept under another key now")
         return self.conversation(row.id, tenant=tenant)
+
+    def planned_key(self, tenant: str, conversation_id: str) -> str:
+        """The key a new conversation named `conversation_id` gets: the name itself while no
+        conversation of any tenant has it as its key, else one derived from tenant and name (the
+        same for two first requests that race, so they take the same turn lock); random only
+        when a renamed conversation still holds every derived one."""
+        seed = f"{tenant}\0{conversation_id}"
+        derived = [
+            "~" + hashlib.sha256(f"{seed}\0{n}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+            for n in range(_DERIVED_KEYS)
+        ]
+        candidates = [conversation_id, *derived]
+        c = s.conversations.c
+        with self.reading() as conn:
+            taken = set(conn.execute(select(c.id).where(c.id.in_(candidates))).scalars())
+        return next((k for k in candidates if k not in taken), f"~{uuid.uuid4().hex}")
+
+    def conversation_key(self, tenant: str, conversation_id: str) -> str | None:
+        """The key of the tenant's conversation named `conversation_id`, None if it has none."""
+        with self.reading() as conn:
+            row = conn.execute(_BY_NAME, {"tenant": tenant, "name": conversation_id}).first()
+        return None if row is None else str(row.id)
 
     def find_conversation(self, tenant: str, conversation_id: str) -> ConversationInfo:
         """The tenant's conversation by the id the tenant named it (NotFound if none)."""

@@ -4,6 +4,9 @@ One turn at a time per conversation (store the user message, call the model, sto
 across processes and hosts, so that a double submit or a client's retry can neither store a
 reply twice nor interleave with another turn:
 
+The lock is the conversation's store key's (`ConversationInfo.id`), never its name: a rename
+moves the name, and the turns under either name still take one lock (`kioku.service.turns`).
+
 - PostgreSQL: a session advisory lock, held on a connection of its own for the whole turn. A
   process that dies drops its connection and, with it, the lock. Its key is 64 bits of a hash of
   tenant and conversation (`kioku.store.db.lock_key`), so two conversations of any tenants never share
