@@ -7,7 +7,14 @@ from typing import Annotated
 import typer
 
 from kioku import terminal
-from kioku.cli import DbOpt, JsonOpt, ProfileOpt, SummaryTimeoutOpt, WindowOpt, settings
+from kioku.cli import (
+    DbOpt,
+    JsonOpt,
+    ProfileOpt,
+    ReplyTimeoutOpt,
+    SummaryTimeoutOpt,
+    settings,
+)
 from kioku.service.worker_cli import worker_command
 from kioku.terminal import emit
 
@@ -32,7 +39,16 @@ def serve(
     ] = None,
     db: DbOpt = None,
     profile: ProfileOpt = None,
-    window: WindowOpt = None,
+    window: Annotated[
+        str,
+        typer.Option(
+            "--window",
+            metavar="auto|<tokens>",
+            help="The upstream's context window: auto asks the upstream (llama.cpp, Ollama, "
+            "vLLM, KoboldCpp, LM Studio say it) and learns from a refusal for size; a number "
+            "scales the profile to it (env KIOKU_WINDOW).",
+        ),
+    ] = "auto",
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
     worker: Annotated[
@@ -67,6 +83,7 @@ def serve(
         ),
     ] = None,
     summary_timeout: SummaryTimeoutOpt = None,
+    reply_timeout: ReplyTimeoutOpt = None,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(
@@ -93,7 +110,7 @@ def serve(
     s = settings(
         db,
         profile,
-        window,
+        _window(window),
         llm_url=upstream,
         summarizer_url=summarizer_upstream,
         llm_model=model,
@@ -101,6 +118,7 @@ def serve(
         max_messages=max_messages,
         summary_delay_s=summary_delay,
         summary_timeout_s=summary_timeout,
+        reply_timeout_s=reply_timeout,
         cors_origins=tuple(cors_origin) if cors_origin else None,
         card_as_sent=card_as_sent or None,
     )
@@ -108,14 +126,41 @@ def serve(
         from kioku.errors import ConfigError
 
         raise ConfigError("no upstream: pass --upstream URL (or set KIOKU_LLM_URL)")
+    if s.window is None:  # --window auto: the upstream says it
+        from kioku.service.discovery import find_window
+
+        found = find_window(s.llm_url, model=s.llm_model, api_key=s.api_key)
+        terminal.note(found.line())
+        if found.warning:
+            terminal.note(f"warning: {found.warning}")
+        s = s.with_(window=found.size)
+    else:
+        terminal.note(
+            f"window {s.window} from {'--window' if window != 'auto' else 'KIOKU_WINDOW'}"
+        )
     store = terminal.open_store(s.db, write=True)
     p = s.profile_obj
     terminal.note(
         f"kioku serving on http://{host}:{port} → {s.llm_url} (profile {p.name}, "
-        f"upstream timeout {p.reply_timeout_s:g} s, {workers} process"
+        f"reply timeout {p.reply_timeout_s:g} s, {workers} process"
         f"{'es' if workers > 1 else ''}; console at /console)"
     )
     run(s, host=host, port=port, workers=workers, worker=worker, store=store)
+
+
+def _window(value: str) -> int | None:
+    """--window: "auto" (None: ask the upstream, unless KIOKU_WINDOW names a size) or tokens."""
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise typer.BadParameter(
+            f"{value!r}: give auto or a number of tokens", param_hint="--window"
+        )
+    return n
 
 
 @keys_app.command("create")

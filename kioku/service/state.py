@@ -5,6 +5,7 @@ worker. The app (`kioku.service.app`) builds one; its routers read it from the r
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
@@ -14,16 +15,19 @@ from starlette.concurrency import run_in_threadpool
 
 from kioku.config import Settings, build_kioku
 from kioku.engine import Kioku
-from kioku.errors import ConfigError, NotFound
+from kioku.errors import ConfigError, NotFound, UpstreamError
 from kioku.profiles import Profile
 from kioku.service.keys import KeyRing
 from kioku.service.metrics import Metrics
+from kioku.service.oversize import learned_window
 from kioku.service.slot import Slot
 from kioku.service.turns import Gate
 from kioku.service.upstream import KEEPALIVE_S, Upstream
 from kioku.store import Store
 
 __all__ = ["MAX_SLOTS", "WORKER_TENANT", "Service"]
+
+log = logging.getLogger("kioku.service")
 
 MAX_SLOTS = 10_000
 WORKER_TENANT = "-worker-"  # the embedded worker's Kioku never opens a conversation
@@ -55,7 +59,7 @@ class Service:
             )
         self.upstream = upstream
         self._make = make_kioku or (
-            lambda tenant, store: build_kioku(settings.with_(tenant=tenant), store=store)
+            lambda tenant, store: build_kioku(self.settings.with_(tenant=tenant), store=store)
         )
         self.keys = KeyRing(self.store)
         self.metrics = Metrics()
@@ -93,7 +97,47 @@ class Service:
             kk = self._tenants.get(tenant)
             if kk is None:
                 kk = self._tenants[tenant] = self._make(tenant, self.store)
+                self._fit(kk)
             return kk
+
+    def _fit(self, kk: Kioku) -> None:
+        if kk.profile.window > self.profile.window:
+            kk.reprofile(kk.profile.scaled(self.profile.window))
+
+    def learn_window(self, error: UpstreamError, sent_tokens: int) -> None:
+        """The upstream refused a prompt of `sent_tokens` (kioku's count) for its size: shrink
+        the window for the next turns (once per size learned, logged) and say so in the
+        error, with the size the server said and the flag that sets it from the start."""
+        said = error.oversize
+        if said is None:
+            return
+        with self._lock:
+            before = self.profile.window
+            size = learned_window(before, sent_tokens, said)
+            if size < before:
+                self.profile = self.profile.scaled(size)
+                self.settings = self.settings.with_(window=size)
+                for kk in [*self._tenants.values(), self._worker_kk]:
+                    if kk is not None:
+                        self._fit(kk)
+            now = self.profile.window
+        told = f"its context is {said.limit} tokens" if said.limit else "it did not say its size"
+        flag = said.limit or now
+        if size < before:
+            log.warning(
+                "the upstream refused a %d-token prompt for its size (%s): kioku now keeps "
+                "prompts within a %d-token window (was %d); pass --window %d to kioku serve to "
+                "start with it",
+                sent_tokens,
+                told,
+                now,
+                before,
+                flag,
+            )
+        error.message += (
+            f" ({told}). kioku keeps the next turns within a {now}-token window; to start with "
+            f"the server's size, pass --window {flag} to kioku serve"
+        )
 
     def slot(self, tenant: str, conversation_id: str) -> Slot:
         key = (tenant, conversation_id)
