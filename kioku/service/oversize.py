@@ -21,7 +21,7 @@ __all__ = ["Oversize", "learned_window", "oversize_of"]
 
 # what a refusal for size says, whatever else it says
 SAYS_TOO_LARGE = re.compile(
-    r"context (?:size|length|window)|maximum context|exceed_context_size|n_ctx|"
+    r"context[ _](?:size|length|window)|maximum context|exceed_context_size|n_ctx|"
     r"requested tokens|too many tokens|prompt is too long",
     re.IGNORECASE,
 )
