@@ -60,7 +60,7 @@ def test_koboldcpp_true_max_context_length() -> None:
 
 
 def test_lm_studio_the_loaded_context_before_the_models_maximum() -> None:
-    listed = {
+    listed: dict[str, Any] = {
         "object": "list",
         "data": [
             {

@@ -86,22 +86,26 @@ def serve(db: str, tmp_path: Path) -> Iterator[Any]:
         s.stop()
 
 
-def chat(server: Server, up: SizedServer, turns: int, cid: str = "long") -> Chat:
+def chat(
+    server: Server, up: SizedServer, turns: int, cid: str = "long", stream: bool = False
+) -> Chat:
+    """`turns` turns of the dataset chat; with `stream`, every other turn is streamed."""
     pairs = lines()[:turns]
     answers = dict(pairs)
     up.reply = lambda body: answers.get(_last_user(body), "I see.")
     out = Chat([], [], [])
     auth = {"Authorization": f"Bearer {server.key}"}
     with httpx.Client(base_url=server.url, headers=auth, timeout=60, verify=tls_context()) as h:
-        for said, _ in pairs:
-            r = h.post(
-                "/v1/chat/completions",
-                headers={"X-Kioku-Conversation": cid},
-                json={"model": "m", "messages": [{"role": "user", "content": said}]},
-            )
+        for n, (said, _) in enumerate(pairs):
+            body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": said}]}
+            if stream and n % 2:
+                body["stream"] = True
+            r = h.post("/v1/chat/completions", headers={"X-Kioku-Conversation": cid}, json=body)
             out.statuses.append(r.status_code)
             if r.status_code != 200:
                 out.errors.append(r.json()["error"]["message"])
+            elif stream and n % 2:
+                assert r.text.rstrip().endswith("data: [DONE]")
             out.memory_versions.append(int(r.headers.get("x-kioku-memory-version", -1)))
     return out
 
@@ -157,7 +161,7 @@ def test_a_server_that_says_nothing_is_named_and_its_refusal_teaches_the_size(
         server = serve(up.url)
         log = (tmp_path / "serve.log").read_text()
         assert "window unknown" in log and "--window" in log
-        seen = chat(server, up, 80)
+        seen = chat(server, up, 80, stream=True)
     failed = [i for i, s in enumerate(seen.statuses) if s != 200]
     assert len(failed) == 1 and seen.statuses[failed[0]] == 400
     assert "--window 4096" in seen.errors[0] and "4096" in seen.errors[0]
@@ -182,7 +186,7 @@ def test_a_refusal_when_the_size_was_wrong_costs_one_turn(serve: Any, tmp_path: 
             else real(m, p, raw)
         )
         server = serve(up.url)
-        seen = chat(server, up, 80)
+        seen = chat(server, up, 80, stream=True)
     assert sum(s != 200 for s in seen.statuses) == 1
     assert "--window 4096" in seen.errors[0]
     refused = next(i for i, a in enumerate(up.asked) if a.refused)
