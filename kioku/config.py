@@ -34,6 +34,9 @@ class Settings:
     db: str = DEFAULT_DB
     profile: str = DEFAULT_PROFILE
     window: int | None = None
+    # seconds between asking the upstream its window again (`kioku serve --window auto`: it
+    # follows a change); None: never
+    window_probe_s: float | None = None
     llm_url: str | None = None  # the reply model (OpenAI-compatible base URL)
     llm_model: str | None = None
     summarizer_url: str | None = None  # the chronicler's model; defaults to llm_url
@@ -92,11 +95,13 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     delay = env.get("KIOKU_SUMMARY_DELAY")
     timeout = env.get("KIOKU_SUMMARY_TIMEOUT")
     reply_timeout = env.get("KIOKU_REPLY_TIMEOUT")
+    probe = env.get("KIOKU_WINDOW_PROBE_S")
     temperature = env.get("KIOKU_SUMMARY_TEMPERATURE")
     return Settings(
         db=env.get("KIOKU_DB", DEFAULT_DB),
         profile=env.get("KIOKU_PROFILE", DEFAULT_PROFILE),
         window=_window(window) if window else None,
+        window_probe_s=_seconds("KIOKU_WINDOW_PROBE_S", probe, positive=True) if probe else None,
         llm_url=env.get("KIOKU_LLM_URL") or None,
         llm_model=env.get("KIOKU_LLM_MODEL") or None,
         summarizer_url=env.get("KIOKU_SUMMARIZER_URL") or None,
@@ -164,6 +169,7 @@ def to_env(settings: Settings) -> dict[str, str]:
         "KIOKU_DB": s.db,
         "KIOKU_PROFILE": s.profile,
         "KIOKU_WINDOW": s.window,
+        "KIOKU_WINDOW_PROBE_S": s.window_probe_s,
         "KIOKU_LLM_URL": s.llm_url,
         "KIOKU_LLM_MODEL": s.llm_model,
         "KIOKU_SUMMARIZER_URL": s.summarizer_url,

@@ -12,6 +12,7 @@ speaker's lines, the model answers with the other's.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,3 +192,36 @@ def test_a_refusal_when_the_size_was_wrong_costs_one_turn(serve: Any, tmp_path: 
     assert "--window 4096" in seen.errors[0]
     refused = next(i for i, a in enumerate(up.asked) if a.refused)
     assert not any(a.over for a in up.asked[refused + 1 :])
+
+
+def test_the_window_follows_the_upstream_when_it_changes(
+    serve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama-server restarted with another -c while kioku serves: asked again, it says its new
+    size, and the next turns are built for it, smaller and then larger again."""
+    monkeypatch.setenv("KIOKU_WINDOW_PROBE_S", "0.2")
+    log = tmp_path / "serve.log"
+    with SizedServer("llama.cpp", 8192) as up:
+        server = serve(up.url)
+        assert "window 8192 from llama.cpp /props" in log.read_text()
+        first = chat(server, up, 20)
+        up.size = 4096
+        wait_for(lambda: "the upstream changed: window 4096" in log.read_text())
+        up.asked.clear()
+        second = chat(server, up, 80, cid="after")
+        assert not any(a.over for a in up.asked)
+        assert max(a.tokens + a.reserved for a in up.asked) > 0.85 * 4096
+        up.size = 8192
+        wait_for(lambda: "the upstream changed: window 8192" in log.read_text())
+        up.asked.clear()
+        third = chat(server, up, 120, cid="grown")
+    assert first.statuses + second.statuses + third.statuses == [200] * 220
+    # the larger window is used: the longest prompts pass the 4096 the server had before
+    assert max(a.tokens + a.reserved for a in up.asked) > 4096
+
+
+def wait_for(condition: Any, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

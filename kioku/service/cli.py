@@ -18,6 +18,8 @@ from kioku.cli import (
 from kioku.service.worker_cli import worker_command
 from kioku.terminal import emit
 
+WINDOW_PROBE_S = 60.0  # how often `--window auto` asks the upstream again
+
 keys_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
@@ -133,7 +135,8 @@ def serve(
         terminal.note(found.line())
         if found.warning:
             terminal.note(f"warning: {found.warning}")
-        s = s.with_(window=found.size)
+        # and again while serving, to follow a change (env KIOKU_WINDOW_PROBE_S)
+        s = s.with_(window=found.size, window_probe_s=s.window_probe_s or WINDOW_PROBE_S)
     else:
         terminal.note(
             f"window {s.window} from {'--window' if window != 'auto' else 'KIOKU_WINDOW'}"

@@ -5,7 +5,6 @@ worker. The app (`kioku.service.app`) builds one; its routers read it from the r
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
@@ -15,19 +14,17 @@ from starlette.concurrency import run_in_threadpool
 
 from kioku.config import Settings, build_kioku
 from kioku.engine import Kioku
-from kioku.errors import ConfigError, NotFound, UpstreamError
+from kioku.errors import ConfigError, NotFound
 from kioku.profiles import Profile
 from kioku.service.keys import KeyRing
 from kioku.service.metrics import Metrics
-from kioku.service.oversize import learned_window
 from kioku.service.slot import Slot
 from kioku.service.turns import Gate
 from kioku.service.upstream import KEEPALIVE_S, Upstream
+from kioku.service.window import WindowKeeper
 from kioku.store import Store
 
 __all__ = ["MAX_SLOTS", "WORKER_TENANT", "Service"]
-
-log = logging.getLogger("kioku.service")
 
 MAX_SLOTS = 10_000
 WORKER_TENANT = "-worker-"  # the embedded worker's Kioku never opens a conversation
@@ -71,6 +68,8 @@ class Service:
         self._slots: OrderedDict[tuple[str, str], Slot] = OrderedDict()
         self._worker_kk: Kioku | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        # the window turns are built for, resized when the upstream says (or shows) another
+        self.window = WindowKeeper(self, own_profile=profile is None and make_kioku is None)
         # a request waits for the conversation's turn at most as long as one turn can take
         self.gate = Gate(
             self.store,
@@ -97,47 +96,13 @@ class Service:
             kk = self._tenants.get(tenant)
             if kk is None:
                 kk = self._tenants[tenant] = self._make(tenant, self.store)
-                self._fit(kk)
+                self.window.fit(kk)
             return kk
 
-    def _fit(self, kk: Kioku) -> None:
-        if kk.profile.window > self.profile.window:
-            kk.reprofile(kk.profile.scaled(self.profile.window))
-
-    def learn_window(self, error: UpstreamError, sent_tokens: int) -> None:
-        """The upstream refused a prompt of `sent_tokens` (kioku's count) for its size: shrink
-        the window for the next turns (once per size learned, logged) and say so in the
-        error, with the size the server said and the flag that sets it from the start."""
-        said = error.oversize
-        if said is None:
-            return
+    def engines(self) -> list[Kioku]:
+        """Every `Kioku` this process built (the tenants' and the embedded worker's)."""
         with self._lock:
-            before = self.profile.window
-            size = learned_window(before, sent_tokens, said)
-            if size < before:
-                self.profile = self.profile.scaled(size)
-                self.settings = self.settings.with_(window=size)
-                for kk in [*self._tenants.values(), self._worker_kk]:
-                    if kk is not None:
-                        self._fit(kk)
-            now = self.profile.window
-        told = f"its context is {said.limit} tokens" if said.limit else "it did not say its size"
-        flag = said.limit or now
-        if size < before:
-            log.warning(
-                "the upstream refused a %d-token prompt for its size (%s): kioku now keeps "
-                "prompts within a %d-token window (was %d); pass --window %d to kioku serve to "
-                "start with it",
-                sent_tokens,
-                told,
-                now,
-                before,
-                flag,
-            )
-        error.message += (
-            f" ({told}). kioku keeps the next turns within a {now}-token window; to start with "
-            f"the server's size, pass --window {flag} to kioku serve"
-        )
+            return [*self._tenants.values(), *([self._worker_kk] if self._worker_kk else [])]
 
     def slot(self, tenant: str, conversation_id: str) -> Slot:
         key = (tenant, conversation_id)
@@ -155,9 +120,12 @@ class Service:
     def start(self) -> None:
         if self.worker and self._worker_kk is None:
             self._worker_kk = self._make(WORKER_TENANT, self.store)
+            self.window.fit(self._worker_kk)
             self._worker_kk.start_background(self.worker_poll_s)
+        self.window.start()
 
     async def close(self) -> None:
+        await self.window.stop()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._worker_kk is not None:
