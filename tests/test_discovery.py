@@ -129,7 +129,14 @@ def test_vllm_max_model_len_of_the_model_sent() -> None:
 def test_a_model_name_is_the_last_resort_and_silence_is_said() -> None:
     listed = {"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]}
     f = found({("GET", "/v1/models"): listed}, "https://api.example/v1")
-    assert f.size == 128_000 and "gpt-4o-mini" in f.source
+    assert f.size == 128_000 and "gpt-4o-mini" in f.source and f.bound
+    # a table's word is a bound: a profile keeps to its own smaller window
+    assert f.within(200_000) == f
+    assert f.within(65536).size == 65536 and "--window" in f.within(65536).line()
+    # a hosted API lists many models: only the one kioku sends is looked up
+    many = {"data": [{"id": "gpt-4-0613"}, {"id": "gpt-4o"}]}
+    assert found({("GET", "/v1/models"): many}).size is None
+    assert found({("GET", "/v1/models"): many}, model="gpt-4o").size == 128_000
     silent = found({("GET", "/v1/models"): {"data": [{"id": "gemma"}]}})
     assert silent.size is None
     assert "--window" in silent.line() and "window unknown" in silent.line()

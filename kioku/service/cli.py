@@ -132,6 +132,7 @@ def serve(
         from kioku.service.discovery import find_window
 
         found = find_window(s.llm_url, model=s.llm_model, api_key=s.api_key)
+        found = found.within(s.profile_obj.window)
         terminal.note(found.line())
         if found.warning:
             terminal.note(f"warning: {found.warning}")

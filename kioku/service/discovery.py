@@ -53,6 +53,9 @@ class Found:
     size: int | None
     source: str
     warning: str = ""
+    # the most the model takes (a table's word, not the server's): a profile keeps to its own
+    # window below it, so a hosted model is not sent 10x the prompts it was before
+    bound: bool = False
 
     def line(self) -> str:
         """The start-up line."""
@@ -62,6 +65,16 @@ class Found:
                 "size: pass --window N with the server's context size to start right"
             )
         return f"window {self.size} from {self.source}"
+
+    def within(self, window: int) -> Found:
+        """A bound kept to a profile's own `window` where that is smaller."""
+        if not self.bound or self.size is None or self.size <= window:
+            return self
+        return Found(
+            window,
+            f"the profile ({self.source} takes up to {self.size}; pass --window N for more)",
+            self.warning,
+        )
 
 
 def server_root(base_url: str) -> str:
@@ -231,12 +244,15 @@ class _Probe:
             ids = [str(m.get("id")) for m in self._models()]
         except httpx.TransportError:
             ids = []
-        names = [self.model] if self.model else ids[:1]
+        # the model kioku sends, or the one model the server lists (a hosted API lists many,
+        # and the client names its own)
+        names = [self.model] if self.model else ids if len(ids) == 1 else []
         for name in names:
             low = name.lower().rsplit("/", 1)[-1]
             for prefix, size in KNOWN_MODELS:
                 if low.startswith(prefix):
-                    return Found(size, f"the model name {name!r} (a table of known models)")
+                    source = f"the model name {name!r} (a table of known models)"
+                    return Found(size, source, bound=True)
         return Found(None, "the upstream does not say its context size")
 
 

@@ -116,6 +116,7 @@ class WindowKeeper:
             self._task = None
 
     async def watch(self, every_s: float) -> None:
+        from kioku.profiles import get_profile
         from kioku.service.discovery import find_window
 
         s = self.svc.settings
@@ -131,6 +132,7 @@ class WindowKeeper:
             except Exception:  # never let a probe take the service down
                 log.exception("asking the upstream its window failed")
                 continue
+            found = found.within(get_profile(s.profile).window)
             if found.size is None or found.size == told:
                 continue
             told = found.size
