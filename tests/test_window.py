@@ -129,6 +129,8 @@ def use_after_first_fold(up: SizedServer, said: set[str]) -> tuple[float, int]:
     first = next((i for i in range(1, len(asked)) if asked[i].tokens < asked[i - 1].tokens), None)
     assert first is not None, "the chat never folded"
     after = asked[first:]
+    mean = sum(a.tokens for a in after) / len(after) / up.size
+    print(f"mean prompt after the first fold: {mean:.3f} of {up.size}")
     return max((a.tokens + a.reserved) / up.size for a in after), len(after)
 
 
@@ -225,3 +227,11 @@ def wait_for(condition: Any, timeout_s: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def test_window_n_still_wins(serve: Any, tmp_path: Path) -> None:
+    with SizedServer("llama.cpp", 8192) as up:
+        serve(up.url, "--window", "4096")
+    log = (tmp_path / "serve.log").read_text()
+    assert "window 4096 from --window" in log and "llama.cpp /props" not in log
+    assert "profile local-64k@4096" in log
