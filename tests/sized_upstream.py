@@ -55,6 +55,8 @@ class SizedServer:
     kind: str
     size: int
     reply: Callable[[dict[str, Any]], str] = field(default=lambda body: "Noted.")
+    # the server's tokenizer counts this many times kioku's estimate (a real one differs)
+    inflate: float = 1.0
     asked: list[Asked] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -79,7 +81,7 @@ class SizedServer:
     def tokens(self, body: dict[str, Any]) -> int:
         messages = body.get("messages") or []
         text = sum(self.counter.count(_text(m.get("content"))) for m in messages)
-        return text + self.template.messages(len(messages))
+        return round((text + self.template.messages(len(messages))) * self.inflate)
 
     # what the server says about itself ----------------------------------------------------
 

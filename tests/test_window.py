@@ -235,3 +235,16 @@ def test_window_n_still_wins(serve: Any, tmp_path: Path) -> None:
     log = (tmp_path / "serve.log").read_text()
     assert "window 4096 from --window" in log and "llama.cpp /props" not in log
     assert "profile local-64k@4096" in log
+
+
+def test_a_silent_cut_is_never_risked_when_the_servers_tokens_outnumber_kiokus(
+    serve: Any,
+) -> None:
+    """Ollama cuts a prompt beyond num_ctx without a word, so no refusal can teach kioku:
+    what keeps its prompts within it when the model's tokenizer counts 15% more than kioku's
+    estimate is the margin kioku learns from each reply's `usage.prompt_tokens`."""
+    with SizedServer("ollama", 2048, inflate=1.15) as up:
+        server = serve(up.url)
+        seen = chat(server, up, 80)
+    assert seen.statuses == [200] * 80
+    assert [a.tokens for a in up.asked if a.over] == []
