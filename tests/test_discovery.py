@@ -87,6 +87,30 @@ def test_lm_studio_the_loaded_context_before_the_models_maximum() -> None:
     assert f.size == 32768 and "--window" in f.warning
 
 
+def test_lm_studio_0_4_a_loaded_instances_context() -> None:
+    listed = {
+        "models": [
+            {
+                "type": "embedding",
+                "key": "nomic",
+                "loaded_instances": [{"id": "nomic", "config": {"context_length": 2048}}],
+            },
+            {"type": "llm", "key": "other", "loaded_instances": [], "max_context_length": 131072},
+            {
+                "type": "llm",
+                "key": "openai/gpt-oss-20b",
+                "loaded_instances": [
+                    {"id": "openai/gpt-oss-20b", "config": {"context_length": 16384}}
+                ],
+                "max_context_length": 131072,
+            },
+        ]
+    }
+    f = found({("GET", "/api/v1/models"): listed}, "http://localhost:1234/v1")
+    assert f == Found(16384, "LM Studio /api/v1/models (openai/gpt-oss-20b, loaded)")
+    assert found({("GET", "/api/v1/models"): listed}, model="other").size is None
+
+
 def ollama(running: list[dict[str, Any]], parameters: str = "") -> Routes:
     def show(asked: dict[str, Any]) -> dict[str, Any] | None:
         if asked.get("model") != "llama3.2:3b":

@@ -3,8 +3,8 @@
 Servers people run at home say their window in their own dialect, at the server's root (an
 upstream URL usually ends in /v1): llama.cpp's `llama-server` `GET /props` (the slot's
 `default_generation_settings.n_ctx`; newer versions also a top-level `n_ctx`), KoboldCpp's
-`GET /api/extra/true_max_context_length`, LM Studio's `GET /api/v0/models` (the loaded model's
-`loaded_context_length`), Ollama's `GET /api/ps` (`context_length`: the `num_ctx` it loaded the
+`GET /api/extra/true_max_context_length`, LM Studio's `GET /api/v1/models` (a loaded instance's
+`config.context_length`) or, before 0.4, `GET /api/v0/models` (`loaded_context_length`), Ollama's `GET /api/ps` (`context_length`: the `num_ctx` it loaded the
 model with, which is what it truncates a prompt to, not the model's maximum) and `POST
 /api/show` (the model's own `<arch>.context_length`, and a Modelfile's `num_ctx`), and vLLM's
 `GET /v1/models` (`max_model_len`). A hosted model says nothing: its name, looked up in a small
@@ -120,7 +120,14 @@ class _Probe:
         self.models: list[dict[str, Any]] | None = None
 
     def order(self) -> list[Callable[[], Found | None]]:
-        return [self.llama_cpp, self.koboldcpp, self.lm_studio, self.ollama, self.vllm]
+        return [
+            self.llama_cpp,
+            self.koboldcpp,
+            self.lm_studio_v1,
+            self.lm_studio,
+            self.ollama,
+            self.vllm,
+        ]
 
     def get(self, url: str) -> Any:
         """The JSON of a GET, None for anything else (a 404, HTML, a refusal)."""
@@ -147,6 +154,26 @@ class _Probe:
         said = self.get(f"{self.root}/api/extra/true_max_context_length")
         size = _int(said.get("value")) if isinstance(said, dict) else None
         return Found(size, "KoboldCpp /api/extra/true_max_context_length") if size else None
+
+    def lm_studio_v1(self) -> Found | None:
+        """LM Studio 0.4's REST API: each model's loaded instances with their context."""
+        said = self.get(f"{self.root}/api/v1/models")
+        models = said.get("models") if isinstance(said, dict) else None
+        if not isinstance(models, list):
+            return None
+        for m in models:
+            if not isinstance(m, dict) or m.get("type") == "embedding":
+                continue
+            instances = [i for i in m.get("loaded_instances") or () if isinstance(i, dict)]
+            names = {m.get("key"), *(i.get("id") for i in instances)}
+            if self.model and self.model not in names:
+                continue
+            for i in instances:
+                config = i.get("config")
+                size = _int(config.get("context_length")) if isinstance(config, dict) else None
+                if size:
+                    return Found(size, f"LM Studio /api/v1/models ({i.get('id')}, loaded)")
+        return None
 
     def lm_studio(self) -> Found | None:
         said = self.get(f"{self.root}/api/v0/models")
