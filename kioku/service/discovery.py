@@ -231,7 +231,9 @@ class _Probe:
             size, source = num_ctx, f"Ollama /api/show num_ctx ({name})"
         else:
             size = min(OLLAMA_DEFAULT_CTX, model_max or OLLAMA_DEFAULT_CTX)
-            source = f"Ollama ({name} not loaded yet: its smallest default num_ctx)"
+            running_names = {n for m in running for n in (m.get("model"), m.get("name"))}
+            why = "its num_ctx not said" if name in running_names else "not loaded yet"
+            source = f"Ollama ({name} {why}: its smallest default num_ctx)"
         warning = ""
         if model_max and size < model_max:
             warning = (
