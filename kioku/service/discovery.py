@@ -61,8 +61,9 @@ class Found:
         """The start-up line."""
         if self.size is None:
             return (
-                f"window unknown ({self.source}); kioku learns it from the first refusal for "
-                "size: pass --window N with the server's context size to start right"
+                f"window unknown ({self.source}); kioku asks again while it serves and learns "
+                "it from the first refusal for size: pass --window N with the server's context "
+                "size to start right"
             )
         return f"window {self.size} from {self.source}"
 
