@@ -248,3 +248,21 @@ def test_a_silent_cut_is_never_risked_when_the_servers_tokens_outnumber_kiokus(
         seen = chat(server, up, 80)
     assert seen.statuses == [200] * 80
     assert [a.tokens for a in up.asked if a.over] == []
+
+
+def test_kioku_worker_sizes_chapters_for_the_window_serve_found(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kioku serve --no-worker` beside `kioku worker`: the worker asks the same upstream, so
+    its chapters are sized for the window the turns are built for."""
+    from typer.testing import CliRunner
+
+    from kioku.cli import app, register_extensions
+
+    register_extensions()
+    with SizedServer("llama.cpp", 4096) as up:
+        monkeypatch.setenv("KIOKU_LLM_URL", up.url)
+        out = CliRunner().invoke(app, ["worker", "--db", db, "--once"])
+    assert out.exit_code == 0, out.output
+    assert "window 4096 from llama.cpp /props" in out.output
+    assert "on local-64k@4096" in out.output
