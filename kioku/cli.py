@@ -97,6 +97,17 @@ SummaryTimeoutOpt = Annotated[
         "the profile's, 300, 900 for local-8k).",
     ),
 ]
+ReplyTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--reply-timeout",
+        min=1,
+        metavar="<seconds>",
+        help="Seconds to wait for the reply model: the whole answer, or a streamed answer's "
+        "longest silence (env KIOKU_REPLY_TIMEOUT; default 120; a small model on a CPU needs "
+        "minutes for a long prompt).",
+    ),
+]
 TemperatureOpt = Annotated[
     float | None,
     typer.Option(
@@ -288,6 +299,7 @@ def chat(
     profile: ProfileOpt = None,
     window: WindowOpt = None,
     summary_timeout: SummaryTimeoutOpt = None,
+    reply_timeout: ReplyTimeoutOpt = None,
 ) -> None:
     """Chat in the terminal with memory. Empty line or Ctrl-D ends. A conversation this
     command started is not kept when it ends without a reply (the model failed, or nothing
@@ -302,6 +314,7 @@ def chat(
         llm_url=model,
         summarizer_url=summarizer_model,
         summary_timeout_s=summary_timeout,
+        reply_timeout_s=reply_timeout,
     )
     if not s.llm_url:
         raise KiokuError("no model: pass --model URL or set KIOKU_LLM_URL")

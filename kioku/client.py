@@ -170,8 +170,10 @@ class _RetryPolicy:
         """None: retry. Otherwise the error to raise."""
         if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
             return ModelTimeout(
-                f"no answer from {url} within the timeout ({type(exc).__name__}); raise the "
-                "profile's timeout or use a faster model"
+                f"no answer from {url} within the timeout ({type(exc).__name__}); a slow "
+                "model needs a longer wait: --reply-timeout SECONDS (env KIOKU_REPLY_TIMEOUT) "
+                "for replies, --summary-timeout (KIOKU_SUMMARY_TIMEOUT) for summaries, or use "
+                "a faster model"
             )
         if isinstance(exc, httpx.TransportError) and attempt < self.retries:
             return None

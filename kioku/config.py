@@ -34,6 +34,9 @@ class Settings:
     db: str = DEFAULT_DB
     profile: str = DEFAULT_PROFILE
     window: int | None = None
+    # seconds between asking the upstream its window again (`kioku serve --window auto`: it
+    # follows a change); None: never
+    window_probe_s: float | None = None
     llm_url: str | None = None  # the reply model (OpenAI-compatible base URL)
     llm_model: str | None = None
     summarizer_url: str | None = None  # the chronicler's model; defaults to llm_url
@@ -53,6 +56,9 @@ class Settings:
     # seconds to wait for one chronicler reply (None: the profile's; a 1.5B model on a CPU
     # takes minutes), and the chronicler's temperature (None: ChroniclerConfig's low default)
     summary_timeout_s: float | None = None
+    # seconds to wait for the reply model (None: the profile's, 120 s): the whole answer, or
+    # for a streamed one the longest silence between its bytes
+    reply_timeout_s: float | None = None
     summary_temperature: float | None = None
     # browser origins allowed to call the REST API (the SillyTavern extension's page)
     cors_origins: tuple[str, ...] = ()
@@ -70,6 +76,8 @@ class Settings:
             p = replace(p, summary_delay_s=self.summary_delay_s)
         if self.summary_timeout_s is not None:
             p = replace(p, summary_timeout_s=self.summary_timeout_s)
+        if self.reply_timeout_s is not None:
+            p = replace(p, reply_timeout_s=self.reply_timeout_s)
         return p
 
     @property
@@ -86,11 +94,14 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     window = env.get("KIOKU_WINDOW")
     delay = env.get("KIOKU_SUMMARY_DELAY")
     timeout = env.get("KIOKU_SUMMARY_TIMEOUT")
+    reply_timeout = env.get("KIOKU_REPLY_TIMEOUT")
+    probe = env.get("KIOKU_WINDOW_PROBE_S")
     temperature = env.get("KIOKU_SUMMARY_TEMPERATURE")
     return Settings(
         db=env.get("KIOKU_DB", DEFAULT_DB),
         profile=env.get("KIOKU_PROFILE", DEFAULT_PROFILE),
-        window=int(window) if window else None,
+        window=_window(window) if window else None,
+        window_probe_s=_seconds("KIOKU_WINDOW_PROBE_S", probe, positive=True) if probe else None,
         llm_url=env.get("KIOKU_LLM_URL") or None,
         llm_model=env.get("KIOKU_LLM_MODEL") or None,
         summarizer_url=env.get("KIOKU_SUMMARIZER_URL") or None,
@@ -104,6 +115,9 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         summary_delay_s=_seconds("KIOKU_SUMMARY_DELAY", delay) if delay else None,
         summary_timeout_s=_seconds("KIOKU_SUMMARY_TIMEOUT", timeout, positive=True)
         if timeout
+        else None,
+        reply_timeout_s=_seconds("KIOKU_REPLY_TIMEOUT", reply_timeout, positive=True)
+        if reply_timeout
         else None,
         summary_temperature=_temperature(temperature) if temperature else None,
         cors_origins=tuple(
@@ -124,6 +138,19 @@ def _seconds(name: str, value: str, positive: bool = False) -> float:
     return s
 
 
+def _window(value: str) -> int | None:
+    """KIOKU_WINDOW: tokens, or "auto" (None: `kioku serve` asks the upstream)."""
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise ConfigError(f"KIOKU_WINDOW={value!r}: give a number of tokens, or auto")
+    return n
+
+
 def _temperature(value: str) -> float:
     try:
         t = float(value)
@@ -142,6 +169,7 @@ def to_env(settings: Settings) -> dict[str, str]:
         "KIOKU_DB": s.db,
         "KIOKU_PROFILE": s.profile,
         "KIOKU_WINDOW": s.window,
+        "KIOKU_WINDOW_PROBE_S": s.window_probe_s,
         "KIOKU_LLM_URL": s.llm_url,
         "KIOKU_LLM_MODEL": s.llm_model,
         "KIOKU_SUMMARIZER_URL": s.summarizer_url,
@@ -154,6 +182,7 @@ def to_env(settings: Settings) -> dict[str, str]:
         "KIOKU_MAX_MESSAGES": s.max_messages,
         "KIOKU_SUMMARY_DELAY": s.summary_delay_s,
         "KIOKU_SUMMARY_TIMEOUT": s.summary_timeout_s,
+        "KIOKU_REPLY_TIMEOUT": s.reply_timeout_s,
         "KIOKU_SUMMARY_TEMPERATURE": s.summary_temperature,
         "KIOKU_CORS_ORIGINS": ",".join(s.cors_origins) or None,
         "KIOKU_CARD_AS_SENT": "1" if s.card_as_sent else None,

@@ -145,6 +145,12 @@ class Kioku:
     def worker(self) -> Worker:
         return self._worker
 
+    def reprofile(self, profile: Profile) -> None:
+        """Run on `profile` from the next turn on (the service learned that the upstream's
+        window is smaller than the one it assumed); memory already made stays as it is."""
+        self.profile = profile
+        self._cards.clear()
+
     def card_profile(self, system_prompt: str) -> Profile:
         """The profile fitted to a card (`Profile.for_card`): a large card costs memory, not
         failed turns. Raises `CardTooLarge` for a card that cannot fit beside the minimum raw

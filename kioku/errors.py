@@ -187,6 +187,8 @@ class UpstreamError(ModelError):
         self.kind = kind
         self.code = code if code is not None else UPSTREAM_CODES.get(kind)
         self.param = param
+        # a refusal for size: what the server said (`kioku.service.oversize.Oversize`)
+        self.oversize: Any = None
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.kind, self.code, self.param)

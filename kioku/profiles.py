@@ -178,7 +178,7 @@ class Profile:
         reserve = s(self.response_reserve, 256)
         out = replace(
             self,
-            name=f"{self.name}@{window}",
+            name=f"{self.name.split('@')[0]}@{window}",
             window=window,
             response_reserve=reserve,
             trigger=min(s(self.trigger), window - reserve),

@@ -24,6 +24,7 @@ from kioku.cli import (
     LocomoOpt,
     MessagesOpt,
     ProfileOpt,
+    ReplyTimeoutOpt,
     SpeakerOpt,
     SummaryTimeoutOpt,
     TemperatureOpt,
@@ -65,6 +66,7 @@ def summarize(
     profile: ProfileOpt = None,
     window: WindowOpt = None,
     summary_timeout: SummaryTimeoutOpt = None,
+    reply_timeout: ReplyTimeoutOpt = None,
     temperature: TemperatureOpt = None,
     as_json: JsonOpt = False,
     out: Annotated[
@@ -79,7 +81,9 @@ def summarize(
     """
     from kioku.backlog import summarize_transcript
 
-    s = chronicler_settings(profile, window, model, model_id, summary_timeout, temperature)
+    s = chronicler_settings(
+        profile, window, model, model_id, summary_timeout, temperature, reply_timeout
+    )
     t = _transcript(data, fmt, speaker, conversation, either(messages, limit))
     result = summarize_transcript(
         t, chronicler(s), token_counter(s), s.profile_obj, console=err_console()
@@ -118,6 +122,7 @@ def chronicler_settings(
     model_id: str | None,
     summary_timeout: float | None,
     temperature: float | None,
+    reply_timeout: float | None = None,
 ) -> Settings:
     """The settings (the environment, then these options) a command that summarizes runs on."""
     return settings(
@@ -127,6 +132,7 @@ def chronicler_settings(
         summarizer_url=model,
         summarizer_model=model_id,
         summary_timeout_s=summary_timeout,
+        reply_timeout_s=reply_timeout,
         summary_temperature=temperature,
     )
 

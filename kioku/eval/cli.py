@@ -24,6 +24,7 @@ from kioku.cli import (
     LocomoOpt,
     MessagesOpt,
     ReplayProfileOpt,
+    ReplyTimeoutOpt,
     SpeakerOpt,
     TenantOpt,
     WindowOpt,
@@ -90,9 +91,14 @@ def _chat_model(url: str | None, model_id: str | None, settings: Settings) -> An
     (KIOKU_LLM_MODEL, KIOKU_LLM_API_KEY)."""
     if not url:
         return None
-    from kioku.client import OpenAIChatModel
+    from kioku.client import OpenAIChatModel, Timeouts
 
-    return OpenAIChatModel(url, model=model_id or settings.llm_model, api_key=settings.api_key)
+    # the reply timeout is the user's (--reply-timeout, KIOKU_REPLY_TIMEOUT); the rest default
+    reply = settings.reply_timeout_s
+    timeouts = Timeouts(reply=reply) if reply is not None else None
+    return OpenAIChatModel(
+        url, model=model_id or settings.llm_model, api_key=settings.api_key, timeouts=timeouts
+    )
 
 
 def _strategies(spec: str) -> tuple[str, ...]:
@@ -327,6 +333,7 @@ def locomo(
             "each, and each margin's mean and worst over them (JSON: margins_mean, margins_min).",
         ),
     ] = None,
+    reply_timeout: ReplyTimeoutOpt = None,
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
     report: ReportOpt = None,
@@ -343,7 +350,7 @@ def locomo(
     """
     from kioku.eval.locomo import Models, Options, run
 
-    settings = from_env()
+    settings = from_env().with_(reply_timeout_s=reply_timeout)
     chat = _chat_model(model, model_id, settings)
     if reader:
         if phases is not None or start_at:

@@ -13,9 +13,9 @@ from kioku.cli import (
     DbOpt,
     JsonOpt,
     ProfileOpt,
+    ReplyTimeoutOpt,
     SummaryTimeoutOpt,
     TenantOpt,
-    WindowOpt,
     settings,
 )
 from kioku.service.worker_cli import worker_command
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
     from kioku.service.deletion import Deleted
     from kioku.store import Store
+
+WINDOW_PROBE_S = 60.0  # how often `--window auto` asks the upstream again
 
 keys_app = typer.Typer(
     no_args_is_help=True,
@@ -48,7 +50,16 @@ def serve(
     ] = None,
     db: DbOpt = None,
     profile: ProfileOpt = None,
-    window: WindowOpt = None,
+    window: Annotated[
+        str,
+        typer.Option(
+            "--window",
+            metavar="auto|<tokens>",
+            help="The upstream's context window: auto asks the upstream (llama.cpp, Ollama, "
+            "vLLM, KoboldCpp, LM Studio say it) and learns from a refusal for size; a number "
+            "scales the profile to it (env KIOKU_WINDOW).",
+        ),
+    ] = "auto",
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
     worker: Annotated[
@@ -83,6 +94,7 @@ def serve(
         ),
     ] = None,
     summary_timeout: SummaryTimeoutOpt = None,
+    reply_timeout: ReplyTimeoutOpt = None,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(
@@ -109,7 +121,7 @@ def serve(
     s = settings(
         db,
         profile,
-        window,
+        _window(window),
         llm_url=upstream,
         summarizer_url=summarizer_upstream,
         llm_model=model,
@@ -117,6 +129,7 @@ def serve(
         max_messages=max_messages,
         summary_delay_s=summary_delay,
         summary_timeout_s=summary_timeout,
+        reply_timeout_s=reply_timeout,
         cors_origins=tuple(cors_origin) if cors_origin else None,
         card_as_sent=card_as_sent or None,
     )
@@ -124,11 +137,25 @@ def serve(
         from kioku.errors import ConfigError
 
         raise ConfigError("no upstream: pass --upstream URL (or set KIOKU_LLM_URL)")
+    if s.window is None:  # --window auto: the upstream says it
+        from kioku.service.discovery import find_window
+
+        found = find_window(s.llm_url, model=s.llm_model, api_key=s.api_key)
+        found = found.within(s.profile_obj.window)
+        terminal.note(found.line())
+        if found.warning:
+            terminal.note(f"warning: {found.warning}")
+        # and again while serving, to follow a change (env KIOKU_WINDOW_PROBE_S)
+        s = s.with_(window=found.size, window_probe_s=s.window_probe_s or WINDOW_PROBE_S)
+    else:
+        terminal.note(
+            f"window {s.window} from {'--window' if window != 'auto' else 'KIOKU_WINDOW'}"
+        )
     store = terminal.open_store(s.db, write=True)
     p = s.profile_obj
     terminal.note(
         f"kioku serving on http://{host}:{port} → {s.llm_url} (profile {p.name}, "
-        f"upstream timeout {p.reply_timeout_s:g} s, {workers} process"
+        f"reply timeout {p.reply_timeout_s:g} s, {workers} process"
         f"{'es' if workers > 1 else ''}; console at /console)"
     )
     from kioku.service.readiness import startup_line
@@ -136,6 +163,21 @@ def serve(
     if down := startup_line(s):
         terminal.note(down)
     run(s, host=host, port=port, workers=workers, worker=worker, store=store)
+
+
+def _window(value: str) -> int | None:
+    """--window: "auto" (None: ask the upstream, unless KIOKU_WINDOW names a size) or tokens."""
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise typer.BadParameter(
+            f"{value!r}: give auto or a number of tokens", param_hint="--window"
+        )
+    return n
 
 
 @keys_app.command("create")

@@ -83,6 +83,8 @@ class FakeUpstream:
         self.reply = reply
         self.fail = fail
         self.raw: Callable[[dict[str, Any]], tuple[int, str, bytes] | None] | None = None
+        # a server's own routes (method, path, body) → (status, JSON body), None: not served
+        self.route: Callable[[str, str, bytes], tuple[int, Any] | None] | None = None
         self.model = model
         self.chunk_delay_s = chunk_delay_s
         self.error: dict[str, Any] | None = None
@@ -167,6 +169,9 @@ class FakeUpstream:
     async def _respond(
         self, method: str, path: str, raw: bytes, writer: asyncio.StreamWriter
     ) -> None:
+        routed = self.route(method, path, raw) if self.route else None
+        if routed is not None:
+            return self._send(writer, routed[0], json.dumps(routed[1]).encode())
         if method == "GET" and path.endswith("/models"):
             body = {"object": "list", "data": [{"id": self.model, "object": "model"}]}
             return self._send(writer, 200, json.dumps(body).encode())

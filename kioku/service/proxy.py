@@ -242,7 +242,9 @@ async def _run(
 
 
 async def _failed(svc: Service, turn: Turn, error: UpstreamError) -> None:
-    """Count, log (with the cause: the access line only says 502) and record a failure."""
+    """Count, log (with the cause: the access line only says 502) and record a failure; a
+    refusal for size teaches the service the upstream's window (`WindowKeeper.learn`)."""
+    svc.window.learn(error, turn.prompt.tokens)
     cause = error.__cause__
     log.warning(
         "upstream %s (%s) for tenant %r, conversation %r, message #%s: %s%s",

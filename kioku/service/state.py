@@ -21,6 +21,7 @@ from kioku.service.metrics import Metrics
 from kioku.service.slot import Slot
 from kioku.service.turns import Gate
 from kioku.service.upstream import KEEPALIVE_S, Upstream
+from kioku.service.window import WindowKeeper
 from kioku.store import Store
 
 __all__ = ["MAX_SLOTS", "WORKER_TENANT", "Service"]
@@ -55,7 +56,7 @@ class Service:
             )
         self.upstream = upstream
         self._make = make_kioku or (
-            lambda tenant, store: build_kioku(settings.with_(tenant=tenant), store=store)
+            lambda tenant, store: build_kioku(self.settings.with_(tenant=tenant), store=store)
         )
         self.keys = KeyRing(self.store)
         self.metrics = Metrics()
@@ -67,6 +68,8 @@ class Service:
         self._slots: OrderedDict[tuple[str, str], Slot] = OrderedDict()
         self._worker_kk: Kioku | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        # the window turns are built for, resized when the upstream says (or shows) another
+        self.window = WindowKeeper(self, own_profile=profile is None and make_kioku is None)
         # a request waits for the conversation's turn at most as long as one turn can take
         self.gate = Gate(
             self.store,
@@ -90,7 +93,13 @@ class Service:
             kk = self._tenants.get(tenant)
             if kk is None:
                 kk = self._tenants[tenant] = self._make(tenant, self.store)
+                self.window.fit(kk)
             return kk
+
+    def engines(self) -> list[Kioku]:
+        """Every `Kioku` this process built (the tenants' and the embedded worker's)."""
+        with self._lock:
+            return [*self._tenants.values(), *([self._worker_kk] if self._worker_kk else [])]
 
     def slot(self, tenant: str, conversation: str) -> Slot:
         """The slot of the conversation whose store key is `conversation` (never a name)."""
@@ -109,9 +118,12 @@ class Service:
     def start(self) -> None:
         if self.worker and self._worker_kk is None:
             self._worker_kk = self._make(WORKER_TENANT, self.store)
+            self.window.fit(self._worker_kk)
             self._worker_kk.start_background(self.worker_poll_s)
+        self.window.start()
 
     async def close(self) -> None:
+        await self.window.stop()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._worker_kk is not None:

@@ -4,14 +4,18 @@ kioku forwards the client's request body (with kioku's messages in place of the 
 passes the upstream's JSON or SSE back byte for byte, so every field a server adds (`usage`,
 `timings`, `system_fingerprint`, tool calls) reaches the client unchanged. What the answer said
 is read by `kioku.wire`, the parser kioku's own client uses too. A request the upstream refuses
-(4xx) reaches the client with the upstream's status, message, `code` and `param`.
+(4xx) reaches the client with the upstream's status, message, `code` and `param`; one refused
+for its size carries what the server said (`kioku.service.oversize`), from which the service
+learns a smaller window.
 
 Timeouts (seed: the backend waited 150 s while its front end gave up at 40 s). All three layers
 take their numbers from the profile (`kioku.profiles.Profile`):
 
     upstream connect  profile.connect_timeout_s (10 s)   cannot connect → 502
-    upstream reply    profile.reply_timeout_s (120 s)    no answer within it → 504
-                      (non-streaming: the whole answer; streaming: the longest silence)
+    upstream reply    profile.reply_timeout_s (120 s;    no answer within it → 504
+                      --reply-timeout, env               (non-streaming: the whole answer;
+                      KIOKU_REPLY_TIMEOUT)               streaming: the longest silence, so a
+                                                         reply that keeps coming is never cut)
     keep-alive        every KEEPALIVE_S (10 s) of upstream silence a streamed response sends an
                       SSE comment, so proxies and clients see a live connection
     client            set it above reply_timeout_s + 5 s (openai SDK default: 600 s); kioku
@@ -35,6 +39,7 @@ from kioku.client import api_root, server_message
 from kioku.errors import ModelError, UpstreamError
 from kioku.models import Completion
 from kioku.profiles import Profile
+from kioku.service.oversize import oversize_of
 from kioku.tls import tls_context
 from kioku.wire import StreamState, read_choices, read_json
 
@@ -62,6 +67,13 @@ def completions_of(payload: Any) -> list[Completion]:
 def completion_of(payload: Any) -> Completion:
     """The first choice of a chat completion as kioku records it."""
     return completions_of(payload)[0]
+
+
+def _json(r: httpx.Response) -> Any:
+    try:
+        return r.json()
+    except ValueError:
+        return None
 
 
 def _refusal(r: httpx.Response) -> tuple[str | None, str | None, str | None]:
@@ -130,6 +142,17 @@ class Upstream:
         if r.status_code >= 500:
             return UpstreamError(502, f"{where} failed with {r.status_code}: {msg}")
         kind, code, param = _refusal(r)
+        said = oversize_of(r.status_code, msg, _json(r))
+        if said is not None:
+            error = UpstreamError(
+                r.status_code,
+                f"{where} refused the prompt as larger than its context window: {msg}",
+                "invalid_request_error",
+                "context_length_exceeded",
+                param,
+            )
+            error.oversize = said
+            return error
         return UpstreamError(
             r.status_code,
             f"{where} refused the request: {msg}",
@@ -138,7 +161,7 @@ class Upstream:
             param,
         )
 
-    def _transport_error(self, e: httpx.HTTPError) -> UpstreamError:
+    def _transport_error(self, e: httpx.HTTPError, stream: bool = False) -> UpstreamError:
         if isinstance(e, httpx.ConnectTimeout | httpx.ConnectError | httpx.PoolTimeout):
             return UpstreamError(
                 502,
@@ -147,17 +170,19 @@ class Upstream:
                 "upstream_unavailable",
             )
         if isinstance(e, httpx.TimeoutException):
-            return self.timed_out()
+            return self.timed_out(stream)
         return UpstreamError(
             502, f"the upstream at {self.root} broke the connection: {e!r}", "upstream_unavailable"
         )
 
-    def timed_out(self) -> UpstreamError:
+    def timed_out(self, stream: bool = False) -> UpstreamError:
         p = self.profile
+        wait = "sent nothing for" if stream else "gave no answer within"
         return UpstreamError(
             504,
-            f"the upstream at {self.root} gave no answer within {p.reply_timeout_s:g} s "
-            f"(profile {p.name}: reply_timeout_s); use a faster model or raise the timeout",
+            f"the upstream at {self.root} {wait} {p.reply_timeout_s:g} s; a slow model needs "
+            "a longer wait: pass --reply-timeout SECONDS to kioku serve (env "
+            "KIOKU_REPLY_TIMEOUT), or use a faster model",
             "upstream_timeout",
         )
 
@@ -208,7 +233,7 @@ class Upstream:
                     async for line in r.aiter_lines():
                         yield line
                 except httpx.HTTPError as e:
-                    raise self._transport_error(e) from e
+                    raise self._transport_error(e, stream=True) from e
 
             yield lines()
         finally:

@@ -109,7 +109,12 @@ def worker_command(
         typer.Option("--profile", help="local-64k, cloud-1m or local-8k; the same as `serve`."),
     ] = None,
     window: Annotated[
-        int | None, typer.Option("--window", help="Scale the profile to this window (tokens).")
+        int | None,
+        typer.Option(
+            "--window",
+            help="Scale the profile to this window (tokens; default: asked of the upstream, as "
+            "`kioku serve --window auto` does).",
+        ),
     ] = None,
     poll: Annotated[
         float, typer.Option("--poll", help="Seconds between looks when no job is due.")
@@ -169,6 +174,16 @@ def worker_command(
     )
     if not (settings.summarizer_url or settings.llm_url):
         say("no --summarizer-upstream: chapters will be extractive (excerpts, no LLM)")
+    upstream = settings.llm_url or settings.summarizer_url
+    if settings.window is None and upstream:
+        # the window `kioku serve --window auto` found: the reply model's (KIOKU_LLM_URL), else
+        # the chronicler's; chapters are sized for it
+        from kioku.service.discovery import find_window
+
+        found = find_window(upstream, model=settings.llm_model, api_key=settings.api_key)
+        found = found.within(settings.profile_obj.window)
+        say(found.line())
+        settings = settings.with_(window=found.size)
     kk = terminal.open_kioku(settings, write=True)
     worker = kk.worker
     worker.lease_s = lease
