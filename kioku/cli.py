@@ -574,6 +574,7 @@ def forget(
     conversation: ConvArg,
     seq: Annotated[int, typer.Argument(min=0, help="The message's seq (`kioku export`).")],
     db: DbOpt = None,
+    tenant: TenantOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Delete one message: its notes, recollections and chapter lines go with it.
@@ -585,9 +586,8 @@ def forget(
     from kioku.engine import Conversation
     from kioku.sync import forget as forget_message
 
-    s = settings(db)
-    kk = terminal.open_kioku(s, write=True)
-    key = terminal.find_conversation(kk.store, conversation, s.tenant).id
+    kk = terminal.open_kioku(settings(db), write=True, tenant=tenant)
+    key = terminal.find_conversation(kk.store, conversation, kk.tenant).id
     done = forget_message(Conversation(kk, key), seq)
     if as_json:
         emit(done.__dict__)

@@ -23,21 +23,30 @@ import asyncio
 import contextlib
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kioku.errors import UpstreamError
 from kioku.service.oversize import learned_window
 
 if TYPE_CHECKING:
+    from kioku.config import Settings
     from kioku.engine import Kioku
     from kioku.profiles import Profile
-    from kioku.service.state import Service
 
 log = logging.getLogger("kioku.service")
 
 
+class Served(Protocol):
+    """What the keeper reads and resizes of the service that holds it (`Service`)."""
+
+    profile: Profile
+    settings: Settings
+
+    def engines(self) -> list[Kioku]: ...
+
+
 class WindowKeeper:
-    def __init__(self, svc: Service, *, own_profile: bool) -> None:
+    def __init__(self, svc: Served, *, own_profile: bool) -> None:
         """`own_profile`: the service built its profile and engines from its settings (not a
         test's), so a new size is built from the named profile, never from a scaled one."""
         self.svc = svc
