@@ -86,7 +86,7 @@ def start_turn(
     transaction: a request refused for its content leaves nothing."""
     kk = svc.kioku(tenant)
     if fresh:  # what this process read of the conversation may have changed since
-        slot.transcripts = slot.user = None
+        slot.forget_client()
     known = slot.conv is not None and not fresh
     stored = slot.system if known else stored_card(kk.store, key, tenant)
     if known or stored is not None:
@@ -119,12 +119,11 @@ def _turn(
     if not known or (card is not None and card != slot.system):
         if stored is None and req.parent:
             branch_from(kk, tenant, req.parent, conversation_id, key, split, card, req.character)
-        slot.conv = kk.conversation(
+        opened = kk.conversation(
             conversation_id, system_prompt=card, character=req.character, key=key
         )
-        note_card(kk.store, slot.conv.id, stored, card)
-        slot.system = card
-        slot.character = slot.conv.info().character
+        note_card(kk.store, opened.id, stored, card)
+        slot.open(opened, card)
     conv = slot.conv
     assert conv is not None
     transcripts = gen.sends_transcripts(conv, slot)
@@ -141,7 +140,7 @@ def _turn(
         named=generation is not None,
         cast=req.speakers,
     )
-    slot.lone = None
+    slot.note_lone(None)
     if req.stateful is False or (req.stateful is None and len(split.chat) > 1):
         gen.note_transcript(conv, slot)
     extend = None

@@ -214,8 +214,7 @@ async def _run(
     none): upstream, commit the reply, respond."""
     if ticket is not None and not turn.side:
         slot = ticket.slot
-        reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
-        slot.last_prompt = turn.prompt.messages
+        reuse = prefix_reuse(slot.remember_prompt(turn.prompt.messages), turn.prompt.messages)
         svc.metrics.prefix_reuse.observe(tenant, reuse)
     svc.metrics.prompt_tokens.observe(tenant, turn.prompt.tokens)
     data = upstream_body(body, turn, svc.profile.response_reserve)
