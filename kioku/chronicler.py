@@ -35,9 +35,9 @@ retried by the worker.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from kioku.chronicle_prompt import (
     build_compress_request,
@@ -46,6 +46,7 @@ from kioku.chronicle_prompt import (
     max_lines,
 )
 from kioku.errors import BadSummary, Ungrounded
+from kioku.flows import adrive, drive
 from kioku.grounding.check import Evidence
 from kioku.grounding.choice import Item, choose, drafted, item_text, span_candidates, trim
 from kioku.grounding.evidence import known_threads, task_evidence
@@ -492,36 +493,6 @@ class _Polish:
         if tics and "tics_removed" not in self.events:
             self.events.append("tics_removed")
         return r
-
-
-T = TypeVar("T")
-
-
-def drive(
-    flow: Generator[ChatRequest, Completion, T], complete: Callable[[ChatRequest], Completion]
-) -> T:
-    """Run a flow against a sync model."""
-    try:
-        request = next(flow)
-        while True:
-            request = flow.send(complete(request))
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
-
-
-async def adrive(
-    flow: Generator[ChatRequest, Completion, T],
-    complete: Callable[[ChatRequest], Awaitable[Completion]],
-) -> T:
-    """Run a flow against an async model."""
-    try:
-        request = next(flow)
-        while True:
-            request = flow.send(await complete(request))
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
 
 
 def finish(result: Summary | GaveUp, task: SummaryTask, fallback: Summarizer) -> Summary:

@@ -352,34 +352,52 @@ class Conversation:
         if recall and recall.least and recall.need.makes_room:
             wants = recall.least + context.LABEL_TOKENS
         room = client.tokens(self.kioku.counter, template_of(self.kioku.counter).per_message)
-        report, view = self._compact(view, squeeze=room, recall=wants)
-        if self.kioku.fold_immediately and report.scheduled:
-            # the baseline that blocks the turn on the summary and folds in the trigger turn
-            self.kioku.worker.run_until_idle(self.id)
-            again, view = self._compact(view, recall=wants)
-            report = TurnReport(
-                folded=again.folded,
-                forced_cut=report.forced_cut or again.forced_cut,
-                major_gc=again.major_gc,
-                scheduled=report.scheduled + again.scheduled,
-                reasons=report.reasons + again.reasons,
-                for_recall=again.for_recall,
-            )
+        report, view = self._compact_turn(view, room, wants)
         if report.folded:
             recall = None  # the raw window moved: what is in view changed
+        prompt, report = self._build(entry, view, client, recall, report, room)
+        self.last_turn = report
+        self._keep_extras(entry, prompt)
+        self._last_prompt = prompt
+        return prompt
+
+    def _compact_turn(self, view: TurnState, room: int, wants: int) -> tuple[TurnReport, TurnState]:
+        """The turn's compaction: room made for the client's parts and for recall. The
+        `fold_immediately` baseline then blocks on the summaries it scheduled and folds them in
+        this same turn, and its report adds up both."""
+        report, view = self._compact(view, squeeze=room, recall=wants)
+        if not (self.kioku.fold_immediately and report.scheduled):
+            return report, view
+        self.kioku.worker.run_until_idle(self.id)
+        again, view = self._compact(view, recall=wants)
+        return TurnReport(
+            folded=again.folded,
+            forced_cut=report.forced_cut or again.forced_cut,
+            major_gc=again.major_gc,
+            scheduled=report.scheduled + again.scheduled,
+            reasons=report.reasons + again.reasons,
+            for_recall=again.for_recall,
+        ), view
+
+    def _build(
+        self,
+        entry: LogEntry,
+        view: TurnState,
+        client: ClientParts,
+        recall: Recall | None,
+        report: TurnReport,
+        room: int,
+    ) -> tuple[Prompt, TurnReport]:
+        """The prompt from the compacted state; on overflow, squeezed once and built again."""
         try:
-            prompt = self._prompt(entry, view, client, recall)
+            return self._prompt(entry, view, client, recall), report
         except ContextOverflow as e:
             # The counts moved under the policy (a calibrating estimate, a longer card): cut as
             # at the ceiling, by what is missing, rather than fail a normal turn.
             squeeze = e.excess + SQUEEZE_SLACK + room
             again, view = self._compact(view, squeeze=squeeze)
             report = replace(again, reasons=(*report.reasons, *again.reasons))
-            prompt = self._prompt(entry, view, client)
-        self.last_turn = report
-        self._keep_extras(entry, prompt)
-        self._last_prompt = prompt
-        return prompt
+            return self._prompt(entry, view, client), report
 
     def _recall(self, entry: LogEntry, turn: TurnState) -> Recall | None:
         """The recall layer's answer for a user message not answered before (None: no turn of

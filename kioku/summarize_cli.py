@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kioku import terminal
-from kioku.cli import (
+from kioku.cli_options import (
     FORMATS,
     DataOpt,
     JsonOpt,

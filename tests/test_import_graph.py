@@ -139,3 +139,72 @@ def test_no_attribute_a_turn_sets_on_its_conversation_is_read_by_another_module(
         if isinstance(node, ast.Attribute) and node.attr in left
     }
     assert readers == set()
+
+
+def _slot_attributes() -> set[str]:
+    """`Slot`'s attributes, public and private: what a turn learns of its conversation."""
+    from kioku.service.slot import Slot
+
+    public = {n for n, v in vars(Slot).items() if isinstance(v, property)}
+    return public | {s.lstrip("_") for s in Slot.__slots__} | set(Slot.__slots__)
+
+
+def slot_writes(source: str) -> set[str]:
+    """Where `source` sets an attribute of a slot (`slot.x = …`, `ticket.slot.x += …`,
+    `setattr(slot, …)`): each as `line: name`."""
+    names = _slot_attributes()
+
+    def is_slot(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Name) and "slot" in node.id.lower()) or (
+            isinstance(node, ast.Attribute) and "slot" in node.attr.lower()
+        )
+
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store | ast.Del)
+            and node.attr in names
+            and is_slot(node.value)
+        ):
+            out.add(f"{node.lineno}: {node.attr}")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+            and node.args
+            and is_slot(node.args[0])
+        ):
+            out.add(f"{node.lineno}: {node.func.id}")
+    return out
+
+
+def test_a_slot_is_written_by_its_own_methods_only() -> None:
+    """A turn's state has one writer (issue 44): no module but slot.py sets a slot's
+    attributes, and a slot refuses an assignment from outside at run time too."""
+    from kioku.service.slot import Slot
+
+    writes = {
+        f"{p.relative_to(PACKAGE)}:{w}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p != PACKAGE / "service" / "slot.py"
+        for w in slot_writes(p.read_text(encoding="utf-8"))
+    }
+    assert writes == set()
+    slot = Slot()
+    for name in ("conv", "system", "character", "last_prompt", "user", "transcripts", "lone"):
+        try:
+            setattr(slot, name, None)
+        except AttributeError:
+            continue
+        raise AssertionError(f"Slot.{name} can be set from outside")
+
+
+def test_the_slot_check_sees_an_assignment_and_a_setattr() -> None:
+    source = (
+        "slot.conv = None\n"
+        "ticket.slot.transcripts = True\n"
+        "setattr(slot, 'user', 'x')\n"
+        "other.conv = None\n"
+    )
+    assert slot_writes(source) == {"1: conv", "2: transcripts", "3: setattr"}

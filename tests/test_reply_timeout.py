@@ -46,7 +46,7 @@ def test_the_reply_timeout_reaches_every_http_client(tmp_path: Path) -> None:
     kk = build_kioku(s.with_(db=f"sqlite:///{tmp_path / 'k.db'}", llm_url="http://127.0.0.1:9"))
     assert isinstance(kk.reply_model, OpenAIChatModel)
     assert kk.reply_model.api.timeouts.for_purpose("reply").read == 300
-    from kioku.eval.cli import _chat_model
+    from kioku.eval.cli_shared import chat_model as _chat_model
 
     model = _chat_model("http://127.0.0.1:9", None, s)
     assert model.api.timeouts == Timeouts(reply=300)

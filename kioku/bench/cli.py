@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from kioku import terminal
-from kioku.cli import (
+from kioku.cli_options import (
     FORMATS,
     DataOpt,
     JsonOpt,

@@ -6,18 +6,14 @@ table, and writes the PNG / Markdown it was asked for. Progress goes to stderr.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from kioku.cli import (
+from kioku.cli_options import (
     DataOpt,
     DbOpt,
     LegacyIndexOpt,
@@ -30,8 +26,10 @@ from kioku.cli import (
     WindowOpt,
     either,
 )
-from kioku.config import Settings, from_env
+from kioku.config import from_env
 from kioku.errors import InputError
+from kioku.eval.cli_shared import HEADLINE_DEFAULT, chat_model, conversations_of, emit, err, out
+from kioku.eval.reader_cli import ReaderRun, read
 
 if TYPE_CHECKING:
     from kioku.eval.locomo import Models, Options
@@ -41,13 +39,6 @@ eval_app = typer.Typer(
     rich_markup_mode=None,
     help="Measure forgetting: the forgetting curve, the LoCoMo proxy, the memory audit.",
 )
-err = Console(stderr=True)
-# kioku.eval.strategies.HEADLINE, spelled out so that registering the commands imports no arm
-HEADLINE_DEFAULT = (
-    "generational,generational-norecall,rolling,rolling+recall,rolling-long,truncation,"
-    "retrieval,full"
-)
-out = Console()
 
 
 FormatOpt = Annotated[
@@ -82,46 +73,10 @@ TokenizerOpt = Annotated[
 ]
 
 
-def emit(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=1, default=str) + "\n")
-
-
-def _chat_model(url: str | None, model_id: str | None, settings: Settings) -> Any:
-    """An OpenAI-compatible model at `url`; the model name and key default to the settings'
-    (KIOKU_LLM_MODEL, KIOKU_LLM_API_KEY)."""
-    if not url:
-        return None
-    from kioku.client import OpenAIChatModel, Timeouts
-
-    # the reply timeout is the user's (--reply-timeout, KIOKU_REPLY_TIMEOUT); the rest default
-    reply = settings.reply_timeout_s
-    timeouts = Timeouts(reply=reply) if reply is not None else None
-    return OpenAIChatModel(
-        url, model=model_id or settings.llm_model, api_key=settings.api_key, timeouts=timeouts
-    )
-
-
 def _strategies(spec: str) -> tuple[str, ...]:
     from kioku.eval.strategies import check_strategies
 
     return check_strategies(s.strip() for s in spec.split(",") if s.strip())
-
-
-def _conversations(spec: str) -> tuple[int, ...]:
-    picked: list[int] = []
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                picked.extend(range(lo, hi + 1))
-            else:
-                picked.append(int(part))
-        except ValueError:
-            raise InputError(f"--conversations takes indexes like 0-4,7, not {spec!r}") from None
-    return tuple(picked)
 
 
 def _load(
@@ -212,8 +167,8 @@ def forgetting(
         raise InputError(
             "the forgetting curve needs a model: pass --model URL or set KIOKU_LLM_URL"
         )
-    chat = _chat_model(url, model_id, settings)
-    judge = _chat_model(judge_model, judge_model_id, settings) if judge_model else None
+    chat = chat_model(url, model_id, settings)
+    judge = chat_model(judge_model, judge_model_id, settings) if judge_model else None
     t = _load(data, fmt, speaker=speaker, conversation=conversation, lang=lang, messages=messages)
     result = run(
         t,
@@ -351,25 +306,25 @@ def locomo(
     from kioku.eval.locomo import Models, Options, run
 
     settings = from_env().with_(reply_timeout_s=reply_timeout)
-    chat = _chat_model(model, model_id, settings)
+    chat = chat_model(model, model_id, settings)
     if reader:
         if phases is not None or start_at:
             raise InputError("--reader asks at the end of each conversation: leave out --phases")
         if limit_questions is not None or plot is not None:
             raise InputError("--reader samples with --questions and reports with --report")
-        reading = _ReaderRun(reader, reader_model, questions, time_on, judge_model, judge_model_id)
-        _read(
+        reading = ReaderRun(reader, reader_model, questions, time_on, judge_model, judge_model_id)
+        read(
             data, budget, conversations, strategies, tokenizer, seed, chat, reading, as_json, report
         )
         return
     if questions != "all" or time_on:
         raise InputError("--questions and --time-on choose what --reader answers: pass --reader")
-    judge = _chat_model(judge_model, judge_model_id, settings) if judge_model else None
+    judge = chat_model(judge_model, judge_model_id, settings) if judge_model else None
     if judge is not None and chat is None:
         raise InputError("--judge-model grades answers: pass --model for the answers too")
     options = Options(
         budget=budget,
-        conversations=_conversations(conversations),
+        conversations=conversations_of(conversations),
         strategies=_strategies(strategies),
         tokenizer=tokenizer,
         limit_questions=limit_questions,
@@ -401,102 +356,6 @@ def locomo(
                     f"{d['context_tokens']:.0f}",
                 )
     out.print(table)
-
-
-@dataclass(frozen=True)
-class _ReaderRun:
-    url: str
-    model_id: str | None
-    questions: str
-    time_on: bool
-    judge_url: str | None
-    judge_id: str | None
-
-
-def _read(
-    data: Path | None,
-    budget: int,
-    conversations: str,
-    strategies: str,
-    tokenizer: str,
-    seed: int,
-    chronicler_model: Any,
-    reading: _ReaderRun,
-    as_json: bool,
-    report: Path | None,
-) -> None:
-    """`kioku eval locomo --reader URL`: a real model answers from each arm's prompt."""
-    from kioku.counters import counter_from_spec
-    from kioku.eval import reader as rd
-    from kioku.summarizer import ExtractiveSummarizer
-
-    settings = from_env()
-    if reading.questions.strip().lower() == "all":
-        n = None
-    else:
-        try:
-            n = int(reading.questions)
-        except ValueError:
-            raise InputError(
-                f"--questions takes a number or all, not {reading.questions!r}"
-            ) from None
-    arms = (
-        rd.READER_ARMS
-        if strategies == HEADLINE_DEFAULT
-        else tuple(s.strip() for s in strategies.split(",") if s.strip())
-    )
-    counter = counter_from_spec(tokenizer)
-    summarizer: Any = ExtractiveSummarizer(counter)
-    if chronicler_model is not None:
-        from kioku.chronicler import LLMChronicler
-
-        summarizer = LLMChronicler(chronicler_model, counter, fallback=summarizer)
-    options = rd.ReaderOptions(
-        budget=budget,
-        conversations=_conversations(conversations),
-        arms=rd.check_arms(arms),
-        tokenizer=tokenizer,
-        questions=n,
-        seed=seed,
-        time_on=reading.time_on,
-    )
-    result = rd.run(
-        data,
-        options,
-        reader=_chat_model(reading.url, reading.model_id, settings),
-        judge=_chat_model(reading.judge_url, reading.judge_id, settings),
-        summarizer=summarizer,
-        counter=counter,
-        log=lambda s: err.print(s, highlight=False),
-    )
-    if report:
-        from kioku.eval.report import markdown
-
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(markdown(result), encoding="utf-8")
-        err.print(f"wrote {report}", highlight=False)
-    if as_json:
-        emit(result)
-        return
-    table = Table("arm", "split", "F1 [95%]", "strict", "judge", *rd.THIRDS, "n")
-    for arm, per in result["scores"].items():
-        for split, d in per.items():
-            table.add_row(
-                arm,
-                split,
-                _interval(d["f1"]),
-                _interval(d["strict"]),
-                _interval(d["judge"]) if "judge" in d else "–",
-                *(_interval(d["by_age"][t]["f1"]) if t in d["by_age"] else "–" for t in rd.THIRDS),
-                str(d["f1"]["n"]),
-            )
-    out.print(table)
-
-
-def _interval(ci: Mapping[str, Any]) -> str:
-    if ci.get("mean") is None:
-        return "–"
-    return f"{ci['mean']:.2f} [{ci['lo']:.2f}–{ci['hi']:.2f}]"
 
 
 def _phases(
@@ -572,7 +431,7 @@ def audit(
     from kioku.eval.report import markdown
 
     settings = from_env()
-    chat = _chat_model(model, model_id, settings)
+    chat = chat_model(model, model_id, settings)
     log = lambda s: err.print(s, highlight=False)  # noqa: E731
     if data is not None or fmt == "story":
         from kioku.counters import counter_from_spec

@@ -191,51 +191,8 @@ def _install_handlers(app: FastAPI) -> None:
         )
 
 
-def create_app(
-    settings: Settings,
-    *,
-    store: Store | None = None,
-    upstream: Upstream | None = None,
-    make_kioku: Callable[[str, Store], Kioku] | None = None,
-    worker: bool = True,
-    worker_poll_s: float = 1.0,
-    profile: Profile | None = None,
-) -> FastAPI:
-    """The service. Tests inject `store`, `upstream` (e.g. with an httpx transport) and
-    `make_kioku(tenant, store)` (e.g. an extractive summarizer) and the `profile` (timeouts,
-    response reserve) that `make_kioku` uses; `worker=False` leaves the summaries to
-    `kioku worker` processes."""
-    svc = Service(
-        settings,
-        store=store,
-        upstream=upstream,
-        make_kioku=make_kioku,
-        worker=worker,
-        worker_poll_s=worker_poll_s,
-        profile=profile,
-    )
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        svc.start()
-        try:
-            yield
-        finally:
-            await svc.close()
-
-    app = FastAPI(
-        title="kioku",
-        version=__version__,
-        summary="Long-term memory for one very long LLM conversation, as an OpenAI-compatible "
-        "proxy.",
-        lifespan=lifespan,
-    )
-    app.state.service = svc
-    app.state.max_messages = settings.max_messages
-    app.router.route_class = StrictJSONRoute  # set before the routes are added
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(ConversationPaths)  # a chat name with a `/`, percent-encoded
-    _install_handlers(app)
+def _proxy_routes(app: FastAPI, svc: Service) -> None:
+    """The OpenAI-compatible routes: chat through memory; the upstream's models."""
 
     @app.post(
         "/v1/chat/completions",
@@ -282,6 +239,10 @@ def create_app(
             404, COMPLETIONS_REFUSED, "invalid_request_error", code="unsupported_endpoint"
         )
 
+
+def _operations_routes(app: FastAPI, svc: Service) -> None:
+    """What an operator reads: metrics and liveness (readiness has its own router)."""
+
     @app.get(
         "/metrics",
         tags=["operations"],
@@ -297,6 +258,55 @@ def create_app(
     def healthz() -> dict[str, Any]:
         return {"ok": True}
 
+
+def create_app(
+    settings: Settings,
+    *,
+    store: Store | None = None,
+    upstream: Upstream | None = None,
+    make_kioku: Callable[[str, Store], Kioku] | None = None,
+    worker: bool = True,
+    worker_poll_s: float = 1.0,
+    profile: Profile | None = None,
+) -> FastAPI:
+    """The service. Tests inject `store`, `upstream` (e.g. with an httpx transport) and
+    `make_kioku(tenant, store)` (e.g. an extractive summarizer) and the `profile` (timeouts,
+    response reserve) that `make_kioku` uses; `worker=False` leaves the summaries to
+    `kioku worker` processes."""
+    svc = Service(
+        settings,
+        store=store,
+        upstream=upstream,
+        make_kioku=make_kioku,
+        worker=worker,
+        worker_poll_s=worker_poll_s,
+        profile=profile,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        svc.start()
+        try:
+            yield
+        finally:
+            await svc.close()
+
+    app = FastAPI(
+        title="kioku",
+        version=__version__,
+        summary="Long-term memory for one very long LLM conversation, as an OpenAI-compatible "
+        "proxy.",
+        lifespan=lifespan,
+    )
+    app.state.service = svc
+    app.state.max_messages = settings.max_messages
+    app.router.route_class = StrictJSONRoute  # set before the routes are added
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ConversationPaths)  # a chat name with a `/`, percent-encoded
+    _install_handlers(app)
+
+    _proxy_routes(app, svc)
+    _operations_routes(app, svc)
     app.include_router(readiness_router)
     app.include_router(api_router)
     app.include_router(console_router)

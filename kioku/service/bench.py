@@ -233,6 +233,61 @@ def _added(via: list[float], direct: list[float]) -> dict[str, float]:
     }
 
 
+def _report(
+    results: dict[str, Any],
+    by_count: dict[str, dict[str, Any]],
+    counts: list[int],
+    *,
+    conversations: int,
+    turns: int,
+    think_ms: float,
+    upstream_ms: float,
+    url: str,
+    load_before: float,
+    saturated: bool,
+) -> dict[str, Any]:
+    """The figures of the phases `run` measured, with the floor they are held to."""
+    direct, direct_errors = results["direct"]
+    via, via_errors = results["stateful"]
+    sl, sl_errors = results["stateless"]
+    added = _added(via, direct)
+    report: dict[str, Any] = {
+        "conversations": conversations,
+        "turns": turns,
+        "think_ms": think_ms,
+        "database": "postgresql" if url.startswith("postgresql") else "sqlite",
+        "upstream_ms": {"configured": upstream_ms, **_summary(direct)},
+        "via_kioku_ms": _summary(via),
+        "added_ms": added,
+        "errors": direct_errors + via_errors,
+        "stateless": {
+            "via_kioku_ms": _summary(sl),
+            "added_ms": _added(sl, direct),
+            "errors": sl_errors,
+        },
+        "floor": {
+            "added_p50_ms": FLOOR_ADDED_P50_MS,
+            "ok": added["p50"] <= FLOOR_ADDED_P50_MS and direct_errors + via_errors == 0,
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        },
+    }
+    if saturated:
+        sd, _, sd_wall = results["sat_direct"]
+        first = by_count[str(counts[0])]
+        report["saturated"] = {
+            "upstream_ms": {**_summary(sd), "turns_per_s": round(len(sd) / sd_wall, 1)},
+            # the first process count, as before; every count under "processes"
+            "via_kioku_ms": first["via_kioku_ms"],
+            "added_ms": first["added_ms"],
+            "errors": first["errors"],
+            "processes": by_count,
+        }
+    return report
+
+
 def run(
     conversations: int = 20,
     turns: int = 20,
@@ -288,45 +343,18 @@ def run(
                     "errors": errors,
                     "turns_per_s": round(len(sk) / wall, 1),
                 }
-    direct, direct_errors = results["direct"]
-    via, via_errors = results["stateful"]
-    sl, sl_errors = results["stateless"]
-    added = _added(via, direct)
-    report: dict[str, Any] = {
-        "conversations": conversations,
-        "turns": turns,
-        "think_ms": think_ms,
-        "database": "postgresql" if url.startswith("postgresql") else "sqlite",
-        "upstream_ms": {"configured": upstream_ms, **_summary(direct)},
-        "via_kioku_ms": _summary(via),
-        "added_ms": added,
-        "errors": direct_errors + via_errors,
-        "stateless": {
-            "via_kioku_ms": _summary(sl),
-            "added_ms": _added(sl, direct),
-            "errors": sl_errors,
-        },
-        "floor": {
-            "added_p50_ms": FLOOR_ADDED_P50_MS,
-            "ok": added["p50"] <= FLOOR_ADDED_P50_MS and direct_errors + via_errors == 0,
-        },
-        "machine": {
-            "cpus": os.cpu_count(),
-            "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-        },
-    }
-    if saturated:
-        sd, _, sd_wall = results["sat_direct"]
-        first = by_count[str(counts[0])]
-        report["saturated"] = {
-            "upstream_ms": {**_summary(sd), "turns_per_s": round(len(sd) / sd_wall, 1)},
-            # the first process count, as before; every count under "processes"
-            "via_kioku_ms": first["via_kioku_ms"],
-            "added_ms": first["added_ms"],
-            "errors": first["errors"],
-            "processes": by_count,
-        }
-    return report
+    return _report(
+        results,
+        by_count,
+        counts,
+        conversations=conversations,
+        turns=turns,
+        think_ms=think_ms,
+        upstream_ms=upstream_ms,
+        url=url,
+        load_before=load_before,
+        saturated=saturated,
+    )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ request (quiet, impersonate, a Test Message) gets a `Turn` too, one that stores 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ from kioku import chat_messages
 from kioku.branches import start_branch
 from kioku.context import Prompt
 from kioku.engine import Conversation, Kioku
+from kioku.errors import UpstreamError
 from kioku.messages import LogEntry
 from kioku.models import Completion
 from kioku.service import generation as gen
@@ -86,7 +87,7 @@ def start_turn(
     transaction: a request refused for its content leaves nothing."""
     kk = svc.kioku(tenant)
     if fresh:  # what this process read of the conversation may have changed since
-        slot.transcripts = slot.user = None
+        slot.forget_client()
     known = slot.conv is not None and not fresh
     stored = slot.system if known else stored_card(kk.store, key, tenant)
     if known or stored is not None:
@@ -119,12 +120,11 @@ def _turn(
     if not known or (card is not None and card != slot.system):
         if stored is None and req.parent:
             branch_from(kk, tenant, req.parent, conversation_id, key, split, card, req.character)
-        slot.conv = kk.conversation(
+        opened = kk.conversation(
             conversation_id, system_prompt=card, character=req.character, key=key
         )
-        note_card(kk.store, slot.conv.id, stored, card)
-        slot.system = card
-        slot.character = slot.conv.info().character
+        note_card(kk.store, opened.id, stored, card)
+        slot.open(opened, card)
     conv = slot.conv
     assert conv is not None
     transcripts = gen.sends_transcripts(conv, slot)
@@ -141,7 +141,7 @@ def _turn(
         named=generation is not None,
         cast=req.speakers,
     )
-    slot.lone = None
+    slot.note_lone(None)
     if req.stateful is False or (req.stateful is None and len(split.chat) > 1):
         gen.note_transcript(conv, slot)
     extend = None
@@ -227,6 +227,52 @@ def finish_turn(
         conv.store.set_choices(conv.id, entry.seq, alternatives)
     conv.store.incr(conv.id, "turns")
     return entry
+
+
+def store_reply(
+    turn: Turn,
+    completion: Completion,
+    others: Sequence[Completion],
+    request: str,
+    end: Callable[[int | None], None],
+) -> LogEntry | None:
+    """The reply, its counters and the turn's end (`end(reply seq)`, which names the request
+    that got the reply in the turn lock) as one transaction; PostgreSQL's lock is let go once
+    it has committed."""
+    with turn.conv.store.atomic():
+        reply = finish_turn(turn, completion, others, request)
+        end(reply.seq if reply is not None else None)
+    return reply
+
+
+def note_failure(turn: Turn, error: UpstreamError) -> None:
+    """The upstream failed this turn: logged on the conversation and counted."""
+    conv = turn.conv
+    if turn.side:
+        return  # nothing of a side request is stored, not even its failure
+    conv.store.log(
+        conv.id,
+        "upstream",
+        error.kind,
+        first_seq=turn.entry.seq,
+        last_seq=turn.entry.seq,
+        detail=error.message[:500],
+    )
+    conv.store.incr(conv.id, "upstream_errors")
+
+
+def note_interrupted(turn: Turn, relayed: int) -> None:
+    """The stream ended before a reply (the client hung up, or the upstream broke): the user
+    message stays stored, and the log says how far the relay got."""
+    conv = turn.conv
+    conv.store.log(
+        conv.id,
+        "stream",
+        "interrupted",
+        first_seq=turn.entry.seq,
+        last_seq=turn.entry.seq,
+        detail=f"{relayed} chars relayed",
+    )
 
 
 def branch_from(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kioku import terminal
-from kioku.cli import (
+from kioku.cli_options import (
     ConvArg,
     DbOpt,
     JsonOpt,
@@ -24,6 +24,7 @@ from kioku.terminal import emit, plural
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
+    from kioku.config import Settings
     from kioku.service.deletion import Deleted
     from kioku.store import Store
 
@@ -36,81 +37,108 @@ keys_app = typer.Typer(
 )
 
 
+_UpstreamOpt = Annotated[
+    str | None,
+    typer.Option("--upstream", help="OpenAI-compatible base URL (env KIOKU_LLM_URL)."),
+]
+
+_SummarizerUpstreamOpt = Annotated[
+    str | None,
+    typer.Option("--summarizer-upstream", help="Base URL of the chronicler's model."),
+]
+
+_ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="Model name sent upstream (default: client's).")
+]
+
+_WindowOpt = Annotated[
+    str,
+    typer.Option(
+        "--window",
+        metavar="auto|<tokens>",
+        help="The upstream's context window: auto asks the upstream (llama.cpp, Ollama, "
+        "vLLM, KoboldCpp, LM Studio say it) and learns from a refusal for size; a number "
+        "scales the profile to it (env KIOKU_WINDOW).",
+    ),
+]
+
+_HostOpt = Annotated[str, typer.Option("--host", help="Address to bind.")]
+
+_PortOpt = Annotated[int, typer.Option("--port", help="Port to listen on.")]
+
+_WorkerOpt = Annotated[
+    bool,
+    typer.Option(
+        "--worker/--no-worker", help="Run summaries in this process (or in `kioku worker`)."
+    ),
+]
+
+_WorkersOpt = Annotated[
+    int,
+    typer.Option(
+        "--workers",
+        min=1,
+        help="Serving processes (one saturates one core; PostgreSQL for more than one).",
+    ),
+]
+
+_MaxBodyOpt = Annotated[
+    int | None,
+    typer.Option("--max-body", help="Largest request body in bytes (413 beyond; 8 MiB)."),
+]
+
+_MaxMessagesOpt = Annotated[
+    int | None,
+    typer.Option("--max-messages", help="Most messages in one request (413 beyond)."),
+]
+
+_SummaryDelayOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--summary-delay",
+        min=0,
+        help="Seconds a summary job waits so it does not compete with the turn for the GPU "
+        "(env KIOKU_SUMMARY_DELAY; default 30; 0 for replays and tests).",
+    ),
+]
+
+_CorsOriginOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--cors-origin",
+        help="A browser origin allowed to call the REST API, e.g. SillyTavern's "
+        "http://127.0.0.1:8000 for the kioku extension (repeatable; env KIOKU_CORS_ORIGINS).",
+    ),
+]
+
+_CardAsSentOpt = Annotated[
+    bool,
+    typer.Option(
+        "--card-as-sent",
+        help="Keep the card exactly as the client sends it: the parts the SillyTavern "
+        "extension marks as changing stay in it (an ablation; env KIOKU_CARD_AS_SENT=1).",
+    ),
+]
+
+
 def serve(
-    upstream: Annotated[
-        str | None,
-        typer.Option("--upstream", help="OpenAI-compatible base URL (env KIOKU_LLM_URL)."),
-    ] = None,
-    summarizer_upstream: Annotated[
-        str | None,
-        typer.Option("--summarizer-upstream", help="Base URL of the chronicler's model."),
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option("--model", help="Model name sent upstream (default: client's).")
-    ] = None,
+    upstream: _UpstreamOpt = None,
+    summarizer_upstream: _SummarizerUpstreamOpt = None,
+    model: _ModelOpt = None,
     db: DbOpt = None,
     profile: ProfileOpt = None,
-    window: Annotated[
-        str,
-        typer.Option(
-            "--window",
-            metavar="auto|<tokens>",
-            help="The upstream's context window: auto asks the upstream (llama.cpp, Ollama, "
-            "vLLM, KoboldCpp, LM Studio say it) and learns from a refusal for size; a number "
-            "scales the profile to it (env KIOKU_WINDOW).",
-        ),
-    ] = "auto",
-    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
-    worker: Annotated[
-        bool,
-        typer.Option(
-            "--worker/--no-worker", help="Run summaries in this process (or in `kioku worker`)."
-        ),
-    ] = True,
-    workers: Annotated[
-        int,
-        typer.Option(
-            "--workers",
-            min=1,
-            help="Serving processes (one saturates one core; PostgreSQL for more than one).",
-        ),
-    ] = 1,
-    max_body: Annotated[
-        int | None,
-        typer.Option("--max-body", help="Largest request body in bytes (413 beyond; 8 MiB)."),
-    ] = None,
-    max_messages: Annotated[
-        int | None,
-        typer.Option("--max-messages", help="Most messages in one request (413 beyond)."),
-    ] = None,
-    summary_delay: Annotated[
-        float | None,
-        typer.Option(
-            "--summary-delay",
-            min=0,
-            help="Seconds a summary job waits so it does not compete with the turn for the GPU "
-            "(env KIOKU_SUMMARY_DELAY; default 30; 0 for replays and tests).",
-        ),
-    ] = None,
+    window: _WindowOpt = "auto",
+    host: _HostOpt = "127.0.0.1",
+    port: _PortOpt = 8000,
+    worker: _WorkerOpt = True,
+    workers: _WorkersOpt = 1,
+    max_body: _MaxBodyOpt = None,
+    max_messages: _MaxMessagesOpt = None,
+    summary_delay: _SummaryDelayOpt = None,
     summary_timeout: SummaryTimeoutOpt = None,
     reply_timeout: ReplyTimeoutOpt = None,
-    cors_origin: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--cors-origin",
-            help="A browser origin allowed to call the REST API, e.g. SillyTavern's "
-            "http://127.0.0.1:8000 for the kioku extension (repeatable; env KIOKU_CORS_ORIGINS).",
-        ),
-    ] = None,
-    card_as_sent: Annotated[
-        bool,
-        typer.Option(
-            "--card-as-sent",
-            help="Keep the card exactly as the client sends it: the parts the SillyTavern "
-            "extension marks as changing stay in it (an ablation; env KIOKU_CARD_AS_SENT=1).",
-        ),
-    ] = False,
+    cors_origin: _CorsOriginOpt = None,
+    card_as_sent: _CardAsSentOpt = False,
 ) -> None:
     """Serve the OpenAI-compatible memory proxy, the REST API and the console.
 
@@ -137,20 +165,7 @@ def serve(
         from kioku.errors import ConfigError
 
         raise ConfigError("no upstream: pass --upstream URL (or set KIOKU_LLM_URL)")
-    if s.window is None:  # --window auto: the upstream says it
-        from kioku.service.discovery import find_window
-
-        found = find_window(s.llm_url, model=s.llm_model, api_key=s.api_key)
-        found = found.within(s.profile_obj.window)
-        terminal.note(found.line())
-        if found.warning:
-            terminal.note(f"warning: {found.warning}")
-        # and again while serving, to follow a change (env KIOKU_WINDOW_PROBE_S)
-        s = s.with_(window=found.size, window_probe_s=s.window_probe_s or WINDOW_PROBE_S)
-    else:
-        terminal.note(
-            f"window {s.window} from {'--window' if window != 'auto' else 'KIOKU_WINDOW'}"
-        )
+    s = _settle_window(s, given=window != "auto")
     store = terminal.open_store(s.db, write=True)
     p = s.profile_obj
     terminal.note(
@@ -163,6 +178,24 @@ def serve(
     if down := startup_line(s):
         terminal.note(down)
     run(s, host=host, port=port, workers=workers, worker=worker, store=store)
+
+
+def _settle_window(s: Settings, *, given: bool) -> Settings:
+    """The window to serve with: the one given (`--window N` or KIOKU_WINDOW), else the one
+    the upstream says, probed again while serving to follow a change."""
+    if s.window is not None:
+        terminal.note(f"window {s.window} from {'--window' if given else 'KIOKU_WINDOW'}")
+        return s
+    from kioku.service.discovery import find_window
+
+    assert s.llm_url is not None
+    found = find_window(s.llm_url, model=s.llm_model, api_key=s.api_key)
+    found = found.within(s.profile_obj.window)
+    terminal.note(found.line())
+    if found.warning:
+        terminal.note(f"warning: {found.warning}")
+    # and again while serving, to follow a change (env KIOKU_WINDOW_PROBE_S)
+    return s.with_(window=found.size, window_probe_s=s.window_probe_s or WINDOW_PROBE_S)
 
 
 def _window(value: str) -> int | None:

@@ -165,7 +165,7 @@ async def sync_chat(
         if not plan.changes and not plan.appends:
             return SyncOut(edited=[], deleted=[], appended=[], stale=[])
         synced = apply(conv, plan, user=slot.user or "")
-        slot.conv = None  # the turn's cached view of the log is stale now
+        slot.forget_log()
         return SyncOut(
             edited=[e.seq for e in plan.edits],
             deleted=list(plan.deletes),
@@ -313,7 +313,7 @@ async def forget_message(
     ) -> ForgetOut:  # the conversation's turn: never beside a reply
         conv = Conversation(found.kioku, held.conversation)  # the key the name leads to now
         done = forget(conv, seq)
-        slot.conv = None  # the turn's cached view of the log is stale now
+        slot.forget_log()
         return ForgetOut(
             seq=seq, deleted=done.deleted, stale=list(done.stale), retracted=list(done.retracted)
         )

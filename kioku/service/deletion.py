@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Depends, Request
@@ -71,7 +71,7 @@ async def delete_conversation(
     def run(held: HeldTurn, slot: Slot) -> Deleted:
         key = held.conversation  # the key its name leads to once the turn is held
         rows = gate.store.delete_conversation(key)
-        _forget(slot)
+        slot.clear()  # what it cached of the conversation: the next turn reads the store
         gate.forget(tenant, conversation_id)
         if layers is not None:
             layers.conversation_deleted(key)
@@ -92,14 +92,6 @@ async def delete_conversation(
         return deleted
     finally:
         await held.finish(None)
-
-
-def _forget(slot: Slot) -> None:
-    """What the slot cached of the conversation, gone: the next turn reads the store."""
-    fresh = Slot()
-    for f in fields(Slot):
-        if f.name != "lock":  # held by this delete until it ends
-            setattr(slot, f.name, getattr(fresh, f.name))
 
 
 class DeletedOut(BaseModel):

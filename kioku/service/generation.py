@@ -123,21 +123,21 @@ def refuse_a_switch(slot: Slot, split: Split) -> None:
             "your last message again); to send the whole chat, send it with its system prompt; "
             "for a request that stores nothing, X-Kioku-Generation: quiet"
         )
-    slot.lone = text
+    slot.note_lone(text)
 
 
 def sends_transcripts(conv: Conversation, slot: Slot) -> bool:
     """Whether this conversation's client sends whole transcripts (read once per process)."""
     if slot.transcripts is None:
-        slot.transcripts = conv.store.counters(conv.id).get(TRANSCRIPT_CLIENT, 0) > 0
-    return slot.transcripts
+        slot.learn_transcripts(conv.store.counters(conv.id).get(TRANSCRIPT_CLIENT, 0) > 0)
+    return bool(slot.transcripts)
 
 
 def note_transcript(conv: Conversation, slot: Slot) -> None:
     """Remember that the client sent a transcript (one write per process and conversation)."""
     if not slot.transcripts:
         conv.store.incr(conv.id, TRANSCRIPT_CLIENT)
-        slot.transcripts = True
+        slot.learn_transcripts(True)
 
 
 def user_name(conv: Conversation, slot: Slot, given: str | None) -> str:
@@ -145,11 +145,11 @@ def user_name(conv: Conversation, slot: Slot, given: str | None) -> str:
     the persona's name), else the one the conversation already uses (an imported chat keeps
     its user's name), else "user" (`kioku.sync.to_message`)."""
     if given:
-        slot.user = given
+        slot.learn_user(given)
     elif slot.user is None:
         last = conv.store.tail(conv.id, 1, role="user")
-        slot.user = last[0].message.author if last else ""
-    return slot.user
+        slot.learn_user(last[0].message.author if last else "")
+    return slot.user or ""
 
 
 # side requests --------------------------------------------------------------------------------

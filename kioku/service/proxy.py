@@ -28,10 +28,10 @@ alternate roles by `kioku.alternation`, last.
 from __future__ import annotations
 
 import asyncio
-import json
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -39,15 +39,24 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from kioku.alternation import alternate
-from kioku.errors import BadParameter, InputError, ModelError, UpstreamError
+from kioku.errors import BadParameter, InputError, UpstreamError
 from kioku.ids import is_valid_id, key_for
 from kioku.messages import LogEntry
 from kioku.models import Completion
 from kioku.service import generation as gen
 from kioku.service.chat_request import MAX_NAME_LENGTH, ChatBody, split_messages
-from kioku.service.chat_turn import Request, Turn, finish_turn, start_side, start_turn
+from kioku.service.chat_turn import (
+    Request,
+    Turn,
+    note_failure,
+    note_interrupted,
+    start_side,
+    start_turn,
+    store_reply,
+)
 from kioku.service.conventions import check_headers, header_text, speakers_of, volatile_of
 from kioku.service.metrics import prefix_reuse
+from kioku.service.relay import Hooks, open_stream, relay
 from kioku.service.turns import (
     IDEMPOTENCY_HEADER,
     Replay,
@@ -55,7 +64,7 @@ from kioku.service.turns import (
     name_request,
     replay_response,
 )
-from kioku.service.upstream import StreamState, completions_of
+from kioku.service.upstream import completions_of
 from kioku.store.turns import HeldTurn
 
 if TYPE_CHECKING:
@@ -109,21 +118,6 @@ def kioku_headers(
     if reply is not None:
         h["X-Kioku-Reply-Seq"] = str(reply.seq)
     return h
-
-
-def _note_failure(turn: Turn, error: UpstreamError) -> None:
-    conv = turn.conv
-    if turn.side:
-        return  # nothing of a side request is stored, not even its failure
-    conv.store.log(
-        conv.id,
-        "upstream",
-        error.kind,
-        first_seq=turn.entry.seq,
-        last_seq=turn.entry.seq,
-        detail=error.message[:500],
-    )
-    conv.store.incr(conv.id, "upstream_errors")
 
 
 def conversation_key(svc: Service, tenant: str, name: str) -> str:
@@ -196,14 +190,10 @@ async def chat(
                 svc, slot, tenant, cid, held.conversation, split, req, started, fresh=fresh
             )
 
-        held = await svc.gate.enter(tenant, cid, request, arrived, then=begin)
-        if not isinstance(held, Replay):
-            try:
+        async with svc.gate.turn(tenant, cid, request, arrived, then=begin) as held:
+            if not isinstance(held, Replay):
                 return await _run(svc, body, tenant, held, held.value)
-            except BaseException:
-                held.finish_soon()  # nothing if the turn already ended (or a stream took it)
-                raise
-        replay = held
+            replay = held
     return replay_response(cid, replay, stream=body.stream, model=body.model or "")
 
 
@@ -214,8 +204,7 @@ async def _run(
     none): upstream, commit the reply, respond."""
     if ticket is not None and not turn.side:
         slot = ticket.slot
-        reuse = prefix_reuse(slot.last_prompt, turn.prompt.messages)
-        slot.last_prompt = turn.prompt.messages
+        reuse = prefix_reuse(slot.remember_prompt(turn.prompt.messages), turn.prompt.messages)
         svc.metrics.prefix_reuse.observe(tenant, reuse)
     svc.metrics.prompt_tokens.observe(tenant, turn.prompt.tokens)
     data = upstream_body(body, turn, svc.profile.response_reserve)
@@ -257,7 +246,7 @@ async def _failed(svc: Service, turn: Turn, error: UpstreamError) -> None:
         f" (cause: {cause!r})" if cause is not None else "",
     )
     svc.metrics.error(turn.tenant, error.kind)
-    await run_in_threadpool(_note_failure, turn, error)
+    await run_in_threadpool(note_failure, turn, error)
 
 
 def _observe(svc: Service, turn: Turn, upstream_s: float) -> None:
@@ -287,11 +276,8 @@ async def _commit(
         return None
 
     def store_and_end() -> LogEntry | None:
-        # the reply, its counters and the turn's end (with the request that got the reply)
-        # commit as one transaction; PostgreSQL's lock is let go once it has
-        with turn.conv.store.atomic():
-            reply = finish_turn(turn, completion, others, ticket.request.name)
-            ticket.end(reply.seq if reply is not None else None, release=False)
+        ended = functools.partial(ticket.end, release=False)
+        reply = store_reply(turn, completion, others, ticket.request.name, ended)
         ticket.release_store()
         return reply
 
@@ -316,145 +302,31 @@ async def _commit(
     return reply
 
 
-def _sse_error(error: UpstreamError) -> str:
-    return f"data: {json.dumps(error.body())}\n\n"
-
-
 async def _stream(
     svc: Service, turn: Turn, data: dict[str, Any], ticket: Ticket | None
 ) -> Response:
-    """Relay the upstream's SSE. The status code is chosen once the upstream answered (or
-    refused); an upstream slower than `svc.keepalive_s` gets a 200 with keep-alive comments,
-    and an error after that arrives as an SSE `error` event. From the event that carries
-    `finish_reason` on, the events are held back until the reply is stored."""
-    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-    opened = time.monotonic()
+    """Relay the upstream's SSE (`kioku.service.relay`); what it stores, the turn does."""
 
-    async def pump() -> None:
-        try:
-            async with svc.upstream.stream(data) as lines:
-                await queue.put(("open", None))
-                async for line in lines:
-                    await queue.put(("line", line))
-            await queue.put(("end", None))
-        except UpstreamError as e:
-            await queue.put(("error", e))
+    async def failed(error: UpstreamError) -> None:
+        await _failed(svc, turn, error)
 
-    task = asyncio.create_task(pump())
-    try:
-        first: tuple[str, Any] | None = await asyncio.wait_for(queue.get(), svc.keepalive_s)
-    except TimeoutError:
-        first = None
-    if first is not None and first[0] == "error":
-        task.cancel()
-        await _failed(svc, turn, first[1])
-        raise first[1]
+    async def commit(
+        completion: Completion, upstream_s: float, others: Sequence[Completion]
+    ) -> LogEntry | None:
+        return await _commit(svc, ticket, turn, completion, upstream_s, others)
 
-    async def relay() -> AsyncIterator[str]:
-        state = StreamState("the upstream")
-        held_back: list[str] = []
-        commit: asyncio.Task[LogEntry | None] | None = None
+    def ended(committing: asyncio.Task[LogEntry | None] | None) -> None:
+        if ticket is not None:
+            ticket.finish_soon(after=committing)
 
-        async def commit_now() -> None:
-            nonlocal commit
-            completion = state.completion()
-            assert completion is not None
-            commit = asyncio.ensure_future(
-                _commit(
-                    svc,
-                    ticket,
-                    turn,
-                    completion,
-                    time.monotonic() - opened,
-                    state.completions()[1:],
-                )
-            )
-            await asyncio.shield(commit)
+    def interrupted(relayed: int) -> None:
+        if not turn.side:  # the client hung up (or the upstream broke): the message stays
+            asyncio.get_running_loop().run_in_executor(None, note_interrupted, turn, relayed)
 
-        try:
-            if first is None:
-                yield ": kioku is waiting for the upstream\n\n"
-            while True:
-                try:
-                    kind, value = await asyncio.wait_for(queue.get(), svc.keepalive_s)
-                except TimeoutError:
-                    yield ": keep-alive\n\n"
-                    continue
-                if kind == "line":
-                    try:
-                        state.take(value)
-                    except ModelError as e:  # a line that is not JSON: the stream is broken
-                        kind, value = "error", UpstreamError(502, f"{e}; the reply was not stored")
-                if kind == "line" and state.error is not None:
-                    yield value + "\n"  # the upstream's own error event, as it wrote it
-                    await _failed(svc, turn, UpstreamError(502, f"the upstream: {state.error}"))
-                    return
-                if kind == "line":
-                    if commit is None and state.finish_reason is not None:
-                        held_back.append(value + "\n")
-                        if state.done:
-                            await commit_now()
-                            yield "".join(held_back)
-                        continue
-                    yield value + "\n"
-                elif kind == "error":
-                    await _failed(svc, turn, value)
-                    yield _sse_error(value)
-                    return
-                elif kind == "end":
-                    break
-            if commit is None and state.completion() is not None:
-                await commit_now()  # the upstream ended without [DONE]
-                yield "".join(held_back)
-            elif commit is None:
-                error = UpstreamError(
-                    502,
-                    f"the upstream's stream ended without a finish_reason after "
-                    f"{len(state.text)} chars; the reply was not stored",
-                )
-                await _failed(svc, turn, error)
-                yield _sse_error(error)
-        except Exception as e:
-            # past the first byte a status can no longer say it: an error event does, never a
-            # stream that just stops (kioku's own fault, so it is logged with its traceback)
-            log.exception("the stream of conversation %r broke", turn.conversation_id)
-            stored = (
-                commit is not None
-                and commit.done()
-                and not commit.cancelled()
-                and commit.exception() is None
-            )
-            yield _sse_error(
-                UpstreamError(
-                    500,
-                    f"kioku failed while relaying the stream ({type(e).__name__}); the reply "
-                    + ("was stored" if stored else "was not stored: send the request again"),
-                    kind="server_error",
-                    code="stream_failed",
-                )
-            )
-        finally:
-            if not task.done():
-                task.cancel()
-            if ticket is not None:
-                ticket.finish_soon(after=commit)
-            if commit is None and state.finish_reason is None and not turn.side:
-                # the client hung up (or the upstream broke): the user message stays stored
-                conv = turn.conv
-                asyncio.get_running_loop().run_in_executor(
-                    None,
-                    lambda: conv.store.log(
-                        conv.id,
-                        "stream",
-                        "interrupted",
-                        first_seq=turn.entry.seq,
-                        last_seq=turn.entry.seq,
-                        detail=f"{len(state.text)} chars relayed",
-                    ),
-                )
-
+    opened = await open_stream(svc.upstream, data, svc.keepalive_s, failed)
+    hooks = Hooks(failed, commit, ended, interrupted, turn.conversation_id)
     return StreamingResponse(
-        relay(),
+        relay(opened, hooks),
         media_type="text/event-stream",
         headers={**kioku_headers(turn), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

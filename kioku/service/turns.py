@@ -27,11 +27,12 @@ takes over the lock of a process that died finds a reply that process stored but
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -287,6 +288,26 @@ class Gate:
                 ticket.heartbeat = asyncio.create_task(self._renew(held))
             return ticket
         raise self._busy(name, wait_s)
+
+    @contextlib.asynccontextmanager
+    async def turn(
+        self,
+        tenant: str,
+        name: str,
+        request: RequestName,
+        arrived: float,
+        then: Callable[[HeldTurn, Slot], Any] | None = None,
+    ) -> AsyncIterator[Ticket | Replay]:
+        """`enter`, as one block around the turn: a turn the block leaves with an error is
+        ended (in a task of its own: the block may be cancelled); one it leaves normally has
+        ended with its reply, or belongs to the stream that relays it (`Ticket.finish_soon`)."""
+        held = await self.enter(tenant, name, request, arrived, then=then)
+        try:
+            yield held
+        except BaseException:
+            if isinstance(held, Ticket):
+                held.finish_soon()  # nothing if the turn already ended (or a stream took it)
+            raise
 
     def forget(self, tenant: str, name: str) -> None:
         """A name this process renamed away: its next request looks it up again."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kioku.cli import SummaryTimeoutOpt
+from kioku.cli_options import SummaryTimeoutOpt
 from kioku.job import DEFAULT_LEASE_S  # a value module: `--help` stays light
 
 if TYPE_CHECKING:  # the command line imports the database stack only when a command runs
@@ -89,60 +89,79 @@ def stop_on_signals(stop: threading.Event, say: Say = _quiet) -> None:
     signal.signal(signal.SIGINT, handle)
 
 
+_DbOpt = Annotated[
+    str | None, typer.Option("--db", help="Database URL or SQLite path (env KIOKU_DB).")
+]
+
+_SummarizerUpstreamOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--summarizer-upstream",
+        help="OpenAI-compatible base URL of the chronicler's model (env KIOKU_SUMMARIZER_URL)."
+        " Without one, chapters are extractive.",
+    ),
+]
+
+_SummarizerModelOpt = Annotated[
+    str | None, typer.Option("--summarizer-model", help="Model name to ask the upstream for.")
+]
+
+_ProfileOpt = Annotated[
+    str | None,
+    typer.Option("--profile", help="local-64k, cloud-1m or local-8k; the same as `serve`."),
+]
+
+_WindowOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--window",
+        help="Scale the profile to this window (tokens; default: asked of the upstream, as "
+        "`kioku serve --window auto` does).",
+    ),
+]
+
+_PollOpt = Annotated[
+    float, typer.Option("--poll", help="Seconds between looks when no job is due.")
+]
+
+_OnceOpt = Annotated[bool, typer.Option("--once", help="Run the jobs that are due now, then exit.")]
+
+_NameOpt = Annotated[
+    str | None, typer.Option("--name", help="Worker name in the jobs table (host:pid).")
+]
+
+_LeaseOpt = Annotated[
+    float,
+    typer.Option(
+        "--lease",
+        help="Seconds a job stays claimed without its worker renewing it (every third of "
+        "it, while the job runs) before others may take it.",
+    ),
+]
+
+_SummaryDelayOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--summary-delay",
+        min=0,
+        help="Seconds after a summary job is queued before this worker runs it, whatever "
+        "delay `serve` queued it with (env KIOKU_SUMMARY_DELAY; default: the job's own, 30 s;"
+        " 0 for replays and tests).",
+    ),
+]
+
+
 def worker_command(
-    db: Annotated[
-        str | None, typer.Option("--db", help="Database URL or SQLite path (env KIOKU_DB).")
-    ] = None,
-    summarizer_upstream: Annotated[
-        str | None,
-        typer.Option(
-            "--summarizer-upstream",
-            help="OpenAI-compatible base URL of the chronicler's model (env KIOKU_SUMMARIZER_URL)."
-            " Without one, chapters are extractive.",
-        ),
-    ] = None,
-    summarizer_model: Annotated[
-        str | None, typer.Option("--summarizer-model", help="Model name to ask the upstream for.")
-    ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option("--profile", help="local-64k, cloud-1m or local-8k; the same as `serve`."),
-    ] = None,
-    window: Annotated[
-        int | None,
-        typer.Option(
-            "--window",
-            help="Scale the profile to this window (tokens; default: asked of the upstream, as "
-            "`kioku serve --window auto` does).",
-        ),
-    ] = None,
-    poll: Annotated[
-        float, typer.Option("--poll", help="Seconds between looks when no job is due.")
-    ] = DEFAULT_POLL_S,
-    once: Annotated[
-        bool, typer.Option("--once", help="Run the jobs that are due now, then exit.")
-    ] = False,
-    name: Annotated[
-        str | None, typer.Option("--name", help="Worker name in the jobs table (host:pid).")
-    ] = None,
-    lease: Annotated[
-        float,
-        typer.Option(
-            "--lease",
-            help="Seconds a job stays claimed without its worker renewing it (every third of "
-            "it, while the job runs) before others may take it.",
-        ),
-    ] = DEFAULT_LEASE_S,
-    summary_delay: Annotated[
-        float | None,
-        typer.Option(
-            "--summary-delay",
-            min=0,
-            help="Seconds after a summary job is queued before this worker runs it, whatever "
-            "delay `serve` queued it with (env KIOKU_SUMMARY_DELAY; default: the job's own, 30 s;"
-            " 0 for replays and tests).",
-        ),
-    ] = None,
+    db: _DbOpt = None,
+    summarizer_upstream: _SummarizerUpstreamOpt = None,
+    summarizer_model: _SummarizerModelOpt = None,
+    profile: _ProfileOpt = None,
+    window: _WindowOpt = None,
+    poll: _PollOpt = DEFAULT_POLL_S,
+    once: _OnceOpt = False,
+    name: _NameOpt = None,
+    lease: _LeaseOpt = DEFAULT_LEASE_S,
+    summary_delay: _SummaryDelayOpt = None,
     summary_timeout: SummaryTimeoutOpt = None,
 ) -> None:
     """Run summary jobs from the database; start any number, on any number of machines.
