@@ -219,3 +219,35 @@ def test_the_command_line_takes_the_only_tenant_and_asks_among_several(tmp_path:
         assert r.exit_code == 0, (args, r.output)
         r = runner.invoke(app, [*args, "--db", db], env={"KIOKU_TENANT": "acme"})
         assert r.exit_code == 0, (args, r.output)
+
+
+def test_a_front_ends_page_may_call_every_method_the_rest_api_has(tmp_path: Path) -> None:
+    """SillyTavern's page calls kioku from another origin: a DELETE (the panel's Delete) or a PUT
+    is preflighted, and a preflight the CORS policy does not allow blocks the call (issue 42)."""
+    import httpx
+
+    from kioku.config import Settings
+    from kioku.service.app import create_app
+    from kioku.service.loopback import FakeUpstream, ServerThread
+    from tests.test_service_support import SERVICE_PROFILE, make_kioku
+
+    origin = "http://127.0.0.1:8000"
+    db = f"sqlite:///{tmp_path / 'kioku.db'}"
+    with FakeUpstream() as up:
+        settings = Settings(db=db, llm_url=up.url, cors_origins=(origin,))
+        app = create_app(settings, make_kioku=make_kioku, worker=False, profile=SERVICE_PROFILE)
+        paths = app.openapi()["paths"].values()
+        methods = {m.upper() for ops in paths for m in ops}
+        assert "DELETE" in methods
+        with ServerThread(app) as server:
+            for method in sorted(methods - {"HEAD", "OPTIONS"}):
+                r = httpx.options(
+                    f"{server.url}/v1/conversations/x",
+                    headers={
+                        "Origin": origin,
+                        "Access-Control-Request-Method": method,
+                        "Access-Control-Request-Headers": "authorization,content-type",
+                    },
+                )
+                assert r.status_code == 200, (method, r.text)
+                assert method in r.headers["access-control-allow-methods"]

@@ -225,6 +225,8 @@ def test_sillytavern_with_the_kioku_extension(stack: Stack, browser: Any) -> Non
     assert t.js("return $('#kioku_card').text()") == ""
 
     # 11. Delete from kioku (the panel asks first): every row of chat 2 goes, chat 1 stays
+    t.set_headers("")  # the extension again, as step 10 found it
+    t.set_kioku_enabled(True)
     t.open_chat(chat2)
     t.click("#kioku_delete")
     t.confirm()

@@ -314,11 +314,12 @@ def create_app(
     app.include_router(client_router)
     app.include_router(deletion_router)
     if settings.cors_origins:
-        # a front end's page (SillyTavern with the kioku extension) reads memory and presses cut
+        # a front end's page (SillyTavern with the kioku extension) reads memory, presses cut
+        # and deletes (a DELETE is preflighted: it must be allowed here)
         app.add_middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST", "PUT"],
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
             allow_headers=["Authorization", "Content-Type"],
             expose_headers=["X-Kioku-Conversation", "X-Kioku-Seq", "X-Kioku-Memory-Version"],
             max_age=600,
