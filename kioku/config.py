@@ -138,17 +138,22 @@ def _seconds(name: str, value: str, positive: bool = False) -> float:
     return s
 
 
-def _window(value: str) -> int | None:
-    """KIOKU_WINDOW: tokens, or "auto" (None: `kioku serve` asks the upstream)."""
+def window_size(value: str) -> int | None:
+    """A window as `--window` and KIOKU_WINDOW give it: tokens, or "auto" (None: `kioku serve`
+    asks the upstream). ValueError for anything else."""
     if value.strip().lower() == "auto":
         return None
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
+    n = int(value)
     if n <= 0:
-        raise ConfigError(f"KIOKU_WINDOW={value!r}: give a number of tokens, or auto")
+        raise ValueError(value)
     return n
+
+
+def _window(value: str) -> int | None:
+    try:
+        return window_size(value)
+    except ValueError:
+        raise ConfigError(f"KIOKU_WINDOW={value!r}: give a number of tokens, or auto") from None
 
 
 def _temperature(value: str) -> float:

@@ -200,17 +200,14 @@ def _settle_window(s: Settings, *, given: bool) -> Settings:
 
 def _window(value: str) -> int | None:
     """--window: "auto" (None: ask the upstream, unless KIOKU_WINDOW names a size) or tokens."""
-    if value.strip().lower() == "auto":
-        return None
+    from kioku.config import window_size
+
     try:
-        n = int(value)
+        return window_size(value)
     except ValueError:
-        n = 0
-    if n <= 0:
         raise typer.BadParameter(
             f"{value!r}: give auto or a number of tokens", param_hint="--window"
-        )
-    return n
+        ) from None
 
 
 @keys_app.command("create")
