@@ -3,6 +3,7 @@ in several languages for the one measure the extractive chronicler keeps lines b
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 import pytest
@@ -139,3 +140,21 @@ def test_a_chapter_of_habits_and_held_lines_keeps_nothing_and_shows_no_heading()
     shown = render_memory(Memory(chapters=(earlier, empty)))[0]
     assert shown.count("## ") == 1  # chapter 1's: the empty chapter has no heading
     assert c["rare"] in shown
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_chapter_written_before_its_line_became_a_habit_is_tidied_of_it(lang: str) -> None:
+    from kioku.tidy import tidied, tidy_revisions
+
+    c = CASES[lang]
+    lines = [Line(0, "Ren", c["habit"]), Line(1, "Ren", c["rare"])]
+    chapter = replace(_item(0, 1, "\n".join(ln.render() for ln in lines), lines), id=7)
+    before = usage_of(_entries([c["habit"], c["rare"]]), lang)
+    assert tidied(chapter, before, lang) is None  # said once: no habit yet
+    after = usage_of(_log(lang), lang)
+    t = tidied(chapter, after, lang)
+    assert t is not None and t.replaces == (7,) and t.status == "ready"
+    assert [ln["text"] for ln in t.data["lines"]] == [c["rare"]]
+    assert c["habit"] not in t.text and c["rare"] in t.text and t.tokens <= chapter.tokens
+    # one revision at a time: a chapter whose tidied copy waits for its fold is left alone
+    assert tidy_revisions([chapter], [replace(t, id=8)], after, 0.0, lang) == []
