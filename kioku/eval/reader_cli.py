@@ -35,7 +35,7 @@ def read(
     chronicler_model: Any,
     reading: ReaderRun,
     as_json: bool,
-    report: Path | None,
+    written: tuple[Path | None, Path | None],
 ) -> None:
     """`kioku eval locomo --reader URL`: a real model answers from each arm's prompt."""
     from kioku.counters import counter_from_spec
@@ -81,6 +81,11 @@ def read(
         counter=counter,
         log=lambda s: err.print(s, highlight=False),
     )
+    report, plot = written
+    if plot:
+        from kioku.eval.plots import reader_by_age
+
+        err.print(f"wrote {reader_by_age(result, plot)}", highlight=False)
     if report:
         from kioku.eval.report import markdown
 
