@@ -1,6 +1,6 @@
 """Grounding: every line a model writes into memory is checked, in code, against what it cites.
 
-A small model, asked for a chronicle, copied the prompt's example into memory (its seqs happened
+A model, asked for a chronicle, copied the prompt's example into memory (its seqs happened
 to fall inside the span), renamed a speaker after the example's character, stored another
 speaker's marriage as a fact about the user and cited a "thought at #13" in a conversation
 without thoughts. Every one of those lines parsed; a parser cannot tell. So before a line is
@@ -137,7 +137,7 @@ def _day_terms(day: date | None, lang: str) -> frozenset[str]:
 
 
 def same_person(a: str, b: str) -> bool:
-    """Names compare loosely: case, and a short form of a longer name ("Sam", "Samantha")."""
+    """Names compare loosely: case, and a short form of a longer name ("Kat", "Katherine")."""
     if not a or not b:
         return False
     if a == b:
@@ -311,7 +311,7 @@ class Evidence:
     def _misquoted(self, line: str, speaker: str, cited: Sequence[Source]) -> str:
         """A line in its writer's first person gives itself out as their words, so it must be
         them, cut but not reworded: "#31 Mika: I'm doing my best to make a family for kids"
-        stood for "I'm thrilled to make a family for kids" (a small model's line)."""
+        stood for "I'm thrilled to make a family for kids" (a model's line)."""
         text = line.removeprefix(speaker).lstrip(" :：")
         best = max(
             (quoted_share(text, t) for s in cited for p in s.pieces for t in (p.text, p.raw) if t),
@@ -323,7 +323,7 @@ class Evidence:
 
     def _borrowed(self, line: str, cited: Sequence[Source], who: str | None) -> str:
         """Words of the line that its messages lack and a neighbour's message by someone else
-        holds: the line has put that person's words in another mouth. A small model wrote
+        holds: the line has put that person's words in another mouth. A model wrote
         "ミカ 週3回水泳を通っています" citing ミカ's "水泳を週3回もやってたら、身体も引き締まりそう"
         (if you swim three times a week…), from アキ's "週に3回通っています" just before."""
         have: set[str] = set()
@@ -348,7 +348,7 @@ class Evidence:
         """The seq whose question the line turns into a statement, or None: a sentence of the
         line that neither asks nor says someone asked is best borne out by a question
         ("ケン 晩御飯は食べました" from "晩御飯はもう食べましたか？", "釣るやつです。" from
-        "水風船って、釣るやつですか？": a small model's lines)."""
+        "水風船って、釣るやつですか？": a model's lines)."""
         for mine in SENTENCE_END.split(text):
             line = read(mine, self.lang)
             if asks(mine) or not line.terms:
@@ -371,7 +371,7 @@ class Evidence:
         )
 
     def _short_names(self, line: Reading) -> frozenset[str]:
-        """Terms of the names a line calls people of the conversation by ("Sam")."""
+        """Terms of the names a line calls people of the conversation by ("Kat")."""
         short = [n for n in line.names if any(same_person(name_key(n), k) for k in self.people)]
         return read(" ".join(short), "en").terms if short else frozenset()
 
@@ -462,7 +462,7 @@ class Evidence:
         content = line.terms - self._people_terms - self._short_names(line)
         if (not content and not line.numbers) or carries_nothing(
             st.text, self.lang
-        ):  # "Hey Sam! Good to see you!": true, and nothing a later reader could use
+        ):  # "Hey Kat! Good to see you!": true, and nothing a later reader could use
             return Verdict("empty", detail="it says nothing a later reader could use")
         share, missing = self._support(line, cited)
         need = min(self.threshold, THREAD_SUPPORT) if st.kind == "thread" else self.threshold
@@ -475,7 +475,7 @@ class Evidence:
         # words from a neighbour by someone else first: that says more than "reworded"
         if taken := self._borrowed(st.text, cited, st.author or subject):
             return Verdict("author", share, taken)
-        speaker = st.author or st.subject  # "- Jon: Thanks, …": a heading's name, a bullet's
+        speaker = st.author or st.subject  # "- Ken: Thanks, …": a heading's name, a bullet's
         if (
             speaker
             and first_person(st.text, speaker)
