@@ -17,9 +17,11 @@ read against the messages it cites:
   or is named in one;
 - `empty`: it says nothing a later reader could use (only names and framing words: "Samantha
   asked Mika how she was"); dropped, but not counted against the record as invented;
-- `unsupported`: its content terms, numbers and negation are found in the cited messages
-  (`kioku.grounding.terms`: stemmed English, SudachiPy's dictionary forms for Japanese, bigrams for
-  Chinese) — at least `min_support` of its terms, all of its numbers.
+- `unsupported`: its content stands in the cited messages, as the evidence's `judge` reads it
+  (`kioku.grounding.judge`); the default, the word reader (`Evidence.read`), finds its content
+  terms, numbers and negation there (`kioku.grounding.terms`: stemmed English, SudachiPy's
+  dictionary forms for Japanese, bigrams for Chinese) — at least `min_support` of its terms,
+  all of its numbers.
 
 The first check that fails is the line's reason. `Evidence` holds what lines are checked
 against — the span's messages (`from_entries`), or for a synopsis the records it folds
@@ -35,6 +37,7 @@ from datetime import date
 from functools import cached_property
 
 from kioku.dates import MONTHS, WEEKDAYS
+from kioku.grounding.judge import WORD_READER, Judge
 from kioku.grounding.terms import (
     EMPTY_PROMPT,
     PLACEHOLDER,
@@ -158,6 +161,7 @@ class Evidence:
     prompt: PromptText = EMPTY_PROMPT
     min_support: float | None = None
     span: tuple[int, int] | None = None
+    judge: Judge = WORD_READER  # whether a line's content stands in its sources (`judge`)
     _cache: dict[int, frozenset[str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -444,10 +448,7 @@ class Evidence:
             return Verdict(
                 "author", detail=f"{st.author} did not write #{cited[0].seq}", seqs=st.seqs
             )
-        # whom it is about: the person of the conversation the subject (or the line) names first
-        subject = self.subject(st.subject) if st.subject else None
-        if subject is None and st.author is None:
-            subject = self.subject(st.text)
+        subject = self.about(st)
         if (
             subject
             and not st.span_wide
@@ -464,6 +465,25 @@ class Evidence:
             st.text, self.lang
         ):  # "Hey Sam! Good to see you!": true, and nothing a later reader could use
             return Verdict("empty", detail="it says nothing a later reader could use")
+        v = self.judge(st, cited, self)
+        if v.ok and not v.kind:  # a judge that says only whether: the part that bears it out
+            kind, best = self._best_part(line, cited)
+            v = replace(v, kind=kind, seqs=st.seqs, seq=best)
+        return v
+
+    def about(self, st: Statement) -> str | None:
+        """Whom a line is about: the person of the conversation its subject (or, when it
+        names no writer, the line itself) names first."""
+        subject = self.subject(st.subject) if st.subject else None
+        if subject is None and st.author is None:
+            subject = self.subject(st.text)
+        return subject
+
+    def read(self, st: Statement, cited: Sequence[Source]) -> Verdict:
+        """The word reader (`judge.WORD_READER`): whether the line's content terms, numbers and
+        negation stand in the cited messages, and what else words tell of it."""
+        line = read(st.text, self.lang)
+        subject = self.about(st)
         share, missing = self._support(line, cited)
         need = min(self.threshold, THREAD_SUPPORT) if st.kind == "thread" else self.threshold
         if share < need:
