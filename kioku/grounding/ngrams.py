@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from kioku.grounding.check import Evidence, Source, Statement, Verdict
 
-MIN_SHARE = 0.6  # the best accuracy of 0.5–0.9 on the corpus (`kioku bench judge`)
+MIN_SHARE = 0.6  # the best accuracy of 0.5–0.8 on the corpus (`kioku bench judge`)
 _RUN = re.compile(r"\w+")
 _DIGITS = re.compile(r"\d+")
 # writing without spaces between words (kana, ideographs) and hangul's dense syllables
