@@ -1,4 +1,4 @@
-"""The seam for content support (`kioku.grounding.judge`): the word reader is the default and
+"""The seam for content support (`kioku.grounding.check.Judge`): the word reader is the default and
 gives today's verdicts on the whole corpus; the n-gram and the model's judges answer in its
 place; `kioku bench judge` measures them on labelled cases."""
 
@@ -15,8 +15,7 @@ from typer.testing import CliRunner
 from kioku.bench.judge import CONTENT_RULES, case_evidence, case_statement, run
 from kioku.cli import app, register_extensions
 from kioku.grounding.asked import Asked
-from kioku.grounding.check import Evidence, Piece, Source, Statement, Verdict
-from kioku.grounding.judge import WORD_READER
+from kioku.grounding.check import WORD_READER, Evidence, Piece, Source, Statement, Verdict
 from kioku.grounding.ngrams import Ngrams, grams
 from kioku.models import ScriptedModel
 from tests.cases.corpus import cases

@@ -292,7 +292,7 @@ def bench_judge(
     """
     from kioku.bench.judge import run, with_threshold
     from kioku.errors import InputError
-    from kioku.grounding.judge import WORD_READER, Judge
+    from kioku.grounding.check import WORD_READER, Judge
     from kioku.grounding.ngrams import Ngrams
 
     try:

@@ -2,7 +2,7 @@
 
 A case (`tests/cases/grounding*.jsonl`) is a model's line, the messages it cites (each as the
 chronicler read it), the verdict (`ok` or a reason of `kioku.grounding.check.REASONS`) and the
-rule expected to decide it. Each judge (`kioku.grounding.judge.Judge`) is put in the evidence's
+rule expected to decide it. Each judge (`kioku.grounding.check.Judge`) is put in the evidence's
 place for content support and the whole check runs; the positive class is a line that must be
 dropped (a verdict other than `ok`). Two subsets:
 
@@ -27,8 +27,7 @@ from typing import Any
 
 import kioku
 from kioku.errors import InputError
-from kioku.grounding.check import Evidence, Piece, Source, Statement
-from kioku.grounding.judge import WORD_READER, Judge
+from kioku.grounding.check import WORD_READER, Evidence, Judge, Piece, Source, Statement
 from kioku.grounding.ngrams import Ngrams
 from kioku.grounding.terms import EMPTY_PROMPT, PromptText
 

@@ -16,7 +16,7 @@ How one line is judged, and where each step lives:
           author       whom it names as writer wrote a cited message
           empty        says something beyond names and framing words
           unsupported  its content stands in the cited messages: asked of the evidence's
-                       judge (judge.Judge; the default, judge.WORD_READER, reads content
+                       judge (check.Judge; the default, check.WORD_READER, reads content
                        terms, numbers and negation: terms.read, one reading per language)
           │
           ▼
@@ -26,7 +26,7 @@ How one line is judged, and where each step lives:
     choice.choose / trim ── what a grounded record keeps within its target
 
 `attribution.said_in` asks the narrower question for a note or fact: were its words said in
-the message it cites. The modules import one another in one direction (terms → judge → check →
+the message it cites. The modules import one another in one direction (terms → check →
 evidence → records → choice; attribution → records; check → ngrams, asked: judges measured
 beside the word reader by `kioku bench judge`) and nothing here imports the chronicler that
 uses it.

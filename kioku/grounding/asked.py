@@ -4,7 +4,7 @@ The chronicler's own model is shown the cited messages (`#seq author: words`, ea
 chronicler read it) and the line (`writer: words` when it names one), and answers one word
 (`prompts/en/judge.txt`, which also lists the answer words). The first answer word in the reply
 decides; a reply with none (an essay, an empty string) is not a verdict, and the word reader
-(`judge.WORD_READER`) decides that line instead, counted in `unclear`.
+(`check.WORD_READER`) decides that line instead, counted in `unclear`.
 
 Measured against the word reader by `kioku bench judge --model URL` (docs/chronicler.md); not
 used in serving.
@@ -23,7 +23,7 @@ LANG = "en"  # the question is asked in English whatever the conversation's lang
 
 
 class Asked:
-    """The model's yes or no per line (`kioku.grounding.judge.Judge`)."""
+    """The model's yes or no per line (`kioku.grounding.check.Judge`)."""
 
     name = "model"
 

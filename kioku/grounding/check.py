@@ -18,7 +18,7 @@ read against the messages it cites:
 - `empty`: it says nothing a later reader could use (only names and framing words: "Samantha
   asked Mika how she was"); dropped, but not counted against the record as invented;
 - `unsupported`: its content stands in the cited messages, as the evidence's `judge` reads it
-  (`kioku.grounding.judge`); the default, the word reader (`Evidence.read`), finds its content
+  (`Judge`); the default, the word reader (`WORD_READER`, `Evidence.read`), finds its content
   terms, numbers and negation there (`kioku.grounding.terms`: stemmed English, SudachiPy's
   dictionary forms for Japanese, bigrams for Chinese) — at least `min_support` of its terms,
   all of its numbers.
@@ -35,9 +35,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import cached_property
+from typing import Protocol
 
 from kioku.dates import MONTHS, WEEKDAYS
-from kioku.grounding.judge import WORD_READER, Judge
 from kioku.grounding.terms import (
     EMPTY_PROMPT,
     PLACEHOLDER,
@@ -126,6 +126,38 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return self.reason is None
+
+
+class Judge(Protocol):
+    """Whether a line's content stands in the messages it cites: the one question the rules
+    before it (`seq`, `prompt`, `name`, `author`, `empty`) leave to the evidence's judge.
+
+    A line (its text, whom it is by or about, the seqs it cites) and its sources (the cited
+    messages) → a `Verdict`: ok, or a reason with a short detail; `ev` is what the line is read
+    within (its language, the span's people and messages). The word reader (`WORD_READER`) is
+    the default and the only judge kioku uses; others were measured against it on the case
+    corpus by `kioku bench judge` (`kioku.grounding.ngrams`, `kioku.grounding.asked`; figures
+    in docs/chronicler.md). A judge that says only whether leaves `kind` empty, and the word
+    reader then names the part that bears the line out, as records need."""
+
+    @property
+    def name(self) -> str: ...
+
+    def __call__(self, line: Statement, sources: Sequence[Source], ev: Evidence) -> Verdict: ...
+
+
+class WordReader:
+    """The word reader (`Evidence.read`): the line's content terms, numbers and negation read
+    in the cited messages, per language (`kioku.grounding.terms`), with the rules that read
+    them (a question told as an answer, a writer's reworded first person, a neighbour's words)."""
+
+    name = "words"
+
+    def __call__(self, line: Statement, sources: Sequence[Source], ev: Evidence) -> Verdict:
+        return ev.read(line, sources)
+
+
+WORD_READER = WordReader()
 
 
 def _day_terms(day: date | None, lang: str) -> frozenset[str]:
@@ -480,7 +512,7 @@ class Evidence:
         return subject
 
     def read(self, st: Statement, cited: Sequence[Source]) -> Verdict:
-        """The word reader (`judge.WORD_READER`): whether the line's content terms, numbers and
+        """The word reader (`WORD_READER`): whether the line's content terms, numbers and
         negation stand in the cited messages, and what else words tell of it."""
         line = read(st.text, self.lang)
         subject = self.about(st)

@@ -14,8 +14,15 @@ import re
 from collections.abc import Iterable, Sequence
 
 from kioku.chronicle_prompt import context_items, instructions
-from kioku.grounding.check import USER_WORDS, Evidence, Piece, Source, same_person
-from kioku.grounding.judge import WORD_READER, Judge
+from kioku.grounding.check import (
+    USER_WORDS,
+    WORD_READER,
+    Evidence,
+    Judge,
+    Piece,
+    Source,
+    same_person,
+)
 from kioku.grounding.terms import EMPTY_PROMPT, PromptText, name_key
 from kioku.memory import MemoryItem
 from kioku.messages import LogEntry
@@ -169,7 +176,7 @@ def sources_of_items(
 def task_evidence(task: SummaryTask, judge: Judge = WORD_READER) -> Evidence:
     """What the task's lines are checked against: its messages (a chapter, a cut) or the
     records it folds (a synopsis), the names memory holds, and the prompt's own words; `judge`
-    reads whether a line's content stands in them (`kioku.grounding.judge`)."""
+    reads whether a line's content stands in them (`check.Judge`)."""
     lang = resolve_lang(task.lang)
     if task.kind != "synopsis":
         memory = "\n".join(i.text for i in context_items(task))

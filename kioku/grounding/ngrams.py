@@ -41,7 +41,7 @@ def grams(text: str) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class Ngrams:
-    """Character n-gram containment (`kioku.grounding.judge.Judge`)."""
+    """Character n-gram containment (`kioku.grounding.check.Judge`)."""
 
     min_share: float = MIN_SHARE
     name: str = "ngrams"
