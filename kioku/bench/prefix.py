@@ -475,7 +475,9 @@ def run(
     if time_on:
         from kioku.bench.prefill import time_arms
 
-        out["prefill_time"] = time_arms(time_on, kept)
+        out["prefill_time"] = time_arms(
+            time_on, kept, full_from={name: tallies[name].full_from for name in kept}
+        )
     k = out
     floors = {
         "overflows==0": k["overflows"] == 0,
