@@ -26,6 +26,13 @@ STYLE: Mapping[str, dict[str, Any]] = {
     "rolling+recall": {"color": "#9467bd", "lw": 1.6, "marker": "P"},
     "retrieval": {"color": "#2ca02c", "lw": 1.8, "marker": "^"},
     "truncation": {"color": "#7f7f7f", "lw": 1.6, "marker": "v"},
+    "none": {
+        "color": "#8c564b",
+        "lw": 1.2,
+        "ls": "--",
+        "marker": "x",
+        "label": "none (no history)",
+    },
     "sliding_window": {"color": "#7f7f7f", "lw": 1.2, "label": "sliding window"},
     "summary_in_system": {"color": "#1f77b4", "lw": 1.2, "label": "summary in system prompt"},
     "immediate_fold": {"color": "#ff7f0e", "lw": 1.2, "label": "fold in the trigger turn"},
