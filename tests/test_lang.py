@@ -9,18 +9,14 @@ from datetime import date, datetime
 import pytest
 
 from kioku.dates import date_line
-from kioku.engine import Kioku
 from kioku.grounding.terms import ko_word, read
 from kioku.lang import LANGS, WORDS, Language, detect_lang, words
-from kioku.layers import Layers
-from kioku.profiles import LOCAL_8K
 from kioku.prompts import template
 from kioku.recall.need import about, cue
 from kioku.scenes import Scene, marker
-from kioku.store import Store
 from kioku.transcript import labels_for
 from tests.cases.corpus import cases
-from tests.helpers import Clock
+from tests.helpers import layered
 
 
 def test_every_language_is_one_value_and_prompt_languages_come_first() -> None:
@@ -118,9 +114,7 @@ def test_a_korean_conversation_is_written_about_with_the_english_templates() -> 
 def test_recall_finds_a_korean_memory() -> None:
     """A Korean conversation end to end: detected as Korean, folded, and a question that points
     at the past in Korean is shown what memory holds, once."""
-    clock = Clock()
-    store = Store.open("sqlite://")
-    kk = Kioku(store, profile=LOCAL_8K.scaled(4096), clock=clock, layers=Layers(store))
+    kk, clock = layered()
     conv = kk.conversation("ko", system_prompt="당신은 미카입니다.")
     conv.prepare("내 생일은 삼월 십사일이고, 매년 딸기 케이크를 먹어.")
     conv.record("멋지네요. 기억해 둘게요.")

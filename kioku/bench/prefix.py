@@ -108,7 +108,7 @@ class Tally:
     fresh: list[int] = field(default_factory=list)
     fold_fresh: list[int] = field(default_factory=list)  # the same, on turns memory changed
     full_from: int | None = None
-    previous_prompt: list[int] = field(default_factory=list)
+    previous_prompt: int = 0  # tokens of the previous prompt: `previous` less its reply
     previous_reply: int = 0  # tokens of the reply the last turn ended with, as a message
     version: int | None = None
 
@@ -139,11 +139,13 @@ class Tally:
             self.recalled += 1
             if r < CACHE_BREAK and memory_version == self.version:
                 self.recall_breaks += 1
-        fresh = len(prompt) - common_prefix(self.previous_prompt, prompt)
+        # `previous` is the previous prompt and its reply: what the two prompts share is the
+        # shared prefix, cut at the previous prompt's end
+        fresh = len(prompt) - min(lcp, self.previous_prompt)
         self.fresh.append(fresh)
         if self.version is not None and memory_version != self.version:
             self.fold_fresh.append(fresh)
-        self.previous_prompt = prompt
+        self.previous_prompt = len(prompt)
         reread = max(0, min(len(self.previous), len(prompt)) - lcp)
         self.reread += reread
         if memory_version is not None and memory_version == self.version:

@@ -313,7 +313,6 @@ def locomo(
         if limit_questions is not None:
             raise InputError("--reader samples with --questions, not --limit-questions")
         reading = ReaderRun(reader, reader_model, questions, time_on, judge_model, judge_model_id)
-        written = (report, plot)
         read(
             data,
             budget,
@@ -324,7 +323,8 @@ def locomo(
             chat,
             reading,
             as_json,
-            written,
+            report,
+            plot=plot,
         )
         return
     if questions != "all" or time_on:

@@ -35,7 +35,8 @@ def read(
     chronicler_model: Any,
     reading: ReaderRun,
     as_json: bool,
-    written: tuple[Path | None, Path | None],
+    report: Path | None,
+    plot: Path | None = None,
 ) -> None:
     """`kioku eval locomo --reader URL`: a real model answers from each arm's prompt."""
     from kioku.counters import counter_from_spec
@@ -81,7 +82,6 @@ def read(
         counter=counter,
         log=lambda s: err.print(s, highlight=False),
     )
-    report, plot = written
     if plot:
         from kioku.eval.plots import reader_by_age
 

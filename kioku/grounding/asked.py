@@ -32,7 +32,7 @@ class Asked:
         self.max_tokens = max_tokens
         self.asked = 0
         self.unclear = 0
-        t = prompts.template(prompts.JUDGE_TASK, LANG)
+        self._template = t = prompts.template(prompts.JUDGE_TASK, LANG)
         self.version = t.version
         words = {w.casefold(): True for w in t.section("yes").split()}
         words.update({w.casefold(): False for w in t.section("no").split()})
@@ -41,7 +41,7 @@ class Asked:
         self._answer = re.compile(rf"(?<!\w)({alternatives})(?!\w)", re.IGNORECASE)
 
     def request(self, line: Statement, sources: Sequence[Source]) -> ChatRequest:
-        t = prompts.template(prompts.JUDGE_TASK, LANG)
+        t = self._template
         said = "\n".join(
             f"#{s.seq} {p.speaker or s.author}: {p.text}" for s in sources for p in s.pieces
         )
