@@ -6,14 +6,12 @@ from kioku.engine import Kioku
 from kioku.layers import Layers
 from kioku.memory import coverage_gaps
 from kioku.messages import Message
-from kioku.profiles import LOCAL_8K
 from kioku.revisions import Change
 from kioku.summarizer import ExtractiveSummarizer
 from kioku.tokens import ScriptEstimator
 from tests.helpers import Clock, layered
 
 # a small window, so that a hundred turns fold (the prompt fills the window before a fold)
-PROFILE = LOCAL_8K.scaled(4096)
 
 FILLER = [
     "The weather was grey and we walked along the pier talking about nothing much.",
