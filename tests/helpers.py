@@ -63,9 +63,12 @@ def store_unchecked_conversation(store: Store, conversation_id: str, tenant: str
         )
 
 
+PROFILE = LOCAL_8K.scaled(4096)  # a window small enough that a test folds in a few turns
+
+
 def layered() -> tuple[Kioku, Clock]:
     """An engine with every layer on (recall, notes, the tic guard) on an in-memory store, a
     4,096 window, and the clock its test moves."""
     clock = Clock()
     store = Store.open("sqlite://")
-    return Kioku(store, profile=LOCAL_8K.scaled(4096), clock=clock, layers=Layers(store)), clock
+    return Kioku(store, profile=PROFILE, clock=clock, layers=Layers(store)), clock
