@@ -1,6 +1,6 @@
 """Roles that alternate: the last step before a message list goes to the upstream.
 
-Strict chat templates (Gemma's, Mistral's, many GGUFs' own Jinja templates) accept one system
+Strict chat templates (several model families', many GGUFs' own Jinja templates) accept one system
 message first and then user, assistant, user, assistant… and raise on anything else. A kioku
 prompt can break that in ordinary use: the memory exchange's acknowledgement followed by a raw
 window that starts with the character's greeting (two assistant messages), a turn whose reply

@@ -3,7 +3,7 @@
 The seed met this when a conversation kept raw on a 1M-token cloud model moved to a small local
 summarizer: 150,000 chars had to be folded at once, so the backlog was cut into 32,000-char
 pieces and folded as several chapters, oldest first. `summarize_transcript` does that for any
-transcript (LoCoMo, a SillyTavern export, kioku JSONL): chapter-sized ranges of
+transcript (a dataset's conversation, a SillyTavern export, kioku JSONL): chapter-sized ranges of
 `profile.summary_chunk` tokens, each summarized by the chronicler with the memory so far as
 context, and a major GC into the synopsis whenever the chapters pass `profile.major_gc`. It backs
 `kioku summarize` and lets a person read what a model would remember before going live.

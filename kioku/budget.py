@@ -8,7 +8,7 @@ cut, how much raw history to keep after a fold, how much room recollections get,
 message can ever be served — so nothing is decided on a count the server does not see.
 
 `Template` is what the chat template adds: tokens per message and per prompt (the reply's
-opening). A real tokenizer names its template (`ChatML` for Qwen); an estimator that calibrates
+opening). A real tokenizer names its template (`ChatML`, say); an estimator that calibrates
 itself on the server's `usage.prompt_tokens` learns both figures. `Margin` is the share of the
 budget kept back for counting error, learned the same way: how far kioku's account of its recent
 prompts fell short of what the server read.
@@ -41,8 +41,9 @@ class Template:
         return math.ceil(n * self.per_message + self.per_prompt)
 
 
-# What an unknown template costs at most among the common ones (ChatML 5/3, Llama 3 5/5 with
-# the BOS, Gemma 5/3, Mistral ~4/1): counting a little high only leaves a little room unused.
+# What an unknown template costs at most among the common ones (per message / per prompt: from
+# ~4/1 for bracket-style templates to 5/5 for header-style ones with a BOS; ChatML 5/3):
+# counting a little high only leaves a little room unused.
 DEFAULT_TEMPLATE = Template()
 CHATML = Template(per_message=5, per_prompt=3)
 

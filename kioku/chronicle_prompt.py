@@ -27,10 +27,10 @@ from kioku.summarizer import parse_lines as parse_extractive
 from kioku.tokens import TokenCounter
 from kioku.transcript import labels_for, render_entry, render_transcript
 
-# What one fact line is given of the token target, per language (a small model's lines are
+# What one fact line is given of the token target, per language (a chronicler's lines are
 # ~20 tokens in English, ~28 in Japanese): a target becomes "the N most important facts", which
-# a model can count. Fewer than fit: asked for 14, a small model looped; asked for 8, it wrote
-# 8 (docs/chronicler.md). The room left is filled with the span's own lines.
+# a model can count. Fewer than fit: asked for more lines than its room holds, a model loops;
+# asked for fewer, it writes that many (docs/chronicler.md). The room left is filled with the span's own lines.
 LINE_TOKENS = {"en": 32, "ja": 40, "zh": 38}
 MIN_LINES, MAX_LINES = 4, 40
 UNNAMED = {"en": "(unnamed)", "ja": "(名前なし)", "zh": "(未命名)"}

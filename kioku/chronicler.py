@@ -3,7 +3,7 @@
 The seed learned that the guards belong in code, not in the prompt: a refusal ("I can't help with
 that", 101 chars against 519 for the shortest real summary) stored as memory sits in every prompt
 after it; a summary cut at max_tokens loses its end, which is where the open threads were; a
-prompt telling the model "don't repeat tics" does not stop it. A small model taught the rest: it
+prompt telling the model "don't repeat tics" does not stop it. Models taught the rest: one
 copies the prompt's example, swaps names and cites messages that do not say what it wrote. So
 every reply passes these checks before it becomes a `Summary`:
 
@@ -79,7 +79,7 @@ from kioku.structure import (
 from kioku.summarizer import Line, Summarizer, Summary, SummaryTask, stored_lines
 from kioku.tokens import TokenCounter
 
-# A chronicle is a reading, not a story: a low temperature keeps a small model on the text
+# A chronicle is a reading, not a story: a low temperature keeps a model on the text
 # (and a retry after a refusal still gets another roll)
 DEFAULT_TEMPERATURE = 0.2
 MESSAGE_OVERHEAD_TOKENS = 8  # the chat template's tokens around each message
@@ -92,13 +92,13 @@ class ChroniclerConfig:
     compress_rounds: int = 2  # requests to shorten an over-long record
     over_target: float = 1.3  # a record above target * this is compressed
     # first request: max_tokens = target * factor + overhead (the facts asked for fit in the
-    # target; a small model that loops stops sooner, and a cut reply is asked again)
+    # target; a model that loops stops sooner, and a cut reply is asked again)
     max_tokens_factor: float = 1.0
     max_tokens_overhead: int = 256  # the line and thread markup costs tokens the target does not
     temperature: float | None = DEFAULT_TEMPERATURE
     refusal_chars: int = DEFAULT_REFUSAL_CHARS
-    # Gemma's chat templates have no system role (llama-cpp-python's "gemma" format drops it):
-    # with False the instructions open the user turn instead.
+    # Some chat templates have no system role (they drop it, or raise): with False the
+    # instructions open the user turn instead.
     system_role: bool = True
     min_grounded_share: float = MIN_SHARE  # below it a record is rejected
     replace_dropped: bool = True  # a dropped line about its message: that message's own words
@@ -163,7 +163,7 @@ def judge(
     if cut and not salvage:
         raise BadSummary("truncated", text)
     if cut:
-        # a cut line-form reply keeps its whole lines (a small model loops until max_tokens,
+        # a cut line-form reply keeps its whole lines (a model that loops does so until max_tokens,
         # after lines worth keeping): they are grounded like any; a cut JSON record is lost
         whole = text.rsplit("\n", 1)[0] if "\n" in text.strip() else ""
         if looks_like_json(text) or not whole.strip():
@@ -265,8 +265,8 @@ class _Run:
 def _next_try(e: BadSummary, task: SummaryTask, max_tokens: int) -> tuple[int, str | None]:
     """After a rejected reply: the next request's max_tokens and the reason it names. A cut
     reply gets half as much room again (up to the ceiling, and within the window) and is told
-    to stop sooner: the facts asked for fit the first request's room, and a small model that
-    ran out of it was looping (a small model filled 1,935 tokens when given 4,096); a refusal
+    to stop sooner: the facts asked for fit the first request's room, and a model that ran
+    out of it was looping (given the whole window, such a reply used under half of it); a refusal
     is a roll of the dice: ask the same again."""
     if e.reason == "truncated":
         n = max_lines(task.target_tokens, task.lang)

@@ -100,7 +100,7 @@ def import_(
     """Import a conversation into the log and compact it as it would have been live. Into an
     existing conversation only with --append; importing the same file again changes nothing.
 
-    Example: kioku import --data "Seraphina - 2024-11-12@10h11m12s.jsonl" --format sillytavern
+    Example: kioku import --data "Mika - 2024-11-12@10h11m12s.jsonl" --format sillytavern
     --tenant acme --db kioku.db
     """
     from kioku.importer import import_into, read

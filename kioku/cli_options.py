@@ -80,7 +80,7 @@ ReplyTimeoutOpt = Annotated[
         min=1,
         metavar="<seconds>",
         help="Seconds to wait for the reply model: the whole answer, or a streamed answer's "
-        "longest silence (env KIOKU_REPLY_TIMEOUT; default 120; a small model on a CPU needs "
+        "longest silence (env KIOKU_REPLY_TIMEOUT; default 120; a local model on a CPU needs "
         "minutes for a long prompt).",
     ),
 ]

@@ -45,7 +45,7 @@ class Settings:
     tokenizer: str = "estimate"  # see kioku.counters.counter_from_spec
     tenant: str = "default"
     layers: bool = True
-    # Some chat templates (llama-cpp-python's "gemma") silently drop system messages: with False
+    # Some chat templates silently drop system messages: with False
     # the chronicler's instructions open the user turn instead.
     system_role: bool = True
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -53,7 +53,7 @@ class Settings:
     # seconds a summary job waits before it runs (None: the profile's, 30 s): replays, tests
     # and benchmarks set 0 so they need not wait for the GPU-sharing delay
     summary_delay_s: float | None = None
-    # seconds to wait for one chronicler reply (None: the profile's; a 1.5B model on a CPU
+    # seconds to wait for one chronicler reply (None: the profile's; a local model on a CPU
     # takes minutes), and the chronicler's temperature (None: ChroniclerConfig's low default)
     summary_timeout_s: float | None = None
     # seconds to wait for the reply model (None: the profile's, 120 s): the whole answer, or

@@ -51,7 +51,7 @@ from kioku.turn_state import TurnState
 from kioku.worker import BackgroundWorker, Worker
 
 # usage.prompt_tokens ÷ kioku's own count outside this band is not believed: tokenizers differ
-# by 1.6× at most on the same text (cl100k vs Qwen on Japanese), never by 2×
+# by 1.6× at most on the same text (two common vocabularies on Japanese), never by 2×
 CALIBRATION_BAND = (0.5, 2.0)
 
 

@@ -74,13 +74,13 @@ def chunks_within(
 
 def chapter_target(profile: Profile, input_tokens: int) -> int:
     """A chapter never needs to be longer than half of what it summarizes. Where the
-    chronicler's prompt bound holds fewer tokens than `summary_chunk` (a small model's:
+    chronicler's prompt bound holds fewer tokens than `summary_chunk` (a local model's:
     local-8k's 1,400-token prompts), each chapter gets its share of `chapter_tokens` by what it
-    reads: memory grows by what a fold folds, not by how many prompts reading it took. (At a
-    whole `chapter_tokens` each, LoCoMo 0 at 8k folded 13 times with 4 major GCs, not 8 with
-    none.) A profile whose bound only trims chapters of short messages keeps whole ones: at
-    16k their detail is what the strict LoCoMo match finds in memory (0.4422 with them, 0.4319
-    with shares, held out), and what CP's cache pays for (0.9842 against 0.9857 in process)."""
+    reads: memory grows by what a fold folds, not by how many prompts reading it took (at a
+    whole `chapter_tokens` each, memory folded more often and ran major GCs it need not). A
+    profile whose bound only trims chapters of short messages keeps whole ones: at 16k their
+    detail is what the strict eval finds in memory, worth the little prefix reuse it costs
+    (docs/configuration.md, "Why the defaults")."""
     target = min(profile.chapter_tokens, input_tokens // 2)
     bound = profile.chunk_budget
     if bound is not None and bound < profile.summary_chunk:

@@ -40,8 +40,9 @@ from kioku.models import ChatMessage, ContentPart
 OPEN, CLOSE = "⟦", "⟧"
 
 # Control tokens of the chat templates in use: ChatML and its kin (<|im_start|>, <|eot_id|>,
-# <|start_header_id|>, <|user|>, <|endoftext|>, <|channel|>), DeepSeek's full-width bars, Gemma's
-# turns, Llama 2 / Mistral's brackets, and the bare sentence markers.
+# <|start_header_id|>, <|user|>, <|endoftext|>, <|channel|>), full-width bars (<｜…｜>), turn
+# and image tags (<start_of_turn>), [INST]-style brackets and <<SYS>>, and the bare sentence
+# markers (<s>, <bos>).
 _ANGLED = re.compile(
     r"<\|[^<>|\n]{1,48}\|>"
     r"|<｜[^<>｜\n]{1,48}｜>"

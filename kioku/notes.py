@@ -476,7 +476,7 @@ class NotesExtractor:
         self, entries: Sequence[LogEntry], current: Sequence[Note] = ()
     ) -> tuple[list[NoteDraft], list[Dropped]]:
         """The model's notes that the messages they cite bear out, and the ones dropped (each
-        with its reason: `kioku.grounding`), so a note a small model invented never enters
+        with its reason: `kioku.grounding`), so a note a model invented never enters
         the ledger."""
         if not entries:
             return [], []

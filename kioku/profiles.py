@@ -28,11 +28,12 @@ DEFAULT_SUMMARY_CEILING_TOKENS = 4096  # never cut a summary mid-sentence
 MEMORY_FRAME_TOKENS = 160
 MIN_ITEM_TOKENS = 64
 # What one image costs in the prompt, whatever its pixels: OpenAI's high-detail 1024×1024 tile
-# count (765) rounded up; Gemma 3 takes 256 per image, LLaVA 576. Set it to the model's number.
+# count (765) rounded up; open vision models take fewer or about as many (256 to 576). Set it
+# to the model's number.
 DEFAULT_IMAGE_TOKENS = 768
 # What a chronicler prompt costs around its transcript (the instructions and the open threads;
 # the chapter prompt is ~600 tokens in English, ~750 in Japanese), and what the transcript adds
-# to each message ("#12 · 13:56 · Caroline (user)", the part labels): where a chunk is planned
+# to each message ("#12 · 13:56 · Mika (user)", the part labels): where a chunk is planned
 # from message tokens alone, it is planned with these (`Profile.chunk_budget`).
 CHRONICLE_PROMPT_TOKENS = 1000
 TRANSCRIPT_MESSAGE_TOKENS = 14
@@ -61,15 +62,10 @@ class Profile:
     # window's own best match holds `recall_in_view` of what the archive's best holds (for a
     # question, the best among its newest `recall_present` messages). A statement that does
     # not point at the past is shown nothing; a question that does in words, every match.
-    # The trade-off these set, measured (generational − plain retrieval, strict, LoCoMo dev
-    # 0–4 at 4,096; prefix reuse of LoCoMo 0 at 8k through `kioku serve`): recall_in_view 0.6
-    # −0.012 / 0.948 (in process), 0.7 0.000 / 0.945, 0.8 +0.004 / 0.939. Then who is held
-    # back (the same margin at 16,384 on dev; prefix reuse in process of CP, 1,500 messages at
-    # 16k, and of LoCoMo 0 at 8k): questions by the whole raw window and statements by evidence
-    # alone −0.043 / 0.9842 / 0.9334; questions by their newest `recall_present` messages,
-    # worded questions about the past shown every match, statements only when they point at
-    # the past (these) +0.004 / 0.9848 / 0.9366; questions never held back by the window and
-    # filled to the room when they pass +0.012 / 0.9826 / 0.9332.
+    # They trade what memory finds against the prompt prefix a server can reuse: a higher
+    # `recall_in_view` shows more and breaks the cache more. 0.7, and these rules for who is
+    # held back, kept the strict eval's generational − retrieval margin while reusing the most
+    # of the prefix; the figures are in docs/configuration.md ("Why the defaults").
     recall_relevance: float = 0.2
     recall_cued_relevance: float = 0.1
     recall_standout: float = 1.2
@@ -79,9 +75,8 @@ class Profile:
     # turn whose best recollection finds no room folds the chapter that is ready (one cache
     # break, counted as `recall_breaks`); the rest take what room there is. It binds the
     # questions that ask for the past or about someone by name (the rest take a few windows):
-    # 0.25 → 0.35 moved generational − retrieval held out (LoCoMo 5–9) from +0.0090 to +0.0142
-    # at 4,096 and from +0.0180 to +0.0206 at 8,192, and left prefix reuse through `kioku
-    # serve` of LoCoMo 0 and 3 at 8k and of RealPersonaChat CP and FZ at 16k as it was.
+    # 0.25 → 0.35 widened the held-out generational − retrieval margin at 4,096 and 8,192 and
+    # left prefix reuse through `kioku serve` as it was (docs/configuration.md).
     recall_room: float = 0.35
     # A message that does not ask keeps its recollections in front of it until the next fold:
     # at most `recall_share` of the room left, `recall_limit` of them, and never more than
@@ -93,10 +88,9 @@ class Profile:
     # The most memory (synopsis, major GC, a chapter, notes) may take of the ceiling, where a
     # profile is derived (`scaled`). The floors that keep memory items readable add up to 58% of
     # a 4,096 ceiling, and then the raw window and a question's recollections share what is
-    # left. Generational − plain retrieval at 4,096 (LoCoMo, strict), the mean over six fold
-    # phases (`kioku eval locomo --start-at 0, 8, …, 40`), dev 0–4 / held out 5–9: no cap
-    # +0.0011 / +0.0105, 0.50 +0.0046 / +0.0208, 0.45 +0.0046 / +0.0197, 0.40 +0.0107 /
-    # +0.0240, 0.35 +0.0044 / +0.0212, 0.30 +0.0052 / +0.0172. At 8,192 and above it does not bind.
+    # left. At 4,096 0.40 gave the best strict generational − retrieval margin, on the dev and
+    # the held-out half alike, among no cap and 0.30 to 0.50 (docs/configuration.md). At 8,192
+    # and above it does not bind.
     memory_share: float = 0.4
     summary_ceiling: int = DEFAULT_SUMMARY_CEILING_TOKENS
     summary_delay_s: float = DEFAULT_SUMMARY_DELAY_S
@@ -295,12 +289,14 @@ LOCAL_8K = Profile(
     synopsis_tokens=600,
     major_gc=2000,
     summary_chunk=2500,
-    # a rendered prompt of 1,400 tokens (~18 LoCoMo messages, ~35 RealPersonaChat ones): the
-    # 1.5B model wrote eight grounded facts from a 900-token prompt, and looped, copied or cut
-    # off on 2,100-2,300-token ones (docs/chronicler.md); a CPU reads 1,400 in ~35 s when quiet
+    # a rendered prompt of 1,400 tokens (~18 long English messages, ~35 short Japanese ones):
+    # the local model this profile is for wrote grounded facts from a 900-token prompt, and
+    # looped, copied or cut off on 2,100-2,300-token ones (docs/chronicler.md); a CPU reads
+    # 1,400 in ~35 s when quiet
     summary_prompt=1400,
     notes_tokens=200,
-    # a 1.5B model on 2 CPU cores took 452 s for a first chapter: 300 s gave up on it
+    # the local model this profile is for took minutes for a first chapter on 2 CPU cores:
+    # 300 s gave up on it (docs/configuration.md)
     summary_timeout_s=900.0,
 )
 

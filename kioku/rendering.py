@@ -109,7 +109,7 @@ def quote(seq: int | None, speaker: str, text: str) -> str:
 
 def quoted(key_lines: Iterable[KeyLine]) -> list[tuple[int | None, str]]:
     """Key lines in order, a message's further lines indented under its first, without its seq
-    again: a small model's chapters of an English chat spent ~20 tokens more than the extractive
+    again: a model's chapters of an English chat spent ~20 tokens more than the extractive
     chapter on the same lines, and memory folded a chapter sooner for it."""
     out: list[tuple[int | None, str]] = []
     prev: int | None = None

@@ -1,7 +1,7 @@
-"""The chronicler's reply format: plain lines a small model writes reliably.
+"""The chronicler's reply format: plain lines a model writes reliably.
 
-Measured on a small local model (docs/chronicler.md): asked for the five-key JSON record or for
-"#<seq> <writer>: <what it says>" lines, the small model copied the transcript message by
+Measured on a local model (docs/chronicler.md): asked for the five-key JSON record or for
+"#<seq> <writer>: <what it says>" lines, the model copied the transcript message by
 message until max_tokens cut it; asked for facts citing "(#<seq>)" from a numbered transcript,
 it wrote one line per number whatever that message said. Shown no numbers and asked for the
 most important facts, one short sentence each, starting with the person it is about, it wrote
@@ -48,7 +48,7 @@ _THREAD = re.compile(
 # a thread's keyword in front of a citation instead of a short id: the line is a fact
 _NUMBERED_THREAD = re.compile(r"^(?:OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+(#\s*\d.*)$", re.I)
 # a keyword, the format's own word or a bare number for an id ("DONE OPEN: …", "OPEN thread:
-# 3段腹", "OPEN 1: …", as a small model wrote): a thread of no name, which memory would show
+# 3段腹", "OPEN 1: …", as models write): a thread of no name, which memory would show
 # as "[open] thread" or "[open] 1"
 _NAMELESS_THREAD = re.compile(
     r"^(?:OPEN|DONE|RESOLVED|CLOSED|SETTLED)\s+(?:OPEN|DONE|thread(?:-id)?|id)?\d*\s*[:：]", re.I
@@ -124,8 +124,8 @@ _RUN_ON = re.compile(r"(?<=[.!?。！？])\s+(?=#\s*\d+\s)")
 
 def _pieces(text: str) -> list[str]:
     """The reply's lines, a run-on line of several "#n …" lines split at each of them, each
-    line once: a small model that loops writes the same lines again and again (a small model
-    wrote one block of five lines four times over), and a repeated line is no truer."""
+    line once: a model that loops writes the same lines again and again (a whole block of
+    lines over and over), and a repeated line is no truer."""
     pieces = [p for line in text.splitlines() for p in _RUN_ON.split(line)]
     seen: set[str] = set()
     out = []
@@ -198,7 +198,7 @@ def parse_lines(text: str) -> LineReply:
         if m := _LINE.match(s):
             seqs = _seqs(m.group(1), m.group(2))
             rest = m.group(3).strip()
-            rest = _STAMP.sub("", rest)  # a transcript header copied: "· 13:56 · Sam (user):"
+            rest = _STAMP.sub("", rest)  # a transcript header copied: "· 13:56 · Mika (user):"
             nt = _NAME_TEXT.match(rest)
             if nt and len(nt.group(1).split()) <= 4:
                 name, body = _SIDE.sub("", nt.group(1)).strip().strip("*").strip(), nt.group(2)

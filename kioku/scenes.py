@@ -24,6 +24,7 @@ DIALOGUE_KEYS = ("dialogue_id", "session")  # message meta that names a dialogue
 MARK = "—"
 NEW_SCENE = {"en": "new scene", "ja": "場面転換", "zh": "新场景"}
 _JOIN = {"en": ", ", "ja": "、", "zh": "、"}
+_SEP = {"ja": "・", "zh": "・"}  # between a marker's parts; " · " where a language has none
 
 
 @dataclass(frozen=True)
@@ -152,5 +153,5 @@ def marker(scene: Scene, before: Scene | None, lang: str = "en") -> str:
         parts.append(_JOIN.get(lang, ", ").join(scene.who))
     if not parts:
         parts.append(NEW_SCENE.get(lang, NEW_SCENE["en"]))
-    sep = " · " if lang == "en" else "・"
+    sep = _SEP.get(lang, " · ")
     return f"{MARK} {sep.join(parts)} {MARK}"

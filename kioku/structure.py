@@ -29,7 +29,7 @@ KEYS = ("events", "claims", "threads", "user_facts", "key_lines")
 Support = Literal["narration", "thought", "none"]
 Status = Literal["open", "resolved"]
 SUPPORT: tuple[str, ...] = ("narration", "thought", "none")
-# small models say "closed" or "done"; the meaning is not in doubt, so these are accepted
+# models say "closed" or "done"; the meaning is not in doubt, so these are accepted
 _STATUS_WORDS: Mapping[str, Status] = {
     "open": "open",
     "ongoing": "open",
@@ -176,7 +176,7 @@ _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
 def extract_json(text: str) -> Any:
     """The JSON object of a reply: the first fenced block, else the outermost braces.
 
-    Lenient about the wrapping (small models add a sentence before the block), strict about the
+    Lenient about the wrapping (models add a sentence before the block), strict about the
     content: it must be valid JSON, no trailing commas or comments."""
     candidates = [m.group(1) for m in _FENCE.finditer(text)]
     start, end = text.find("{"), text.rfind("}")

@@ -153,9 +153,9 @@ def text_features(text: str) -> Mapping[str, int]:
 # --- the estimate --------------------------------------------------------------------------------
 
 # Starting rates (tokens per feature), the prior `CalibratedEstimator` starts from. Fitted on kioku's
-# own ja/zh/en sample chats (kioku/data/, not the benchmark data) and set between Qwen2.5's and
-# Qwen3.5's vocabularies: ~0.6-0.7 tokens per Japanese or Chinese char, about one per English
-# word. Older vocabularies spend far more on CJK (cl100k ~1.6×); calibration finds that out.
+# own ja/zh/en sample chats (kioku/data/, not the benchmark data) and set between the counts of
+# two recent open vocabularies (those `kioku.counters` ships): ~0.6-0.7 tokens per Japanese or
+# Chinese char, about one per English word. Older vocabularies spend far more on CJK (cl100k ~1.6×); calibration finds that out.
 DEFAULT_RATES: Mapping[str, float] = MappingProxyType(
     {
         "hiragana": 0.55,
@@ -174,7 +174,7 @@ DEFAULT_RATES: Mapping[str, float] = MappingProxyType(
     }
 )
 # A chat template spends a few tokens per message ("<|im_start|>user\n" … "<|im_end|>\n" in ChatML,
-# the same order in Llama 3 and Gemma) and a few per prompt (BOS, the assistant header).
+# the same order in header- and turn-style templates) and a few per prompt (BOS, the assistant header).
 DEFAULT_PER_MESSAGE = 5.0
 DEFAULT_PER_PROMPT = 3.0
 
@@ -244,12 +244,12 @@ class FixedRatioCounter:
 
 # How much the prior weighs, in observations: a rate that moved by x % from its default costs as
 # much as `k` prompts mis-estimated by x %. Weak on purpose: the defaults are a guess across
-# vocabularies (cl100k spends 1.6× Qwen2.5's tokens on Japanese), while twenty observed prompts
+# vocabularies (one spends 1.6× another's tokens on Japanese), while twenty observed prompts
 # pin the rates of the scripts a chat uses to ~1 %. It only decides what the data cannot: rates
 # of scripts the chat never used, and how collinear features share the cost. Replaying chats
-# against Qwen2.5, Qwen3.5 and cl100k (`kioku bench tokens`), 0.1 kept each language's mean
-# held-out prompt error under 3 % for all three; 1.0 left cl100k's Japanese 7.7 % off, 0.01
-# overfit Chinese.
+# against three vocabularies, an older one among them (`kioku bench tokens`), 0.1 kept each
+# language's mean held-out prompt error under 3 % for all three; 1.0 left the older one's
+# Japanese 7.7 % off, 0.01 overfit Chinese.
 DEFAULT_PRIOR_STRENGTH = 0.1
 # Rates near zero (space, latin chars) still get a finite prior scale.
 _RATE_SCALE_FLOOR = 0.1

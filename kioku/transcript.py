@@ -191,7 +191,7 @@ def render_transcript(
     entries: Iterable[LogEntry], lang: str = "en", *, numbered: bool = True
 ) -> str:
     """A range of the log as the chronicler reads it, messages separated by blank lines.
-    Unnumbered for a chapter: shown message numbers, a 1.5B model wrote one line per number
+    Unnumbered for a chapter: shown message numbers, a model wrote one line per number
     whatever that message said (kioku/prompts/en/chapter.txt); code finds what bears a line out."""
     labels = labels_for(lang)
     out: list[str] = []

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from sqlalchemy import insert
 
+from kioku.engine import Kioku
 from kioku.errors import ModelUnavailable
+from kioku.layers import Layers
+from kioku.profiles import LOCAL_8K
 from kioku.store import Store
 from kioku.store import schema as s
 from kioku.summarizer import ExtractiveSummarizer, Summary, SummaryTask
@@ -58,3 +61,14 @@ def store_unchecked_conversation(store: Store, conversation_id: str, tenant: str
                 created_at=0.0,
             )
         )
+
+
+PROFILE = LOCAL_8K.scaled(4096)  # a window small enough that a test folds in a few turns
+
+
+def layered() -> tuple[Kioku, Clock]:
+    """An engine with every layer on (recall, notes, the tic guard) on an in-memory store, a
+    4,096 window, and the clock its test moves."""
+    clock = Clock()
+    store = Store.open("sqlite://")
+    return Kioku(store, profile=PROFILE, clock=clock, layers=Layers(store)), clock

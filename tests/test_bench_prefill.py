@@ -52,7 +52,7 @@ def test_arms_run_one_after_the_other_and_are_compared_with_the_baseline() -> No
             "kioku": [_prompt("k1"), _prompt("k1", "r", "k2")],
             "sliding_window": [_prompt("s1"), _prompt("s1", "r", "s2")],
         }
-        got = time_arms(up.url, arms)
+        got = time_arms(up.url, arms, full_from={"kioku": None, "sliding_window": 1})
         order = [c["messages"][-1]["content"] for c in up.chats()]
     finally:
         up.stop()
@@ -60,6 +60,11 @@ def test_arms_run_one_after_the_other_and_are_compared_with_the_baseline() -> No
     assert order == ["k1", "k2", "s1", "s2"]
     assert got["kioku"]["turns"] == got["sliding_window"]["turns"] == 2
     assert got["kioku_vs_sliding_window"] > 0
+    # once full (from its second turn) the sliding window has one timed turn: one value
+    sw = got["sliding_window"]
+    assert 0 < sw["p50_s_full"] == sw["p90_s_full"] <= sw["max_s"]
+    assert got["kioku"]["p50_s_full"] is None
+    assert got["kioku_p90_vs_sliding_window_p50_full"] > 0
 
 
 def test_an_engine_that_is_not_there_is_a_clear_error() -> None:

@@ -32,3 +32,24 @@ def test_recollections_that_break_the_prefix_without_a_fold_are_recall_breaks() 
     # a fold (memory version moves) breaks it too, but that is the fold's
     t.add(list(range(500, 600)), [], 10, memory_version=3, recalled=True)
     assert t.breaks == 3 and t.recall_breaks == 1
+
+
+def test_fresh_tokens_are_what_a_one_slot_engine_evaluates_without_the_reply() -> None:
+    """`--time-on` asks for one token, so the engine holds the previous prompt, not its reply:
+    the reply counts as fresh on the next turn; a fold's turn is counted apart, and `full`
+    starts at the first cache break after the cold start."""
+    t = Tally(budget=1000)
+    head = list(range(100))
+    t.add(head, [7, 7], 10, memory_version=0)  # cold: 100 fresh
+    second = head + [7, 7, 1, 1]  # the reply (2) and the new message (2)
+    t.add(second, [8], 10, memory_version=0)
+    folded = list(range(10)) + list(range(500, 560))  # memory changed after 10 tokens
+    t.add(folded, [], 10, memory_version=1)
+    t.add(folded + [8, 3], [], 10, memory_version=1)
+    assert t.fresh == [100, 4, 60, 2]
+    s = t.summary()
+    assert s["fresh_tokens_total"] == 166
+    assert s["fold_turns"] == 1 and s["fresh_tokens_per_fold"] == 60.0
+    # from the fold on: 60 and 2
+    assert s["fresh_tokens_p50_full"] == 2 and s["fresh_tokens_p90_full"] == 60
+    assert s["fresh_tokens_p90"] == 100

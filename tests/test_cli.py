@@ -471,6 +471,9 @@ def test_bench_prefix_on_locomo_slice() -> None:
     for base in ("sliding_window", "summary_in_system", "immediate_fold"):
         assert "prefix_reuse_mean" in data[base]
     assert data["prefix_reuse_mean"] > data["sliding_window"]["prefix_reuse_mean"]
+    # the token proxy of --time-on's ratio: kioku evaluates a fraction of the sliding window's
+    assert 0 < data["fresh_vs_sliding"] < 0.5
+    assert data["fold_turns"] >= 1 and data["fresh_tokens_per_fold"] > 0
 
 
 @pytest.mark.postgres

@@ -523,15 +523,16 @@ def test_cli(data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert out["kind"] == "kioku.eval.reader/1" and out["questions"] == 4
     assert out["arms"] == ["generational", "retrieval"]
     assert len(fake.answers()) == 8
-    report = tmp_path / "reader.md"
+    report, plot = tmp_path / "reader.md", tmp_path / "reader.png"
     res = CliRunner().invoke(
         app,
         [*base, "--conversations", "5", "--questions", "2", "--strategies", "truncation,none",
-         "--reader", "http://reader.test/v1", "--report", str(report)],
+         "--reader", "http://reader.test/v1", "--report", str(report), "--plot", str(plot)],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "F1" in res.stdout and "[" in res.stdout  # the table, with intervals
     assert "| truncation |" in report.read_text(encoding="utf-8")
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the forgetting curve as read
     res = CliRunner().invoke(
         app, [*base, "--reader", "http://reader.test/v1", "--limit-questions", "3"]
     )

@@ -16,8 +16,8 @@ from kioku.recall.need import Need, Recall
 from kioku.recall.recollection import RecalledLine, Recollection
 from kioku.store import Store
 from kioku.turn_state import TurnState
-from tests.helpers import Clock
-from tests.test_layers import PROFILE, grow
+from tests.helpers import PROFILE, Clock
+from tests.test_layers import grow
 
 
 class Scripted(NoLayers):

@@ -6,15 +6,12 @@ from kioku.engine import Kioku
 from kioku.layers import Layers
 from kioku.memory import coverage_gaps
 from kioku.messages import Message
-from kioku.profiles import LOCAL_8K
 from kioku.revisions import Change
-from kioku.store import Store
 from kioku.summarizer import ExtractiveSummarizer
 from kioku.tokens import ScriptEstimator
-from tests.helpers import Clock
+from tests.helpers import Clock, layered
 
 # a small window, so that a hundred turns fold (the prompt fills the window before a fold)
-PROFILE = LOCAL_8K.scaled(4096)
 
 FILLER = [
     "The weather was grey and we walked along the pier talking about nothing much.",
@@ -38,14 +35,8 @@ def grow(
         kk.worker.run_until_idle()
 
 
-def make() -> tuple[Kioku, Clock]:
-    clock = Clock()
-    store = Store.open("sqlite://")
-    return Kioku(store, profile=PROFILE, clock=clock, layers=Layers(store)), clock
-
-
 def test_recollection_comes_after_the_raw_window_and_never_repeats_it() -> None:
-    kk, clock = make()
+    kk, clock = layered()
     grow(
         kk, clock, "c", 120, first="My grandmother's lighthouse on Kurohama island had a red door."
     )
@@ -72,7 +63,7 @@ def test_recollection_comes_after_the_raw_window_and_never_repeats_it() -> None:
 
 
 def test_recall_finds_a_japanese_memory() -> None:
-    kk, clock = make()
+    kk, clock = layered()
     conv = kk.conversation("ja", system_prompt="あなたはミカです。")
     conv.prepare("私の誕生日は三月十四日で、毎年いちご大福を食べるんだ。")
     conv.record("素敵ですね。覚えておきます。")
@@ -89,7 +80,7 @@ def test_recall_finds_a_japanese_memory() -> None:
 
 
 def test_planted_tic_raises_an_alert_and_stays_out_of_the_next_chapter() -> None:
-    kk, clock = make()
+    kk, clock = layered()
     tic = "nya~ just kidding, darling!"
     conv = kk.conversation("t", system_prompt="You are Mika.")
     for i in range(20):
@@ -113,7 +104,7 @@ def test_planted_tic_raises_an_alert_and_stays_out_of_the_next_chapter() -> None
 
 
 def test_cut_empties_raw_window_keeps_coverage_and_search() -> None:
-    kk, clock = make()
+    kk, clock = layered()
     grow(kk, clock, "c", 30, first="The spare key is hidden under the blue flowerpot.")
     conv = kk.conversation("c")
     conv.cut()
@@ -127,7 +118,7 @@ def test_cut_empties_raw_window_keeps_coverage_and_search() -> None:
 
 
 def test_notes_enter_the_prompt_only_at_a_fold() -> None:
-    kk, clock = make()
+    kk, clock = layered()
     conv = kk.conversation("n", system_prompt="You are Mika.")
     conv.prepare("My name is Kenji and my birthday is on 3 May.")
     conv.record("Nice to meet you, Kenji.")
@@ -176,7 +167,7 @@ def test_extractive_summarizer_keeps_attribution() -> None:
 
 
 def test_alerts_after_a_reply_match_a_fresh_read_without_reading_the_replies_again() -> None:
-    kk, clock = make()
+    kk, clock = layered()
     layers = kk.layers
     assert isinstance(layers, Layers)
     tic = "nya~ just kidding, darling!"

@@ -263,6 +263,51 @@ def bench_stuck(
     )
 
 
+@bench_app.command("judge")
+def bench_judge(
+    cases: Annotated[
+        list[Path] | None,
+        typer.Option("--cases", help="Grounding cases (JSONL; default tests/cases/grounding*)."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="OpenAI-compatible base URL of a model to ask yes or no per line, measured "
+            "beside the word reader and the n-grams.",
+        ),
+    ] = None,
+    model_id: Annotated[
+        str | None, typer.Option("--model-id", help="Model name to request.")
+    ] = None,
+    shares: Annotated[
+        str, typer.Option("--ngram-shares", help="N-gram judges to measure, by their share.")
+    ] = "0.6,0.7",
+    as_json: JsonOpt = False,
+) -> None:
+    """Judges of content support on the labelled grounding cases: precision and recall of
+    "dropped", accuracy, per language, on the content cases and on all.
+
+    Example: kioku bench judge --model http://127.0.0.1:8080/v1 --json
+    """
+    from kioku.bench.judge import run, with_threshold
+    from kioku.errors import InputError
+    from kioku.grounding.check import WORD_READER, Judge
+    from kioku.grounding.ngrams import Ngrams
+
+    try:
+        picked = [float(x) for x in shares.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--ngram-shares takes shares like 0.6,0.7, not {shares!r}") from None
+    judges: list[Judge] = [WORD_READER, *(with_threshold(Ngrams(), x) for x in picked)]
+    if model is not None:
+        from kioku.client import OpenAIChatModel
+        from kioku.grounding.asked import Asked
+
+        judges.append(Asked(OpenAIChatModel(model, model=model_id)))
+    _result(run(cases, judges), as_json)
+
+
 def _result(data: Any, as_json: bool) -> None:
     """A benchmark's result: JSON for scripts, an indented outline for people."""
     if as_json:

@@ -35,11 +35,15 @@ class Timed:
     """One arm's requests: the seconds of those the engine served, in turn order."""
 
     seconds: list[float] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)  # the turn each of `seconds` timed
     failed: int = 0
     prompt_tokens: int = 0  # the engine's own count (`usage.prompt_tokens`)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, full_from: int | None = None) -> dict[str, Any]:
+        """`full_from`: the turn the arm's window was first full (its first cache break after
+        the cold start), for the median and p90 from then on."""
         s = self.seconds
+        full = [x for x, t in zip(s, self.turns, strict=True) if t >= (full_from or 0)]
         return {
             "turns": len(s),
             "failed": self.failed,
@@ -48,6 +52,8 @@ class Timed:
             "p50_s": round(_q(s, 0.5), 4),
             "p90_s": round(_q(s, 0.9), 4),
             "max_s": round(max(s, default=0.0), 4),
+            "p50_s_full": round(_q(full, 0.5), 4) if full_from is not None else None,
+            "p90_s_full": round(_q(full, 0.9), 4) if full_from is not None else None,
         }
 
 
@@ -76,7 +82,7 @@ def time_prompts(
     out = Timed()
     endpoint = f"{url.rstrip('/')}/chat/completions"
     with httpx.Client(timeout=timeout_s) as client:
-        for messages in prompts:
+        for turn, messages in enumerate(prompts):
             if not messages:
                 out.failed += 1
                 continue
@@ -98,6 +104,7 @@ def time_prompts(
                 out.failed += 1
                 continue
             out.seconds.append(took)
+            out.turns.append(turn)
             out.prompt_tokens += int((r.json().get("usage") or {}).get("prompt_tokens") or 0)
     return out
 
@@ -107,9 +114,12 @@ def time_arms(
     arms: Mapping[str, Sequence[Sequence[ChatMessage]]],
     *,
     baseline: str = "sliding_window",
+    full_from: Mapping[str, int | None] | None = None,
 ) -> dict[str, Any]:
     """Each arm timed on `url`, one after the other, with a progress bar; `<arm>_vs_<baseline>`:
-    its total time over the baseline's."""
+    its total time over the baseline's; `<arm>_p90_vs_<baseline>_p50_full`: its p90 turn over
+    the baseline's median once full (`full_from`: each arm's first full turn)."""
+    full_from = full_from or {}
     total = sum(len(p) for p in arms.values())
     with Progress(console=None, transient=True, disable=not sys.stderr.isatty()) as progress:
         task = progress.add_task(f"timing prompts on {url}", total=total)
@@ -117,9 +127,15 @@ def time_arms(
             name: time_prompts(url, prompts, advance=lambda: progress.advance(task))
             for name, prompts in arms.items()
         }
-    out: dict[str, Any] = {"url": url, **{name: t.summary() for name, t in timed.items()}}
+    out: dict[str, Any] = {
+        "url": url,
+        **{name: t.summary(full_from.get(name)) for name, t in timed.items()},
+    }
     base = sum(timed[baseline].seconds) if baseline in timed else 0.0
+    median = out[baseline]["p50_s_full"] if baseline in timed else None
     for name, t in timed.items():
         if name != baseline and base > 0:
             out[f"{name}_vs_{baseline}"] = round(sum(t.seconds) / base, 4)
+        if name != baseline and median:
+            out[f"{name}_p90_vs_{baseline}_p50_full"] = round(out[name]["p90_s"] / median, 4)
     return out

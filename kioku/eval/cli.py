@@ -310,11 +310,21 @@ def locomo(
     if reader:
         if phases is not None or start_at:
             raise InputError("--reader asks at the end of each conversation: leave out --phases")
-        if limit_questions is not None or plot is not None:
-            raise InputError("--reader samples with --questions and reports with --report")
+        if limit_questions is not None:
+            raise InputError("--reader samples with --questions, not --limit-questions")
         reading = ReaderRun(reader, reader_model, questions, time_on, judge_model, judge_model_id)
         read(
-            data, budget, conversations, strategies, tokenizer, seed, chat, reading, as_json, report
+            data,
+            budget,
+            conversations,
+            strategies,
+            tokenizer,
+            seed,
+            chat,
+            reading,
+            as_json,
+            report,
+            plot=plot,
         )
         return
     if questions != "all" or time_on:

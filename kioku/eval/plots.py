@@ -4,6 +4,9 @@
   repeats as a band — the seed's instrument;
 - `answer_by_age`: answer-in-context by the age of the evidence, per strategy (LoCoMo: dev and
   held-out panels; the demo: its planted facts);
+- `reader_by_age`: a real reader's F1 by the age third of the evidence, per arm, with each
+  figure's bootstrap 95% interval (`kioku eval locomo --reader`: the forgetting curve read by a
+  model);
 - `prefix_reuse`: the share of each prompt a serving engine takes from its prefix cache, per turn,
   kioku against its baselines (`kioku.bench.prefix` computes it).
 """
@@ -23,6 +26,13 @@ STYLE: Mapping[str, dict[str, Any]] = {
     "rolling+recall": {"color": "#9467bd", "lw": 1.6, "marker": "P"},
     "retrieval": {"color": "#2ca02c", "lw": 1.8, "marker": "^"},
     "truncation": {"color": "#7f7f7f", "lw": 1.6, "marker": "v"},
+    "none": {
+        "color": "#8c564b",
+        "lw": 1.2,
+        "ls": "--",
+        "marker": "x",
+        "label": "none (no history)",
+    },
     "sliding_window": {"color": "#7f7f7f", "lw": 1.2, "label": "sliding window"},
     "summary_in_system": {"color": "#1f77b4", "lw": 1.2, "label": "summary in system prompt"},
     "immediate_fold": {"color": "#ff7f0e", "lw": 1.2, "label": "fold in the trigger turn"},
@@ -142,6 +152,60 @@ def answer_by_age(result: Mapping[str, Any], path: Path | str) -> Path:
         fontsize=11,
     )
     return _save(fig, path)
+
+
+def reader_by_age(result: Mapping[str, Any], path: Path | str) -> Path:
+    """`kioku eval locomo --reader`: F1 by where the newest evidence stands (oldest, middle,
+    newest third of the conversation), one line per arm, its interval as error bars; dev and
+    held-out in their own panels where both ran."""
+    plt = _plt()
+    thirds = list(result["age_thirds"])
+    scores: Mapping[str, Mapping[str, Any]] = result["scores"]
+    splits = [sp for sp in ("dev", "heldout") if any(sp in per for per in scores.values())]
+    fig, axes = plt.subplots(1, len(splits), figsize=(6.5 * len(splits), 4.6), squeeze=False)
+    names = {"dev": "conversations 0–4 (dev)", "heldout": "conversations 5–9 (held out)"}
+    arms = [a for a in scores if any(sp in scores[a] for sp in splits)]
+    for ax, split in zip(axes[0], splits, strict=True):
+        for k, arm in enumerate(arms):
+            d = scores[arm].get(split)
+            if not d:
+                continue
+            st = _style(arm)
+            shift = (k - (len(arms) - 1) / 2) * 0.06  # bars of one third side by side
+            xs, ys, lo, hi = [], [], [], []
+            for i, t in enumerate(thirds):
+                ci = d["by_age"].get(t, {}).get("f1", {})
+                if ci.get("mean") is None:
+                    continue
+                xs.append(i + shift)
+                ys.append(ci["mean"])
+                lo.append(ci["mean"] - ci["lo"])
+                hi.append(ci["hi"] - ci["mean"])
+            overall = d["f1"].get("mean")
+            label = st.pop("label") + (f" (F1 {overall:.2f})" if overall is not None else "")
+            ax.errorbar(xs, ys, yerr=[lo, hi], capsize=3, label=label, **st)
+        counts = _third_counts(result, split, thirds)
+        ax.set_xticks(range(len(thirds)))
+        ax.set_xticklabels([f"{t} third\n(n={counts[t]})" for t in thirds], fontsize=8)
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_xlabel("where the evidence stands in the conversation")
+        ax.set_title(names[split], fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    axes[0][0].set_ylabel("answer F1 (LoCoMo scoring), 95% interval")
+    fig.suptitle(
+        f"What a model answers, by the age of what is asked ({result['budget']}-token window)",
+        fontsize=11,
+    )
+    return _save(fig, path)
+
+
+def _third_counts(result: Mapping[str, Any], split: str, thirds: Sequence[str]) -> dict[str, int]:
+    got = {t: 0 for t in thirds}
+    for a in result.get("answers", []):
+        if a.get("split") == split and a.get("third") in got:
+            got[a["third"]] += 1
+    return got
 
 
 def prefix_reuse(series: Mapping[str, Sequence[float]], path: Path | str, title: str = "") -> Path:

@@ -36,6 +36,7 @@ def read(
     reading: ReaderRun,
     as_json: bool,
     report: Path | None,
+    plot: Path | None = None,
 ) -> None:
     """`kioku eval locomo --reader URL`: a real model answers from each arm's prompt."""
     from kioku.counters import counter_from_spec
@@ -81,6 +82,10 @@ def read(
         counter=counter,
         log=lambda s: err.print(s, highlight=False),
     )
+    if plot:
+        from kioku.eval.plots import reader_by_age
+
+        err.print(f"wrote {reader_by_age(result, plot)}", highlight=False)
     if report:
         from kioku.eval.report import markdown
 

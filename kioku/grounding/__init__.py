@@ -15,8 +15,9 @@ How one line is judged, and where each step lives:
           name         every name it uses occurs in the span or in memory
           author       whom it names as writer wrote a cited message
           empty        says something beyond names and framing words
-          unsupported  its content terms, numbers and negation stand in the cited messages
-                       (terms.read: one reading of both sides, per language)
+          unsupported  its content stands in the cited messages: asked of the evidence's
+                       judge (check.Judge; the default, check.WORD_READER, reads content
+                       terms, numbers and negation: terms.read, one reading per language)
           │
           ▼
     Verdict(ok, reason) ── records: grounded lines kept; dropped ones listed with their
@@ -26,6 +27,7 @@ How one line is judged, and where each step lives:
 
 `attribution.said_in` asks the narrower question for a note or fact: were its words said in
 the message it cites. The modules import one another in one direction (terms → check →
-evidence → records → choice; attribution → records) and nothing here imports the chronicler
-that uses it.
+evidence → records → choice; attribution → records; check → ngrams, asked: judges measured
+beside the word reader by `kioku bench judge`) and nothing here imports the chronicler that
+uses it.
 """

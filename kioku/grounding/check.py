@@ -1,6 +1,6 @@
 """Grounding: every line a model writes into memory is checked, in code, against what it cites.
 
-A small model, asked for a chronicle, copied the prompt's example into memory (its seqs happened
+A model, asked for a chronicle, copied the prompt's example into memory (its seqs happened
 to fall inside the span), renamed a speaker after the example's character, stored another
 speaker's marriage as a fact about the user and cited a "thought at #13" in a conversation
 without thoughts. Every one of those lines parsed; a parser cannot tell. So before a line is
@@ -17,9 +17,11 @@ read against the messages it cites:
   or is named in one;
 - `empty`: it says nothing a later reader could use (only names and framing words: "Samantha
   asked Mika how she was"); dropped, but not counted against the record as invented;
-- `unsupported`: its content terms, numbers and negation are found in the cited messages
-  (`kioku.grounding.terms`: stemmed English, SudachiPy's dictionary forms for Japanese, bigrams for
-  Chinese) — at least `min_support` of its terms, all of its numbers.
+- `unsupported`: its content stands in the cited messages, as the evidence's `judge` reads it
+  (`Judge`); the default, the word reader (`WORD_READER`, `Evidence.read`), finds its content
+  terms, numbers and negation there (`kioku.grounding.terms`: stemmed English, SudachiPy's
+  dictionary forms for Japanese, bigrams for Chinese) — at least `min_support` of its terms,
+  all of its numbers.
 
 The first check that fails is the line's reason. `Evidence` holds what lines are checked
 against — the span's messages (`from_entries`), or for a synopsis the records it folds
@@ -33,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import cached_property
+from typing import Protocol
 
 from kioku.dates import MONTHS, WEEKDAYS
 from kioku.grounding.terms import (
@@ -125,6 +128,38 @@ class Verdict:
         return self.reason is None
 
 
+class Judge(Protocol):
+    """Whether a line's content stands in the messages it cites: the one question the rules
+    before it (`seq`, `prompt`, `name`, `author`, `empty`) leave to the evidence's judge.
+
+    A line (its text, whom it is by or about, the seqs it cites) and its sources (the cited
+    messages) → a `Verdict`: ok, or a reason with a short detail; `ev` is what the line is read
+    within (its language, the span's people and messages). The word reader (`WORD_READER`) is
+    the default and the only judge kioku uses; others were measured against it on the case
+    corpus by `kioku bench judge` (`kioku.grounding.ngrams`, `kioku.grounding.asked`; figures
+    in docs/chronicler.md). A judge that says only whether leaves `kind` empty, and the word
+    reader then names the part that bears the line out, as records need."""
+
+    @property
+    def name(self) -> str: ...
+
+    def __call__(self, line: Statement, sources: Sequence[Source], ev: Evidence) -> Verdict: ...
+
+
+class WordReader:
+    """The word reader (`Evidence.read`): the line's content terms, numbers and negation read
+    in the cited messages, per language (`kioku.grounding.terms`), with the rules that read
+    them (a question told as an answer, a writer's reworded first person, a neighbour's words)."""
+
+    name = "words"
+
+    def __call__(self, line: Statement, sources: Sequence[Source], ev: Evidence) -> Verdict:
+        return ev.read(line, sources)
+
+
+WORD_READER = WordReader()
+
+
 def _day_terms(day: date | None, lang: str) -> frozenset[str]:
     if day is None:
         return frozenset()
@@ -137,7 +172,7 @@ def _day_terms(day: date | None, lang: str) -> frozenset[str]:
 
 
 def same_person(a: str, b: str) -> bool:
-    """Names compare loosely: case, and a short form of a longer name ("Sam", "Samantha")."""
+    """Names compare loosely: case, and a short form of a longer name ("Kat", "Katherine")."""
     if not a or not b:
         return False
     if a == b:
@@ -158,6 +193,7 @@ class Evidence:
     prompt: PromptText = EMPTY_PROMPT
     min_support: float | None = None
     span: tuple[int, int] | None = None
+    judge: Judge = WORD_READER  # whether a line's content stands in its sources (`judge`)
     _cache: dict[int, frozenset[str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -311,7 +347,7 @@ class Evidence:
     def _misquoted(self, line: str, speaker: str, cited: Sequence[Source]) -> str:
         """A line in its writer's first person gives itself out as their words, so it must be
         them, cut but not reworded: "#31 Mika: I'm doing my best to make a family for kids"
-        stood for "I'm thrilled to make a family for kids" (a small model's line)."""
+        stood for "I'm thrilled to make a family for kids" (a model's line)."""
         text = line.removeprefix(speaker).lstrip(" :：")
         best = max(
             (quoted_share(text, t) for s in cited for p in s.pieces for t in (p.text, p.raw) if t),
@@ -323,7 +359,7 @@ class Evidence:
 
     def _borrowed(self, line: str, cited: Sequence[Source], who: str | None) -> str:
         """Words of the line that its messages lack and a neighbour's message by someone else
-        holds: the line has put that person's words in another mouth. A small model wrote
+        holds: the line has put that person's words in another mouth. A model wrote
         "ミカ 週3回水泳を通っています" citing ミカ's "水泳を週3回もやってたら、身体も引き締まりそう"
         (if you swim three times a week…), from アキ's "週に3回通っています" just before."""
         have: set[str] = set()
@@ -348,7 +384,7 @@ class Evidence:
         """The seq whose question the line turns into a statement, or None: a sentence of the
         line that neither asks nor says someone asked is best borne out by a question
         ("ケン 晩御飯は食べました" from "晩御飯はもう食べましたか？", "釣るやつです。" from
-        "水風船って、釣るやつですか？": a small model's lines)."""
+        "水風船って、釣るやつですか？": a model's lines)."""
         for mine in SENTENCE_END.split(text):
             line = read(mine, self.lang)
             if asks(mine) or not line.terms:
@@ -371,7 +407,7 @@ class Evidence:
         )
 
     def _short_names(self, line: Reading) -> frozenset[str]:
-        """Terms of the names a line calls people of the conversation by ("Sam")."""
+        """Terms of the names a line calls people of the conversation by ("Kat")."""
         short = [n for n in line.names if any(same_person(name_key(n), k) for k in self.people)]
         return read(" ".join(short), "en").terms if short else frozenset()
 
@@ -444,10 +480,7 @@ class Evidence:
             return Verdict(
                 "author", detail=f"{st.author} did not write #{cited[0].seq}", seqs=st.seqs
             )
-        # whom it is about: the person of the conversation the subject (or the line) names first
-        subject = self.subject(st.subject) if st.subject else None
-        if subject is None and st.author is None:
-            subject = self.subject(st.text)
+        subject = self.about(st)
         if (
             subject
             and not st.span_wide
@@ -462,8 +495,27 @@ class Evidence:
         content = line.terms - self._people_terms - self._short_names(line)
         if (not content and not line.numbers) or carries_nothing(
             st.text, self.lang
-        ):  # "Hey Sam! Good to see you!": true, and nothing a later reader could use
+        ):  # "Hey Kat! Good to see you!": true, and nothing a later reader could use
             return Verdict("empty", detail="it says nothing a later reader could use")
+        v = self.judge(st, cited, self)
+        if v.ok and not v.kind:  # a judge that says only whether: the part that bears it out
+            kind, best = self._best_part(line, cited)
+            v = replace(v, kind=kind, seqs=st.seqs, seq=best)
+        return v
+
+    def about(self, st: Statement) -> str | None:
+        """Whom a line is about: the person of the conversation its subject (or, when it
+        names no writer, the line itself) names first."""
+        subject = self.subject(st.subject) if st.subject else None
+        if subject is None and st.author is None:
+            subject = self.subject(st.text)
+        return subject
+
+    def read(self, st: Statement, cited: Sequence[Source]) -> Verdict:
+        """The word reader (`WORD_READER`): whether the line's content terms, numbers and
+        negation stand in the cited messages, and what else words tell of it."""
+        line = read(st.text, self.lang)
+        subject = self.about(st)
         share, missing = self._support(line, cited)
         need = min(self.threshold, THREAD_SUPPORT) if st.kind == "thread" else self.threshold
         if share < need:
@@ -475,7 +527,7 @@ class Evidence:
         # words from a neighbour by someone else first: that says more than "reworded"
         if taken := self._borrowed(st.text, cited, st.author or subject):
             return Verdict("author", share, taken)
-        speaker = st.author or st.subject  # "- Jon: Thanks, …": a heading's name, a bullet's
+        speaker = st.author or st.subject  # "- Ken: Thanks, …": a heading's name, a bullet's
         if (
             speaker
             and first_person(st.text, speaker)

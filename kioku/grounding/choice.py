@@ -105,9 +105,9 @@ def choose(
     together, by what each brings that the lines picked before it do not
     (`summarizer.select_lines`: facts first, new content words per token; with `groups`, the
     (first, last) seq ranges of the items a synopsis folds, each range keeps its share as in
-    `select_balanced`). A small model's line that restates a message in more words, or says
+    `select_balanced`). A model's line that restates a message in more words, or says
     less than the message it cites, loses its place to that message; a short line that sums
-    up many is picked before any of them. Measured with a small model on an English chat, its lines
+    up many is picked before any of them. Measured with a local model on an English chat, its lines
     alone answered fewer questions than the extractive chapter in the same room
     (`docs/chronicler.md`). Threads that name a storyline stay. Returns the record, the items added,
     and how many of the model's lines were left out."""
@@ -166,12 +166,12 @@ def _unrepeated(
     stored: bool = False,
 ) -> tuple[list[tuple[Item, Line]], list[tuple[Item, Line]]]:
     """The model's lines and the candidates with each thing said once. A model line each of
-    whose sentences is a line of its message copied (a small model copies whole messages as
+    whose sentences is a line of its message copied (a model may copy whole messages as
     "facts") gives way to those lines, which the selection then weighs one by one; a
     candidate the model's kept line of the same message mostly says is left out. A model's
     story line that mostly says what its message's lines say gives way to them as well, and
     in a synopsis (`stored`: the candidates are memory's lines) any model line does: in
-    one English chat a small model's synopsis restated lines and so pushed out "Been busy
+    one English chat a model's synopsis restated lines and so pushed out "Been busy
     volunteering at the homeless shelter", which the extractive synopsis of the same
     chapters kept, and in another its retelling of #72 in a chapter pushed out #70's "They
     talked about different therapeutic methods". So does a claim the story neither bears out
@@ -229,7 +229,7 @@ def _storylines(
     threads: Sequence[ThreadNote], candidates: Sequence[tuple[Item, Line]]
 ) -> tuple[ThreadNote, ...]:
     """The threads that name a storyline: one whose title is a line of its message copied (a
-    small model wrote eight such "threads" for one chapter, and threads always stay) is left
+    model wrote eight such "threads" for one chapter, and threads always stay) is left
     for that line to compete with the others. A title in the message's words is no copy."""
     said: dict[int, list[str]] = {}
     for _, ln in candidates:
@@ -298,7 +298,7 @@ def trim(
     """An over-long chapter brought under `limit` tokens by leaving out its least informative
     lines (each line whole: nothing is cut mid-sentence), those that bring the fewest content
     words the lines kept so far do not have. Threads stay. A chapter is many independent lines
-    a small model wrote; asking it to compress them again costs a request and came back worse
+    a model wrote; asking it to compress them again costs a request and came back worse
     (`docs/chronicler.md`). A synopsis is still compressed by the model."""
     from kioku.rendering import render_record
 

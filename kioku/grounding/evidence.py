@@ -14,7 +14,15 @@ import re
 from collections.abc import Iterable, Sequence
 
 from kioku.chronicle_prompt import context_items, instructions
-from kioku.grounding.check import USER_WORDS, Evidence, Piece, Source, same_person
+from kioku.grounding.check import (
+    USER_WORDS,
+    WORD_READER,
+    Evidence,
+    Judge,
+    Piece,
+    Source,
+    same_person,
+)
 from kioku.grounding.terms import EMPTY_PROMPT, PromptText, name_key
 from kioku.memory import MemoryItem
 from kioku.messages import LogEntry
@@ -55,6 +63,7 @@ def evidence_for(
     character: str = "",
     memory_text: str = "",
     prompt: str = "",
+    judge: Judge = WORD_READER,
 ) -> Evidence:
     """The evidence of a chapter or cut: the span's messages, the names memory holds, and the
     prompt's own text (whatever of it the conversation does not also say)."""
@@ -71,7 +80,7 @@ def evidence_for(
         if prompt
         else EMPTY_PROMPT
     )
-    return Evidence(sources, lang, users, chars, memory_text, pt)
+    return Evidence(sources, lang, users, chars, memory_text, pt, judge=judge)
 
 
 def _role_of(name: str, users: Sequence[str]) -> str:
@@ -164,9 +173,10 @@ def sources_of_items(
     return out
 
 
-def task_evidence(task: SummaryTask) -> Evidence:
+def task_evidence(task: SummaryTask, judge: Judge = WORD_READER) -> Evidence:
     """What the task's lines are checked against: its messages (a chapter, a cut) or the
-    records it folds (a synopsis), the names memory holds, and the prompt's own words."""
+    records it folds (a synopsis), the names memory holds, and the prompt's own words; `judge`
+    reads whether a line's content stands in them (`check.Judge`)."""
     lang = resolve_lang(task.lang)
     if task.kind != "synopsis":
         memory = "\n".join(i.text for i in context_items(task))
@@ -177,6 +187,7 @@ def task_evidence(task: SummaryTask) -> Evidence:
             character=task.character,
             memory_text=memory,
             prompt=instructions(task),
+            judge=judge,
         )
     sources = sources_of_items(context_items(task), [task.user_name])
     sources.update(sources_of(task.entries, lang))
@@ -184,7 +195,7 @@ def task_evidence(task: SummaryTask) -> Evidence:
     chars = (task.character,) if task.character else ()
     texts = [s.text for s in sources.values()]
     pt = PromptText.of(instructions(task), texts, names=[*users, *chars])
-    return Evidence(sources, lang, users, chars, prompt=pt, span=task.span)
+    return Evidence(sources, lang, users, chars, prompt=pt, span=task.span, judge=judge)
 
 
 def known_threads(task: SummaryTask) -> dict[str, str]:

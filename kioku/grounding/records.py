@@ -159,7 +159,7 @@ def _threads(
         if name_key(n.id) in t.ev.people:
             # memory shows a thread as "id: title", so a person's name for an id makes the
             # title read as their words ("mika: 何が爆弾というケーキですね？", which Mika never said:
-            # a small model's reply)
+            # a model's reply)
             detail = f"a thread named {n.id!r}, a person of the span, reads as their words"
             t.drop(f"{where}[{i}]", n.title, "author", detail)
             continue
@@ -226,7 +226,7 @@ _AFTER_NAME = re.compile(
 def _without_name(text: str, who: str) -> str:
     """ "Mika went to a support group", stored under Mika: "went to a support group";
     "ユウ 暗くなるのが…", "ユウ: 暗くなるのが…", "ミカ は、家事を…" and "ミカ 1年たったら…" under their
-    writer: "暗くなるのが…", "家事を…", "1年たったら…" (a small model
+    writer: "暗くなるのが…", "家事を…", "1年たったら…" (a model
     put the writer's name before their words: it was shown twice, or "は、" was left in front of
     them)."""
     if who and text.startswith(who) and (m := _AFTER_NAME.match(text, len(who))):
@@ -252,7 +252,7 @@ def record_from_reply(
         if not v.ok:
             continue
         key = (v.seq if v.seq is not None else v.seqs[0], norm_text(ln.text).casefold())
-        if key in seen:  # the same line again (a small model repeats itself): kept once
+        if key in seen:  # the same line again (a model repeats itself): kept once
             t.kept -= 1
             t.written -= 1
             continue
@@ -260,7 +260,7 @@ def record_from_reply(
         who = ln.name or ln.about or src.author
         # "yesterday" kept with the day it meant, as the transcript showed it; what is stored
         # is grounded as stored: "昨年の同級生" from "昔私の同級生" passed as written, and was
-        # stored as "昨年(2021年)の同級生", a year the message never named (a small model's line)
+        # stored as "昨年(2021年)の同級生", a year the message never named (a model's line)
         stored = with_captions(resolve(ln.text, src.day, ev.lang), src.text)
         text = _without_name(stored, who)
         item: Event | UserFact | Claim

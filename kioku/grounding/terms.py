@@ -99,7 +99,7 @@ class Reading:
     # otherwise (行きたい, 行く予定): a line that makes a plan of its message an event is false
     done: frozenset[str] = frozenset()
     undone: frozenset[str] = frozenset()
-    # characters no Japanese text uses (simplified Chinese 长, 这): a small model writing
+    # characters no Japanese text uses (simplified Chinese 长, 这): a model writing
     # Japanese slips into Chinese, and the line then says what no message said
     foreign: frozenset[str] = frozenset()
 
@@ -322,7 +322,7 @@ MEDIA = re.compile(r"\[[^\[\]\n]*\]")  # "[shares a photo: a cup with a dog face
 def with_captions(line: str, said: str) -> str:
     """The line with each media marker the message does not have ("[shares a photo]") put
     back as the message has it ("[shares a photo: a photo of a cup with a dog face on it]"):
-    a small model shortened a photo's marker, and with it the only place the answer to "What
+    a model shortened a photo's marker, and with it the only place the answer to "What
     kind of pot did they make?" was said."""
     theirs = [m.group(0) for m in MEDIA.finditer(said)]
     rest = [x for x in theirs if x not in line]

@@ -2,13 +2,17 @@
 data (`Language`: one module per language, `en.py`, `ja.py`, `zh.py`, `ko.py`).
 
 Prompts, memory headers and length targets differ per language; the script mix is a reliable
-enough signal for the three the chronicler has templates for (`LANGS`). The checks that read a
+enough signal to tell the languages kioku knows apart (`detect_lang` reads each one's letters
+from its value). The chronicler has templates for three (`LANGS`); a conversation in another
+(Korean) is read with its own words and written about with English templates
+(`kioku.prompts.resolve_lang`). The checks that read a
 message by its words (recall's cues, grounding's terms, salience's fillers) read them from
 `WORDS`, and try every language's words where a message may mix them.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 from kioku.lang.en import EN
@@ -29,21 +33,23 @@ def words(code: str) -> Language:
     return WORDS.get(code, EN)
 
 
+def _letters(lang: Language) -> re.Pattern[str]:
+    return re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in lang.letters) + "]")
+
+
+_LETTERS = {code: _letters(x) for code, x in WORDS.items() if x.letters}
+
+
 def detect_lang(texts: Iterable[str] | str) -> str:
-    if isinstance(texts, str):
-        texts = [texts]
-    kana = han = latin = 0
-    for t in texts:
-        for ch in t:
-            o = ord(ch)
-            if 0x3040 <= o <= 0x30FF:
-                kana += 1
-            elif 0x4E00 <= o <= 0x9FFF:
-                han += 1
-            elif ch.isascii() and ch.isalpha():
-                latin += 1
-    if kana and kana * 10 >= han:
-        return "ja"
-    if han > latin / 4 and han:
-        return "ja" if kana else "zh"
-    return "en"
+    """The language whose letters weigh most in `texts` (each language's `letters`, at its
+    `letter_weight`; a language's `borrows` count for it where its own letters are there), or
+    English. A tie goes to the language listed first."""
+    text = texts if isinstance(texts, str) else "\n".join(texts)
+    own = {code: len(p.findall(text)) for code, p in _LETTERS.items()}
+    weight = {code: n * WORDS[code].letter_weight for code, n in own.items()}
+    score = {
+        code: w + (sum(weight.get(b, 0.0) for b in WORDS[code].borrows) if own[code] else 0.0)
+        for code, w in weight.items()
+    }
+    best = max(score, key=lambda code: score[code], default="en")
+    return best if score.get(best) else "en"

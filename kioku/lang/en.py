@@ -30,6 +30,7 @@ PAST_CUES = (
 
 EN = Language(
     code="en",
+    letters=((0x41, 0x5A), (0x61, 0x7A)),
     past_cues=PAST_CUES,
     past_tense=PAST_TENSE,
     shared_past=r"(?:did|have|had) (?:i|we)",

@@ -8,6 +8,9 @@ HONORIFICS = ("さん", "ちゃん", "くん", "様")
 
 JA = Language(
     code="ja",
+    letters=((0x3040, 0x30FF),),  # kana: no other language writes them
+    letter_weight=4.0,
+    borrows=("zh",),  # kanji: Han characters, which a Chinese text holds alone
     past_cues=(
         r"覚えて|憶えて|思い出|忘れ|この前|こないだ|この間|以前|昨日|一昨日|おととい|先週|先月|"
         r"去年|昨年|おととし|あの時|あのとき|あの頃|あの日|[日週月年]前|言って(?:た|まし)|"

@@ -9,6 +9,9 @@ HONORIFICS = ("씨", "님")
 
 KO = Language(
     code="ko",
+    # Hangul syllables, and the jamo they are built of (alone in ㅋㅋ, ㅠㅠ)
+    letters=((0xAC00, 0xD7AF), (0x1100, 0x11FF), (0x3130, 0x318F)),
+    letter_weight=4.0,
     past_cues=(
         r"기억(?:나|해|하)|잊었|잊어버|예전에|전에|저번에|지난번|지난주|지난달|작년|어제|그저께|"
         r"그때|옛날에|말했|얘기했|이야기했"

@@ -2,8 +2,8 @@
 
 A check (does this message point at the past? does this line say anything? is this word a
 name?) is written once, in code, and reads the words of the message's language from a
-`Language`: cue words, vocatives, honorifics, framing and negation words, fillers, number and
-date words, the pronouns of a writer's own voice. Adding a language is adding a module beside
+`Language`: its letters, cue words, vocatives, honorifics, framing and negation words, fillers,
+number and date words, the pronouns of a writer's own voice. Adding a language is adding a module beside
 this one (`en.py`, `ja.py`, …) and its cases (`tests/cases/`), not editing the checks.
 
 Word lists are written as one whitespace-separated string (`wordset`): they read better so.
@@ -27,6 +27,13 @@ class Language:
     finds nothing for a language does what it does for words it does not know."""
 
     code: str
+    # --- which language a text is in (`kioku.lang.detect_lang`)
+    # the code point ranges of the letters that tell this language (Latin, kana, Hangul)
+    letters: tuple[tuple[int, int], ...] = ()
+    letter_weight: float = 1.0  # how many Latin letters one of them counts as
+    # languages whose letters this one writes too (Japanese writes Han characters): they count
+    # for it in a text that holds letters of its own
+    borrows: tuple[str, ...] = ()
     # --- recall: whether a message points at the past (`kioku.recall.need`)
     past_cues: str = ""  # regex: words that point at the past by themselves
     past_tense: str = ""  # regex: a past tense in a question ("what did"): a cue only with more

@@ -15,6 +15,8 @@ TITLES = ("先生", "女士", "小姐", "老师", "同学", "医生", "阿姨", 
 
 ZH = Language(
     code="zh",
+    letters=((0x4E00, 0x9FFF),),  # Han characters: a word's worth of meaning each
+    letter_weight=4.0,
     past_cues=(
         r"还记得|记得|忘了|以前|之前|上次|上回|昨天|前天|上周|上个月|去年|那时|那次|说过|提过|聊过"
     ),

@@ -1,5 +1,6 @@
 """kioku's prompts: versioned template files, one per task and language (the chronicler's tasks,
-and the notes extractor's `notes`, written in English and Japanese).
+the notes extractor's `notes`, written in English and Japanese, and the yes-or-no `judge` of
+one line, in English: `kioku.grounding.asked`).
 
 Prompts are data, not code: a wording change is a new version in the file, and every summary
 records the version that wrote it, so a bad batch of memory can be traced to the prompt behind it.
@@ -30,6 +31,7 @@ from kioku.errors import ConfigError
 TASKS: tuple[str, ...] = ("chapter", "synopsis", "cut", "compress")  # the chronicler's
 NOTES_TASK = "notes"  # the notes extractor's (`kioku.notes.NotesExtractor`)
 NOTES_LANGS: tuple[str, ...] = ("en", "ja")
+JUDGE_TASK = "judge"  # a yes-or-no question per line (`kioku.grounding.asked`), English only
 LANGS: tuple[str, ...] = ("en", "ja", "zh")
 DEFAULT_LANG = "en"
 
@@ -70,9 +72,9 @@ def resolve_lang(lang: str) -> str:
 
 def load(task: str, lang: str) -> tuple[str, str]:
     """The raw template file for one task and language, and its version."""
-    if task not in (*TASKS, NOTES_TASK):
+    if task not in (*TASKS, NOTES_TASK, JUDGE_TASK):
         raise ConfigError(
-            f"no prompt for task {task!r}; tasks are {', '.join((*TASKS, NOTES_TASK))}"
+            f"no prompt for task {task!r}; tasks are {', '.join((*TASKS, NOTES_TASK, JUDGE_TASK))}"
         )
     code = resolve_lang(lang)
     path = resources.files(__package__).joinpath(code, f"{task}.txt")

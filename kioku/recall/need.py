@@ -25,7 +25,7 @@ turn gives evidence that it is wanted, and in the amount that evidence supports:
     nothing, and what it is shown stays in front of it, in the window, until the next fold
     (in an English chat at 8k, in process, those recollections cost 0.007 of prefix reuse).
 - **whom a question asks about** (`about`). One that names someone ("what has Samantha
-  painted?", "how's Oliver?", ハナコさんは？), not the one it speaks to ("…, Sam?"), asks what
+  painted?", "how's Oliver?", ハナコさんは？), not the one it speaks to ("…, Kat?"), asks what
   the conversation knows of them: it is shown the windows that name them (in what was said, or
   as the speaker: "Kat" is Katherine), best first, up to the room, held back only when the talk
   it answers holds as much as the best of them. A name no window names was never spoken of
@@ -91,7 +91,7 @@ _NAME = re.compile(
     r"(?<![.!?]\s)(?<![.!?][\"'”’)]\s)(?<![.!?]\s[\"'“‘(])(?<!^)(?<!^[\"'“‘(])"
     r"\b(?:[A-Z][a-z]{2,}|[A-Z][a-z]+[A-Z][a-z]+)\b"
 )  # McGee too; not a sentence's first word, after a closing quote either
-# whom a message speaks to by name ("…, Sam?", "Thanks, Samantha!", "Hey Mika, …"): not
+# whom a message speaks to by name ("…, Kat?", "Thanks, Katherine!", "Hey Mika, …"): not
 # whom it asks about
 _VOCATIVE = re.compile(
     rf"(?:,\s*|\b(?i:{'|'.join(EN.vocatives)})\s+)"
@@ -194,14 +194,14 @@ def _asked(text: str) -> list[str]:
 def about(text: str, lang: str = "en") -> str:
     """Whom a question asks about by name ("" when no one): the first person its question
     sentences name besides the one it speaks to. "What has Samantha painted?" asks about
-    Samantha; "Wow, Sam! Any more paintings coming up?" asks Sam about the talk at hand, and
+    Samantha; "Wow, Kat! Any more paintings coming up?" asks Kat about the talk at hand, and
     "*hugs Rowan* Are you okay?" asks her, the name being in its narration."""
     return next(iter(_named_in(_asked(text), lang)), "")
 
 
 def _named_in(asked: list[str], lang: str = "en") -> list[str]:
     """Everyone the asking sentences name besides the one they speak to, first named first
-    ("Which city in Ireland will Tim stay in?": Ireland, Tim)."""
+    ("Which city in Ireland will Oliver stay in?": Ireland, Oliver)."""
     out: list[str] = []
     for x in asked:
         spoken_to = set(_VOCATIVE.findall(x))
@@ -278,7 +278,7 @@ def judge(
     named = _named_in(asked, lang)
     whom = named[0] if named else ""
     # a window that names any of them holds what the conversation knows of whom it asks
-    # about: "Which city in Ireland will Tim stay in?" is answered where Tim names the city
+    # about: "Which city in Ireland will Oliver stay in?" is answered where Oliver names the city
     them = [_bare(n) for n in named]
     if whom and names is not None and not _named(hits, them, names):
         whom = ""

@@ -10,7 +10,7 @@ marker. kioku keeps them as one system prompt, the prefix-cache base, except:
   change in the card makes the model read the whole prompt again. They go after the chat
   (`kioku.client_parts`), where a change costs only themselves;
 - **example dialogue** keeps its speakers: a named example's text is written after its
-  speaker's name (`Alex: …`, `Seraphina: …`), since joining it into the system prompt drops
+  speaker's name (`Alex: …`, `Mika: …`), since joining it into the system prompt drops
   the `name` (and most chat templates ignore it anyway). While SillyTavern pushes examples out
   as the chat grows (its default, *gradual push-out*, which the extension reports in
   `X-Kioku-Examples`), kioku keeps the examples the card had when the chat began
@@ -44,7 +44,7 @@ class Card:
     blocks: tuple[str, ...] = ()
     examples: tuple[int, ...] = ()  # indices of the blocks that are example dialogue
     volatile: tuple[ChatMessage, ...] = ()
-    labels: tuple[str, ...] = ()  # the example speakers' labels ("Alex: ", "Seraphina: ")
+    labels: tuple[str, ...] = ()  # the example speakers' labels ("Alex: ", "Mika: ")
 
     @property
     def text(self) -> str | None:

@@ -11,15 +11,13 @@ reply, `locomo` or `realpersonachat` for a dataset's own question, `hand` for wr
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 from typing import Any
 
-from kioku.grounding.check import Evidence, Piece, Source, Statement, Verdict
-from kioku.grounding.terms import PromptText
+from kioku.bench.judge import case_evidence, case_statement, load_cases
+from kioku.grounding.check import Verdict
 from kioku.recall import need
 from kioku.salience import is_question
 
@@ -28,12 +26,7 @@ HERE = Path(__file__).parent
 
 def cases(name: str) -> Iterator[dict[str, Any]]:
     """The cases of `name.jsonl` and of its built part (`name.<source>.jsonl`)."""
-    for path in sorted(HERE.glob(f"{name}*.jsonl")):
-        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-            if line.strip():
-                case = json.loads(line)
-                case.setdefault("id", f"{path.name}:{i + 1}")
-                yield case
+    return load_cases(sorted(HERE.glob(f"{name}*.jsonl")))
 
 
 @dataclass(frozen=True)
@@ -104,47 +97,8 @@ def _need_rule(
 # --- grounding ------------------------------------------------------------------------------
 
 
-def _source(s: dict[str, Any]) -> Source:
-    if "pieces" in s:
-        pieces = tuple(Piece(*p) for p in s["pieces"])
-    else:
-        pieces = (Piece(s.get("kind", "text"), s.get("speaker", s["author"]), s["text"]),)
-    day = date.fromisoformat(s["day"]) if s.get("day") else None
-    return Source(s["seq"], s["author"], s.get("role", "user"), pieces, day)
-
-
-def evidence_of(case: dict[str, Any]) -> Evidence:
-    sources = {s["seq"]: _source(s) for s in case["sources"]}
-    texts = [p.text for s in sources.values() for p in s.pieces]
-    prompt = (
-        PromptText.of(case["prompt"], texts + [case.get("memory", "")])
-        if case.get("prompt")
-        else PromptText(frozenset(), frozenset())
-    )
-    return Evidence(
-        sources,
-        case["lang"],
-        tuple(case.get("users", [])),
-        tuple(case.get("characters", [])),
-        case.get("memory", ""),
-        prompt,
-    )
-
-
-def statement_of(case: dict[str, Any]) -> Statement:
-    return Statement(
-        case.get("kind", "line"),
-        case["line"],
-        tuple(case.get("seqs", [])),
-        case.get("author"),
-        case.get("subject"),
-        case.get("verbatim", False),
-        case.get("span_wide", False),
-    )
-
-
 def verdict(case: dict[str, Any]) -> Verdict:
-    return evidence_of(case).check(statement_of(case))
+    return case_evidence(case).check(case_statement(case))
 
 
 def grounding_outcome(case: dict[str, Any]) -> Outcome:
