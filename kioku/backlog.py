@@ -150,7 +150,7 @@ def summarize_transcript(
         character=transcript.character,
         user_name=transcript.user,
         avoid_phrases=avoid_phrases,
-        usage=usage_of(entries, lang),  # the whole transcript is known: measure against it
+        usage=usage_of(entries),  # the whole transcript is known: measure against it
     )
 
     columns = (

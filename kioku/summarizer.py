@@ -224,12 +224,12 @@ def select_lines(
     once. Lines that state a fact the notes would keep (a name, a date, a promise, a
     preference) are picked first (`facts_first`; otherwise they only count double), so a
     chapter written under pressure keeps what the ledger would have kept. Then a line is
-    worth the rarity of the content words it brings that are not picked yet, over how often
-    the conversation says it (`Usage.worth`), per square root of its cost, so a chapter covers
+    worth the content words it brings that are not picked yet, over how often the
+    conversation says it (`Usage.worth`), per square root of its cost, so a chapter covers
     many facts rather than one fact many times; a question counts for less. Opening a scene
     costs its marker line (`marker_cost`, by the scene's first seq)."""
     marker_cost = marker_cost or {}
-    usage = usage or local_usage((ln.text for ln in lines), lang)
+    usage = usage or local_usage(ln.text for ln in lines)
     cands = [
         i
         for i, ln in enumerate(lines)
@@ -357,7 +357,7 @@ def select_balanced(
     conversation keeps its share instead of halving at every major GC; what a share leaves
     unused goes to the best lines left anywhere. A line one group kept is not kept again from
     another, and a habit formed since a chapter was written leaves with the fold."""
-    usage = usage or local_usage((ln.text for _, lines in groups for ln in lines), lang)
+    usage = usage or local_usage(ln.text for _, lines in groups for ln in lines)
     total = sum(max(1, span) for span, _ in groups) or 1
     picked: list[Line] = []
     used = 0
@@ -446,7 +446,7 @@ class ExtractiveSummarizer:
 def _usage(task: SummaryTask, groups: Sequence[tuple[int, Sequence[Line]]]) -> Usage:
     """How the conversation says things (the task's, or its own lines'), and for a chapter
     what memory already holds: the synopsis and chapters the task carries."""
-    usage = task.usage or local_usage((ln.text for _, g in groups for ln in g), task.lang)
+    usage = task.usage or local_usage(ln.text for _, g in groups for ln in g)
     if task.kind == "synopsis":
         return usage  # what it folds is what it chooses from
     held = ([task.previous] if task.previous else []) + list(task.chapters)

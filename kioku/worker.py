@@ -133,7 +133,7 @@ class Worker:
         task = self._task_for(job)
         if task is None:
             return None
-        return replace(task, usage=usage_of(self.store.entries(job.conversation_id), task.lang))
+        return replace(task, usage=usage_of(self.store.entries(job.conversation_id)))
 
     def _task_for(self, job: Job) -> SummaryTask | None:
         """The summarizer task for a job, or None when the job was overtaken (its range is

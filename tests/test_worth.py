@@ -18,8 +18,7 @@ COUNTER = ScriptEstimator()
 AT = datetime(2024, 3, 1, 20, 0)
 
 # per language: a habit (said word for word again and again), a line said twice that tells
-# something, a line of a rare word and one of a word every line carries, and filler lines that
-# carry the common word (so the conversation knows it is common)
+# something, lines said once, and a filler line said six times (a habit too)
 CASES = {
     "en": {
         "habit": "I like the fog.",
@@ -73,26 +72,26 @@ def _lines(*texts: str) -> list[Line]:
 @pytest.mark.parametrize("lang", LANGS)
 def test_a_habit_is_never_kept_and_a_line_said_twice_is(lang: str) -> None:
     c = CASES[lang]
-    usage = usage_of(_log(lang), lang)
+    usage = usage_of(_log(lang))
     assert usage.times(c["habit"]) == HABIT_TIMES and usage.worthless(c["habit"])
     picked = select_lines(_lines(c["habit"], c["twice"]), 500, COUNTER, lang=lang, usage=usage)
     assert [ln.text for ln in picked] == [c["twice"]]
 
 
 @pytest.mark.parametrize("lang", LANGS)
-def test_a_line_of_rare_words_beats_one_of_common_words(lang: str) -> None:
+def test_a_line_said_twice_tells_half_as_much_as_one_said_once(lang: str) -> None:
     c = CASES[lang]
-    usage = usage_of(_log(lang), lang)
-    lines = _lines(c["common"], c["rare"])
-    room = max(COUNTER.count(ln.render()) + 1 for ln in lines)  # one line fits, not two
-    picked = select_lines(lines, room, COUNTER, lang=lang, usage=usage, facts_first=False)
-    assert [ln.text for ln in picked] == [c["rare"]]
+    usage = usage_of(_log(lang))
+    words = {"a", "b", "c", "d"}
+    assert usage.worth(c["twice"], words) == usage.worth(c["rare"], words) / 2
+    assert usage.worth(c["habit"], words) < usage.worth(c["twice"], words)
+    assert not usage.worthless(c["twice"]) and not usage.worthless(c["rare"])
 
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_a_line_memory_already_holds_is_not_kept_again(lang: str) -> None:
     c = CASES[lang]
-    usage = usage_of(_log(lang), lang).keeping([c["rare"].upper() + "  "])  # folded alike
+    usage = usage_of(_log(lang)).keeping([c["rare"].upper() + "  "])  # folded alike
     picked = select_lines(_lines(c["rare"], c["twice"]), 500, COUNTER, lang=lang, usage=usage)
     assert [ln.text for ln in picked] == [c["twice"]]
 
@@ -132,7 +131,7 @@ def test_a_chapter_of_habits_and_held_lines_keeps_nothing_and_shows_no_heading()
         200,
         entries=tuple(LogEntry(len(log) + e.seq, e.message, e.tokens) for e in chunk),
         chapters=(earlier,),
-        usage=usage_of([*log, *chunk], "en"),
+        usage=usage_of([*log, *chunk]),
     )
     summary = ExtractiveSummarizer(COUNTER).summarize(task)
     assert summary.text == "" and summary.data["lines"] == []
@@ -149,9 +148,9 @@ def test_a_chapter_written_before_its_line_became_a_habit_is_tidied_of_it(lang: 
     c = CASES[lang]
     lines = [Line(0, "Ren", c["habit"]), Line(1, "Ren", c["rare"])]
     chapter = replace(_item(0, 1, "\n".join(ln.render() for ln in lines), lines), id=7)
-    before = usage_of(_entries([c["habit"], c["rare"]]), lang)
+    before = usage_of(_entries([c["habit"], c["rare"]]))
     assert tidied(chapter, before, lang) is None  # said once: no habit yet
-    after = usage_of(_log(lang), lang)
+    after = usage_of(_log(lang))
     t = tidied(chapter, after, lang)
     assert t is not None and t.replaces == (7,) and t.status == "ready"
     assert [ln["text"] for ln in t.data["lines"]] == [c["rare"]]
