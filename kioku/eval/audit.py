@@ -410,7 +410,10 @@ def worth_in_memory(items: Sequence[MemoryItem], entries: Sequence[LogEntry]) ->
     texts = [ln.text for item in items for ln in stored_lines(item)]
     held = Counter(k for k in map(said_key, texts) if k)
     return {
-        "lines_in_memory_twice": sorted({t for t in texts if held[said_key(t)] > 1}),
+        # one text per line, however it was written each time
+        "lines_in_memory_twice": sorted(
+            {said_key(t): t for t in texts if held[said_key(t)] > 1}.values()
+        ),
         "habit_lines_in_memory": sorted({t for t in texts if usage.times(t) >= HABIT_TIMES}),
     }
 
