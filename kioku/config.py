@@ -212,6 +212,14 @@ def chronicler_model(settings: Settings, url: str | None = None) -> Any:
     )
 
 
+def writes_chapters(settings: Settings) -> bool:
+    """Whether a model writes the chapters: one named as the chronicler always does, the reply
+    model where the profile lets it (`Profile.reply_model_chronicles`)."""
+    if settings.summarizer_url:
+        return True
+    return settings.llm_url is not None and settings.profile_obj.reply_model_chronicles
+
+
 def chronicler_config(settings: Settings, **changes: Any) -> Any:
     """The chronicler's configuration the settings name (system role, temperature)."""
     from kioku.chronicler import ChroniclerConfig
@@ -247,7 +255,7 @@ def build_kioku(
             settings.llm_url, model=settings.llm_model, api_key=settings.api_key, profile=profile
         )
     notes_model = chronicler_model(settings)
-    if notes_model is not None:
+    if notes_model is not None and writes_chapters(settings):
         from kioku.chronicler import LLMChronicler
         from kioku.summarizer import ExtractiveSummarizer
 

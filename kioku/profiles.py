@@ -103,6 +103,11 @@ class Profile:
     # the transcript as the model reads it (each message's header and part labels: 1.6× the
     # messages' text in English, 2.4× in Japanese). None: only `summary_chunk` bounds a job.
     summary_prompt: int | None = None
+    # Whether the reply model writes the chapters too when no chronicler is named
+    # (KIOKU_SUMMARIZER_URL, --summarizer-upstream). A small local model's chapters, grounded
+    # line by line, still answered a reader's questions worse than the extractive chronicler's
+    # (docs/results.md): a profile for such a model keeps the extractive one unless asked.
+    reply_model_chronicles: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.min_raw < self.trigger <= self.ceiling:
@@ -298,6 +303,8 @@ LOCAL_8K = Profile(
     # the local model this profile is for took minutes for a first chapter on 2 CPU cores:
     # 300 s gave up on it (docs/configuration.md)
     summary_timeout_s=900.0,
+    # its chapters answered worse than the extractive chronicler's (docs/results.md)
+    reply_model_chronicles=False,
 )
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (LOCAL_64K, CLOUD_1M, LOCAL_8K)}

@@ -144,6 +144,7 @@ def serve(
 
     Example: kioku serve --db kioku.db --upstream http://127.0.0.1:8080/v1 --port 8000
     """
+    from kioku.config import writes_chapters
     from kioku.service.serving import serve as run
 
     s = settings(
@@ -173,6 +174,11 @@ def serve(
         f"reply timeout {p.reply_timeout_s:g} s, {workers} process"
         f"{'es' if workers > 1 else ''}; console at /console)"
     )
+    if not writes_chapters(s):
+        terminal.note(
+            f"chapters: extractive (profile {p.name}); --summarizer-upstream URL has a model "
+            "write them"
+        )
     from kioku.service.readiness import startup_line
 
     if down := startup_line(s):

@@ -173,7 +173,7 @@ def worker_command(
     import logging.config
 
     from kioku import terminal
-    from kioku.config import from_env
+    from kioku.config import from_env, writes_chapters
     from kioku.service.logs import log_config
 
     # each job's outcome (written by the model, or fell back and why) as `serve` prints it
@@ -191,7 +191,7 @@ def worker_command(
         summary_delay_s=summary_delay,
         summary_timeout_s=summary_timeout,
     )
-    if not (settings.summarizer_url or settings.llm_url):
+    if not writes_chapters(settings):
         say("no --summarizer-upstream: chapters will be extractive (excerpts, no LLM)")
     upstream = settings.llm_url or settings.summarizer_url
     if settings.window is None and upstream:
