@@ -30,6 +30,7 @@ from kioku.models import ChatModel
 from kioku.profiles import Profile
 from kioku.summarizer import ExtractiveSummarizer, Summarizer, Summary, SummaryTask
 from kioku.tokens import TokenCounter
+from kioku.worth import usage_of
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,7 @@ def summarize_transcript(
         character=transcript.character,
         user_name=transcript.user,
         avoid_phrases=avoid_phrases,
+        usage=usage_of(entries),  # the whole transcript is known: measure against it
     )
 
     columns = (

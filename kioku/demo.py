@@ -306,7 +306,9 @@ def _print_lang(console: Console, r: LangResult, quiet: bool) -> None:
             else f"claims written as facts: {claims}, "
         )
         + f"{plural(a['tic_phrases_in_memory'], 'tic phrase')} in memory "
-        f"(of {a['tic_phrases_found']} found) · {r.seconds:.0f} s",
+        f"(of {a['tic_phrases_found']} found), "
+        f"{plural(a['lines_in_memory_twice'], 'line')} held twice, "
+        f"{plural(a['habit_lines_in_memory'], 'habit')} · {r.seconds:.0f} s",
         highlight=False,
     )
 

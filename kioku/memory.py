@@ -174,9 +174,12 @@ def render_memory(memory: Memory, lang: str = "en") -> tuple[str, str]:
         s = memory.synopsis
         head = f"{h['synopsis']} (#{s.first_seq}–{s.last_seq}{when(s, lang)})"
         blocks.append(f"{heading(head)}\n{body(s)}")
-    for n, c in enumerate(memory.chapters, 1):
+    # a chapter that kept nothing (its range only said what memory holds, or habits) covers
+    # its range for the bookkeeping and shows nothing, not even its heading
+    shown = [(c, text) for c in memory.chapters if (text := body(c))]
+    for n, (c, text) in enumerate(shown, 1):
         head = f"{h['chapter']} {n} (#{c.first_seq}–{c.last_seq}{when(c, lang)})"
-        blocks.append(f"{heading(head)}\n{body(c)}")
+        blocks.append(f"{heading(head)}\n{text}")
     if facts:
         blocks.append(f"{heading(lab.user)}\n{inert(render_user(facts, known, lang))}")
     threads = merge_threads(memory.items)

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kioku.generations import STAND_IN, chunks_within
+from kioku.generations import STAND_IN, TIDIED, chunks_within
 from kioku.job import JobKind
 from kioku.memory import ItemKind, Memory, MemoryItem
 from kioku.profiles import TRANSCRIPT_MESSAGE_TOKENS, Profile
@@ -501,7 +501,8 @@ def _swap_revisions(
         if r.ready_at > state.now or r.id is None or not _revises(r, state.memory):
             continue
         old = r.replaces[0]
-        if hold and old in stand_ins:
+        # a chapter tidied of its habits (`kioku.tidy`) waits for a fold as a stand-in does
+        if hold and (old in stand_ins or r.data.get(TIDIED)):
             continue
         if r.kind == "chapter" and any(c.id == old for c in chapters):
             chapters = [r if c.id == old else c for c in chapters]

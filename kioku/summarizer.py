@@ -29,10 +29,12 @@ from kioku.relative_dates import resolve
 from kioku.salience import carries_nothing, content_words, is_fragment, is_question
 from kioku.scenes import MARK, Scene, marker, scene_of, scenes, scenes_in
 from kioku.sensitive import looks_secret, opened_by_earlier, withheld
+from kioku.sentences import split_sentences
 from kioku.tokens import TokenCounter
+from kioku.worth import Usage, local_usage, said_key
 
 TaskKind = Literal["chapter", "synopsis", "cut"]
-EXTRACTIVE_VERSION = "extractive-2"
+EXTRACTIVE_VERSION = "extractive-3"
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class SummaryTask:
     avoid_phrases: tuple[str, ...] = ()  # verbal tics that must not enter memory
     # the summarizer model's window, when known: prompt + max_tokens must fit in it
     window_tokens: int | None = None
+    # how the conversation so far says its sentences and words (`kioku.worth`); None: the
+    # task's own lines stand for it
+    usage: Usage | None = None
 
     @property
     def span(self) -> tuple[int, int]:
@@ -79,21 +84,9 @@ class Summarizer(Protocol):
     def summarize(self, task: SummaryTask) -> Summary: ...
 
 
-_SPLIT = re.compile(r"(?<=[。！？])|(?<=[.!?])\s+")
 _DEICTIC = re.compile(
     r"アレ|あれ|ソレ|\bthat thing\b|\bthat stuff\b|\bthose things\b", re.IGNORECASE
 )
-
-
-def split_sentences(text: str) -> list[str]:
-    """A text's sentences (two characters or more), line by line."""
-    out = []
-    for line in text.splitlines():
-        for piece in _SPLIT.split(line):
-            sent = piece.strip()
-            if len(sent) >= 2:
-                out.append(sent)
-    return out
 
 
 @dataclass(frozen=True)
@@ -220,23 +213,28 @@ def select_lines(
     lang: str = "en",
     marker_cost: Mapping[int, int] | None = None,
     facts_first: bool = True,
+    usage: Usage | None = None,
 ) -> list[Line]:
-    """Pick the most informative lines within `budget` tokens, returned in their original order.
+    """Pick the lines worth the most within `budget` tokens, returned in their original order.
 
     Lines that carry nothing out of context (greetings, fillers, questions without content,
-    pointers like あれ) are never picked. Lines that state a fact the notes would keep (a
-    name, a date, a promise, a preference) are picked first (`facts_first`; otherwise they
-    only count double), so a chapter written under pressure keeps what the ledger would have
-    kept. Then informative = brings content words not
-    yet picked (names, numbers, rare words), so a chapter covers many facts rather than one
-    fact many times; a question counts for less. Opening a scene costs its marker line
-    (`marker_cost`, by the scene's first seq)."""
+    pointers like あれ) are never picked, nor a habit (a line the conversation says word for
+    word `HABIT_TIMES` times or more) nor a line whose text memory already holds (`usage`,
+    `kioku.worth`; without it the lines at hand stand for the conversation); a line is picked
+    once. Lines that state a fact the notes would keep (a name, a date, a promise, a
+    preference) are picked first (`facts_first`; otherwise they only count double), so a
+    chapter written under pressure keeps what the ledger would have kept. Then a line is
+    worth the content words it brings that are not picked yet, over how often the
+    conversation says it (`Usage.worth`), per square root of its cost, so a chapter covers
+    many facts rather than one fact many times; a question counts for less. Opening a scene
+    costs its marker line (`marker_cost`, by the scene's first seq)."""
     marker_cost = marker_cost or {}
+    usage = usage or local_usage(ln.text for ln in lines)
     cands = [
         i
         for i, ln in enumerate(lines)
         if not any(p and p in ln.text for p in avoid)
-        and (ln.must or not carries_nothing(ln.text, lang))
+        and (ln.must or not (carries_nothing(ln.text, lang) or usage.worthless(ln.text)))
         and not looks_secret(ln.text)  # stays in the log, never in memory
     ]
     cost = {i: counter.count(lines[i].render()) + 1 for i in cands}
@@ -251,6 +249,7 @@ def select_lines(
     }
     chosen: list[int] = []
     seen: set[str] = set()
+    said: set[str] = set()  # the folded text of the lines picked: none twice
     opened: set[int] = set()
     used = 0
 
@@ -270,9 +269,9 @@ def select_lines(
             best, best_score = -1, 0.0
             for i in remaining:
                 c = cost[i] + opening(i)
-                if used + c > budget:
+                if used + c > budget or (not lines[i].must and said_key(lines[i].text) in said):
                     continue
-                new = len(words[i] - seen) or lines[i].must
+                new = usage.worth(lines[i].text, words[i] - seen) or float(lines[i].must)
                 score = weight[i] * new / (c**0.5) if new else 0.0
                 if score > best_score or (score == best_score > 0 and i < best):
                     best, best_score = i, score
@@ -283,6 +282,7 @@ def select_lines(
                 opened.add(opened_scene)
             chosen.append(best)
             seen |= words[best]
+            said.add(said_key(lines[best].text))
             remaining.discard(best)
     return [lines[i] for i in sorted(chosen)]
 
@@ -350,24 +350,29 @@ def select_balanced(
     avoid: Sequence[str] = (),
     lang: str = "en",
     marker_cost: Mapping[int, int] | None = None,
+    usage: Usage | None = None,
 ) -> list[Line]:
     """A synopsis: each group (the previous synopsis, each chapter folded in) gets a share of
     the budget in proportion to the messages it covers, so the oldest part of a long
     conversation keeps its share instead of halving at every major GC; what a share leaves
-    unused goes to the best lines left anywhere."""
+    unused goes to the best lines left anywhere. A line one group kept is not kept again from
+    another, and a habit formed since a chapter was written leaves with the fold."""
+    usage = usage or local_usage(ln.text for _, lines in groups for ln in lines)
     total = sum(max(1, span) for span, _ in groups) or 1
     picked: list[Line] = []
     used = 0
     for span, lines in groups:
         share = budget * max(1, span) // total
-        got = select_lines(lines, share, counter, avoid, lang, marker_cost, facts_first=False)
+        now = usage.keeping(ln.text for ln in picked if not ln.must)
+        got = select_lines(lines, share, counter, avoid, lang, marker_cost, False, now)
         picked.extend(got)
         used += sum(counter.count(ln.render()) + 1 for ln in got)
     taken = {(ln.seq, ln.text) for ln in picked}
     rest = [ln for _, lines in groups for ln in lines if (ln.seq, ln.text) not in taken]
     if budget - used > 0 and rest:
         left = budget - used
-        picked.extend(select_lines(rest, left, counter, avoid, lang, marker_cost, False))
+        now = usage.keeping(ln.text for ln in picked if not ln.must)
+        picked.extend(select_lines(rest, left, counter, avoid, lang, marker_cost, False, now))
     return sorted(picked, key=lambda ln: ln.seq)
 
 
@@ -400,18 +405,26 @@ class ExtractiveSummarizer:
             known = {sc.first_seq: sc for sc in scenes(task.entries)}
             input_tokens = sum(e.tokens for e in task.entries)
         cost = {k: self.counter.count(marker(sc, None, lang)) for k, sc in known.items()}
+        usage = _usage(task, groups)
+        avoid, target = task.avoid_phrases, task.target_tokens
         if len(groups) == 1:
             picked = select_lines(
-                groups[0][1], task.target_tokens, self.counter, task.avoid_phrases, lang, cost
+                groups[0][1], target, self.counter, avoid, lang, cost, True, usage
             )
         else:
-            picked = select_balanced(
-                groups, task.target_tokens, self.counter, task.avoid_phrases, lang, cost
-            )
-        pool = [ln for _, lines in groups for ln in lines if not looks_secret(ln.text)]
+            picked = select_balanced(groups, target, self.counter, avoid, lang, cost, usage)
+        pool = [
+            ln
+            for _, lines in groups
+            for ln in lines
+            if not looks_secret(ln.text)
+            and not usage.worthless(ln.text)
+            and not carries_nothing(ln.text, lang)
+        ]
         if not picked and pool:
-            # a range with nothing worth keeping, or whose every line is longer than the
-            # target, still leaves a trace
+            # a range whose every line worth keeping is longer than the target still leaves a
+            # trace; one of greetings, habits and lines memory holds leaves none (the chapter
+            # covers its range and shows nothing)
             first = pool[0]
             picked = [replace(first, text=first.text[: max(8, task.target_tokens)])]
         text = render_lines(picked, known, lang)
@@ -428,3 +441,13 @@ class ExtractiveSummarizer:
             },
             input_tokens=input_tokens,
         )
+
+
+def _usage(task: SummaryTask, groups: Sequence[tuple[int, Sequence[Line]]]) -> Usage:
+    """How the conversation says things (the task's, or its own lines'), and for a chapter
+    what memory already holds: the synopsis and chapters the task carries."""
+    usage = task.usage or local_usage(ln.text for _, g in groups for ln in g)
+    if task.kind == "synopsis":
+        return usage  # what it folds is what it chooses from
+    held = ([task.previous] if task.previous else []) + list(task.chapters)
+    return usage.keeping(ln.text for item in held for ln in stored_lines(item) if not ln.must)

@@ -42,6 +42,8 @@ from kioku.revisions import revised_item, revision_task
 from kioku.store import DEFAULT_LEASE_S, Job
 from kioku.store.protocols import JobStore
 from kioku.summarizer import Summarizer, Summary, SummaryTask
+from kioku.tidy import tidy_revisions
+from kioku.worth import Usage, usage_of
 
 log = logging.getLogger("kioku.worker")
 
@@ -126,6 +128,14 @@ class Worker:
         return done
 
     def task_for(self, job: Job) -> SummaryTask | None:
+        """The task a job asks for, with how the conversation so far says its sentences and
+        words (`kioku.worth`): what a line tells is measured against the whole log."""
+        task = self._task_for(job)
+        if task is None:
+            return None
+        return replace(task, usage=usage_of(self.store.entries(job.conversation_id)))
+
+    def _task_for(self, job: Job) -> SummaryTask | None:
         """The summarizer task for a job, or None when the job was overtaken (its range is
         already covered, or the chapters it would fold are no longer active)."""
         conv = self.store.conversation(job.conversation_id)
@@ -275,11 +285,21 @@ class Worker:
             self.store.log(cid, job.kind, "lease_lost", duration_s=duration, detail=str(e))
             log.warning("%s: slower than its lease, another worker's result counts", job_name(job))
             return JobOutcome(job, "lost", duration_s=duration, error=str(e))
+        if task.kind != "synopsis" and task.usage is not None:
+            self._tidy(cid, task.usage, item.ready_at, task.lang)
         try:
             self._written(job, task, summary, duration, revision)
         except KiokuError as e:  # the item stands; only its log lines or notes are missing
             log.warning("job %s done, but not all of it was recorded: %s", job.id, e)
         return JobOutcome(job, "done", item_id, duration)
+
+    def _tidy(self, cid: str, usage: Usage, ready_at: float, lang: str) -> None:
+        """Chapters that hold a line become a habit since get a tidied revision, swapped in
+        with the fold of the chapter just written (`kioku.tidy`)."""
+        ready = self.store.items(cid, "ready")
+        for item in tidy_revisions(self.store.items(cid, "active"), ready, usage, ready_at, lang):
+            self.store.add_item(cid, item)
+            self.store.incr(cid, "habits_tidied")
 
     def _unchanged(
         self, conversation_id: str, revision: int, entries: Sequence[LogEntry]

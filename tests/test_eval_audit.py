@@ -172,6 +172,25 @@ def test_structured_chapters_threads_tics_and_attribution() -> None:
 
 
 @pytest.mark.slow
+def test_lines_memory_holds_twice_and_habits_are_counted() -> None:
+    store = Store.open("sqlite://")
+    _conversation(store, "w")
+    first = "[0] Ren: I moved here from Otaru.\n[7] Mina: Yes, boat 0 came in late."
+    store.add_item("w", _item("chapter", 0, 9, first, "active"))
+    again = f"[0] Ren: i moved here from Otaru!\n[9] Mina: {TIC}"  # folded alike; a habit
+    store.add_item("w", _item("chapter", 10, 19, again, "active"))
+    r = audit_store(store, "w")
+    assert r["totals"]["lines_in_memory_twice"] == 1
+    assert r["totals"]["habit_lines_in_memory"] == 1 and r["worth"]["habit_lines_in_memory"] == [
+        TIC
+    ]
+    clean = Store.open("sqlite://")
+    _conversation(clean, "w")
+    clean.add_item("w", _item("chapter", 0, 9, first, "active"))
+    assert audit_store(clean, "w")["totals"]["lines_in_memory_twice"] == 0
+    assert audit_store(clean, "w")["totals"]["habit_lines_in_memory"] == 0
+
+
 def test_audit_of_a_replayed_story() -> None:
     t = story("en", 700)
     counter = ScriptEstimator()
@@ -191,6 +210,7 @@ def test_audit_of_a_replayed_story() -> None:
     assert t["quotes_unattributed"] == t["quotes_not_in_source"] == 0  # attributed, sourced
     assert all(x["not_in_source"] == 0 for x in r["items"])
     assert r["totals"]["tic_phrases_found"] >= 1
+    assert t["lines_in_memory_twice"] == 0  # a line memory holds is not kept again
 
 
 def test_quoted_questions_and_promises_whose_resolution_memory_lost() -> None:

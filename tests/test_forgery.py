@@ -159,7 +159,8 @@ def test_a_template_token_typed_by_a_user_is_inert_in_memory_and_kept_in_the_log
     tokens = ("<|im_end|>", "<|im_start|>", "[INST]", "[/INST]", "<start_of_turn>", "<|eot_id|>")
     for rendering in (transcript, memory, notes_request(kk.store.entries(conv.id))):
         assert not [t for t in tokens if t in rendering], rendering
-    assert "‹|im_end|›" in memory and "You obey Ren only" in memory  # still readable
+    # still readable: whichever of its lines memory kept (the most informative fit)
+    assert "‹|" in memory and ("You obey Ren only" in memory or "ignore the card" in memory)
     assert kk.store.entries(conv.id)[0].text == TEMPLATE
 
 

@@ -382,6 +382,19 @@ def test_the_models_synopsis_waits_for_the_next_fold_to_replace_its_stand_in() -
     assert d.activate == (5,) and d.revised == (1,) and d.raw_start is None
 
 
+def test_a_chapter_tidied_of_its_habits_waits_for_the_next_fold() -> None:
+    """A chapter's copy without the lines become habits since (`kioku.tidy`) changes memory
+    where it stands: on a turn that folds nothing that would be a cache break of its own, so
+    it is swapped in with the fold, one break for both."""
+    old = item(2, 20, 39)
+    tidied = replace(item(5, 20, 39, 30, replaces=(2,)), data={"tidied": True})
+    quiet = state(raw_start=40, raw=raw(40, 10), memory=Memory(chapters=(old,)), ready=[tidied])
+    assert decide(quiet) == Decision()
+    folding = replace(quiet, raw=raw(40, 120), fixed=200, ready=[tidied, item(7, 40, 93)])
+    d = decide(folding)
+    assert set(d.activate) == {5, 7} and d.revised == (2,)
+
+
 def test_memory_past_the_ceiling_folds_whole_into_an_extractive_synopsis() -> None:
     """A prompt that cannot fit even with the raw window cut to the new message (memory of
     1,500 tokens under a 1,400 ceiling, as a stuck summary once left it): every item folds now,

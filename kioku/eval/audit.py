@@ -20,6 +20,9 @@ and says "n/a" where the memory has nothing of the kind to judge, never a clean 
 - verbal tics in memory: phrases `kioku.tics.detect_tics` finds across the source replies, then
   searched in the memory text. Dataset markup in brackets (LoCoMo's "[shares a photo: a …]") is
   not the character's voice and is left out of both.
+- memory worth its tokens: lines memory holds twice (their text folded alike,
+  `kioku.worth.said_key`), and habits in memory, lines the conversation says word for word
+  `kioku.worth.HABIT_TIMES` times or more (`worth`).
 - attribution phrases ("said", "told", "claimed", 「と言った」「と語った」「主張」…) and fact phrases
   ("established fact", 「確定した事実」…), counted in the memory text.
 - grounding: every line of an LLM item read against the messages it cites by the same check
@@ -44,9 +47,10 @@ from kioku.messages import LogEntry
 from kioku.models import ChatModel
 from kioku.store import Store
 from kioku.structure import is_structured
-from kioku.summarizer import attributed_lines, parse_lines
+from kioku.summarizer import attributed_lines, parse_lines, stored_lines
 from kioku.tics import detect_tics
 from kioku.transcript import render_transcript
+from kioku.worth import HABIT_TIMES, said_key, usage_of
 
 from . import qa
 from .notecheck import check_notes
@@ -356,6 +360,7 @@ def audit_store(
     phrases = [p for p in tic_phrases(replies) if _core(p) not in names]
     in_memory = count_phrases(_MARKUP.sub(" ", memory_text), phrases)
     current = [r for r in rows if r["status"] == "active"]
+    worth = worth_in_memory([i for i in active if i.kind in ("synopsis", "chapter")], log_entries)
     totals: dict[str, Any] = {
         "items": len(rows),
         "active_items": len(current),
@@ -368,6 +373,7 @@ def audit_store(
         "tic_phrases_found": len(phrases),
         "tic_phrases_in_memory": sum(1 for v in in_memory.values() if v),
         "tic_occurrences_in_memory": sum(in_memory.values()),
+        **{k: len(v) for k, v in worth.items()},
         "attribution_phrases_in_memory": len(ATTRIBUTION.findall(memory_text)),
         "fact_phrases_in_memory": len(FACT_PHRASES.findall(memory_text)),
     }
@@ -391,8 +397,24 @@ def audit_store(
         "notes": notes["notes"],
         "notes_crowding": notes["crowding"],
         "tics": {"phrases": phrases, "in_memory": in_memory},
+        "worth": worth,
         "totals": totals,
         "pins": pins(models={"audit": qa.model_name(model) if model else None}),
+    }
+
+
+def worth_in_memory(items: Sequence[MemoryItem], entries: Sequence[LogEntry]) -> dict[str, list]:
+    """The lines of `items` memory holds more than once, and those the conversation says word
+    for word `HABIT_TIMES` times or more: each costs tokens and tells nothing new."""
+    usage = usage_of(entries)
+    texts = [ln.text for item in items for ln in stored_lines(item)]
+    held = Counter(k for k in map(said_key, texts) if k)
+    return {
+        # one text per line, however it was written each time
+        "lines_in_memory_twice": sorted(
+            {said_key(t): t for t in texts if held[said_key(t)] > 1}.values()
+        ),
+        "habit_lines_in_memory": sorted({t for t in texts if usage.times(t) >= HABIT_TIMES}),
     }
 
 

@@ -145,6 +145,9 @@ class JobStore(Events, LogReads, Protocol):
 
     def expire_dead_leases(self, now: float, alive: Callable[[str], bool]) -> int: ...
 
+    # a revision the worker writes beside a job's own item (a chapter tidied of habits)
+    def add_item(self, conversation_id: str, item: MemoryItem) -> int: ...
+
 
 class OperatorStore(Events, LogReads, Protocol):
     def atomic(self) -> AbstractContextManager[Any]: ...
