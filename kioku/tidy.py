@@ -1,15 +1,15 @@
-"""Habits out of memory already written: a chapter stored before one of its lines became a habit.
+"""Habits out of memory already written: an item stored before one of its lines became a habit.
 
 The extractive chronicler never keeps a habit (a line the conversation says word for word
 `HABIT_TIMES` times or more, `kioku.worth`), but the first time a line is said nobody knows it
 will be: "I like the fog." may sit in chapter 2 before the conversation says it a third time in
-chapter 9. When a chapter is written, every extractive chapter in memory that holds a line
-which has since become a habit gets a tidied copy: the same range, the same lines less the
-habits. It is stored as a revision of that chapter (`replaces`), and the policy swaps it in at
-the next fold (`policy._swap_revisions` holds it until a turn that folds anyway), so the prefix
-breaks once, where it breaks for the fold. A synopsis is not tidied here: it stands first in
-memory, so tidying it would re-read all of memory; the next major GC re-selects it without its
-habits. A model's chapter is not tidied either: it paraphrases, it does not copy lines.
+chapter 9. When a chapter is written, every extractive chapter and synopsis in memory that
+holds a line which has since become a habit gets a tidied copy: the same range, the same lines
+less the habits. It is stored as a revision of that item (`replaces`), and the policy swaps it
+in at the next fold (`policy._swap_revisions` holds it until a turn that folds anyway), so the
+prefix breaks where it breaks for the fold. The synopsis stands first in memory: its swap
+re-reads all of memory once, instead of carrying the habit in every prompt until the next major
+GC. A model's item is not tidied: it paraphrases, it does not copy lines.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from kioku.worth import HABIT_TIMES, Usage
 def tidied(item: MemoryItem, usage: Usage, lang: str = "en") -> MemoryItem | None:
     """`item` without the lines that have become habits, as a ready revision of it; None when
     it holds none (or is not the extractive chronicler's)."""
-    if item.kind != "chapter" or item.stale or item.id is None or is_structured(item.data):
+    if item.kind not in ("chapter", "synopsis") or item.stale or item.id is None:
+        return None
+    if is_structured(item.data):
         return None
     rows = item.data.get("lines") if isinstance(item.data, Mapping) else None
     if not isinstance(rows, list) or not rows:

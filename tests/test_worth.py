@@ -142,6 +142,19 @@ def test_a_chapter_of_habits_and_held_lines_keeps_nothing_and_shows_no_heading()
 
 
 @pytest.mark.parametrize("lang", LANGS)
+def test_a_synopsis_written_before_its_line_became_a_habit_is_tidied_too(lang: str) -> None:
+    from kioku.tidy import tidied
+
+    c = CASES[lang]
+    lines = [Line(0, "Ren", c["habit"]), Line(1, "Ren", c["rare"])]
+    item = _item(0, 1, "\n".join(ln.render() for ln in lines), lines)
+    synopsis = replace(item, kind="synopsis", id=3)
+    t = tidied(synopsis, usage_of(_log(lang)), lang)
+    assert t is not None and t.kind == "synopsis" and t.replaces == (3,)
+    assert [ln["text"] for ln in t.data["lines"]] == [c["rare"]]
+
+
+@pytest.mark.parametrize("lang", LANGS)
 def test_a_chapter_written_before_its_line_became_a_habit_is_tidied_of_it(lang: str) -> None:
     from kioku.tidy import tidied, tidy_revisions
 
