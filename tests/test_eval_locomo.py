@@ -46,7 +46,9 @@ def write_locomo(path: Path, conversations: int = 6) -> Path:
             turns = []
             for t in range(12):
                 who = "Ann" if t % 2 == 0 else "Bob"
-                text = FILLER[(s + t + c) % len(FILLER)]
+                # said once each: the same sentence said again and again is a habit, which
+                # memory leaves out (`kioku.worth`), and real chats do not repeat theirs so
+                text = f"On day {s}, turn {t}: {FILLER[(s + t + c) % len(FILLER)].lower()}"
                 if t == 2:
                     text = f"At the {cue} market I bought a kite called Zorblat{c}x{s}."
                 turns.append({"speaker": who, "dia_id": f"D{s}:{t + 1}", "text": text})
