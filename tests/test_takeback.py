@@ -139,7 +139,9 @@ class Chat:
 
 
 def serve(db: str, tmp_path: Path, up: FakeUpstream, store: Store) -> Server:
-    server = Server(db, up.url, tmp_path / "serve.log", create_key(store, "acme")[1], SERVE)
+    # the double is named the chronicler outright: `local-8k` alone keeps chapters extractive
+    args = (*SERVE, "--summarizer-upstream", up.url)
+    server = Server(db, up.url, tmp_path / "serve.log", create_key(store, "acme")[1], args)
     server.start()
     return server
 
