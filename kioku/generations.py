@@ -27,8 +27,8 @@ T = TypeVar("T")
 # `data` key of an extractive synopsis that stands in for a late major GC, and the payload key of
 # the job that writes that major GC to replace it
 STAND_IN = "stand_in"
-# `data` key of a chapter's revision that only drops lines become habits (`kioku.tidy`): like a
-# stand-in's replacement it waits for a turn that folds anyway
+# `data` key of a chapter's or synopsis's revision that only drops lines become habits
+# (`kioku.tidy`): like a stand-in's replacement it waits for a turn that folds anyway
 TIDIED = "tidied"
 
 

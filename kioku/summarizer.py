@@ -361,17 +361,17 @@ def select_balanced(
     total = sum(max(1, span) for span, _ in groups) or 1
     picked: list[Line] = []
     used = 0
+    now = usage  # and what the groups before kept
     for span, lines in groups:
         share = budget * max(1, span) // total
-        now = usage.keeping(ln.text for ln in picked if not ln.must)
         got = select_lines(lines, share, counter, avoid, lang, marker_cost, False, now)
         picked.extend(got)
+        now = now.keeping(ln.text for ln in got if not ln.must)
         used += sum(counter.count(ln.render()) + 1 for ln in got)
     taken = {(ln.seq, ln.text) for ln in picked}
     rest = [ln for _, lines in groups for ln in lines if (ln.seq, ln.text) not in taken]
     if budget - used > 0 and rest:
         left = budget - used
-        now = usage.keeping(ln.text for ln in picked if not ln.must)
         picked.extend(select_lines(rest, left, counter, avoid, lang, marker_cost, False, now))
     return sorted(picked, key=lambda ln: ln.seq)
 

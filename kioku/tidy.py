@@ -67,8 +67,9 @@ def tidy_revisions(
     ready_at: float,
     lang: str = "en",
 ) -> list[MemoryItem]:
-    """A tidied copy of each active chapter holding a habit that no ready revision rewrites
-    yet (one at a time: the next fold after it is swapped in tidies it again if need be)."""
+    """A tidied copy of each active chapter or synopsis holding a habit that no ready revision
+    rewrites yet (one at a time: the next fold after it is swapped in tidies it again if need
+    be)."""
     pending = {r for item in ready for r in item.replaces}
     out = []
     for item in active:

@@ -43,7 +43,7 @@ from kioku.store import DEFAULT_LEASE_S, Job
 from kioku.store.protocols import JobStore
 from kioku.summarizer import Summarizer, Summary, SummaryTask
 from kioku.tidy import tidy_revisions
-from kioku.worth import Usage, usage_of
+from kioku.worth import SaidCounts, Usage
 
 log = logging.getLogger("kioku.worker")
 
@@ -101,6 +101,7 @@ class Worker:
         self.lease_s = lease_s
         self.layers = layers
         self.delay_s = delay_s
+        self._said = SaidCounts()  # how often each conversation says each sentence
         self.max_run_s = max_run_s
 
     def profile_for(self, conversation_id: str) -> Profile:
@@ -133,7 +134,10 @@ class Worker:
         task = self._task_for(job)
         if task is None:
             return None
-        return replace(task, usage=usage_of(self.store.entries(job.conversation_id)))
+        cid = job.conversation_id
+        revision = self.store.conversation(cid).revision  # before the log is read
+        usage = self._said.usage(cid, revision, lambda first: self.store.entries(cid, first))
+        return replace(task, usage=usage)
 
     def _task_for(self, job: Job) -> SummaryTask | None:
         """The summarizer task for a job, or None when the job was overtaken (its range is
@@ -294,8 +298,8 @@ class Worker:
         return JobOutcome(job, "done", item_id, duration)
 
     def _tidy(self, cid: str, usage: Usage, ready_at: float, lang: str) -> None:
-        """Chapters that hold a line become a habit since get a tidied revision, swapped in
-        with the fold of the chapter just written (`kioku.tidy`)."""
+        """Chapters and the synopsis that hold a line become a habit since get a tidied
+        revision, swapped in with the fold of the chapter just written (`kioku.tidy`)."""
         ready = self.store.items(cid, "ready")
         for item in tidy_revisions(self.store.items(cid, "active"), ready, usage, ready_at, lang):
             self.store.add_item(cid, item)

@@ -11,16 +11,18 @@ A word's rarity is not part of it: weighing words by an IDF over the conversatio
 took regular walks together" below lines of rarer words, and a real model then answered fewer
 questions from memory (docs/chronicler.md, "What a line is worth").
 
-The counts come from the whole log so far (`usage_of`), each message read once and cached by
-its text, so a fold over a long conversation pays for its new messages only.
+The counts come from the whole log so far (`usage_of`). The worker keeps them per conversation
+(`SaidCounts`) and reads only the messages added since its last job, the whole log again only
+after an edit or a delete: a fold over a long conversation pays for its new messages only.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
-from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -69,21 +71,45 @@ def _keys(texts: Iterable[str]) -> frozenset[str]:
     return frozenset(k for k in map(said_key, texts) if k)
 
 
-@lru_cache(maxsize=16384)
-def _message(texts: tuple[str, ...]) -> tuple[str, ...]:
-    # one message's sentences, folded: the log is read again at every fold, and only a new or
-    # edited message costs anything
-    return tuple(k for t in texts for s in split_sentences(t) if (k := said_key(s)))
+def said_in(entries: Iterable[LogEntry]) -> Counter[str]:
+    """How many times these messages say each sentence (folded)."""
+    said: Counter[str] = Counter()
+    for e in entries:
+        for p in e.message.parts:
+            if p.kind not in _UNSAID and p.text:
+                said.update(k for s in split_sentences(p.text) if (k := said_key(s)))
+    return said
 
 
 def usage_of(entries: Iterable[LogEntry], kept: Iterable[str] = ()) -> Usage:
     """Count the sentences of these messages (the conversation so far)."""
-    said: Counter[str] = Counter()
-    for e in entries:
-        said.update(
-            _message(tuple(p.text for p in e.message.parts if p.kind not in _UNSAID and p.text))
-        )
-    return Usage(said, _keys(kept))
+    return Usage(said_in(entries), _keys(kept))
+
+
+class SaidCounts:
+    """`usage_of` each conversation's whole log, kept between jobs: only the messages after
+    those counted are read, and the whole log again once its `revision` moved (an edit or a
+    delete). The `limit` conversations used last are kept."""
+
+    def __init__(self, limit: int = 64) -> None:
+        self.limit = limit
+        self._by: OrderedDict[str, tuple[int, int, Counter[str]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def usage(
+        self, conversation_id: str, revision: int, read: Callable[[int], Sequence[LogEntry]]
+    ) -> Usage:
+        """`read(first)`: the log from seq `first` on, read after `revision` was."""
+        with self._lock:
+            at, upto, said = self._by.pop(conversation_id, (revision, 0, Counter()))
+            if at != revision:
+                upto, said = 0, Counter()
+            new = read(upto)
+            said.update(said_in(new))
+            self._by[conversation_id] = (revision, new[-1].seq + 1 if new else upto, said)
+            while len(self._by) > self.limit:
+                self._by.popitem(last=False)
+            return Usage(Counter(said))  # a copy: the next job goes on counting in `said`
 
 
 def local_usage(texts: Iterable[str]) -> Usage:

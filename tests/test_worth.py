@@ -3,6 +3,7 @@ in several languages for the one measure the extractive chronicler keeps lines b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
@@ -170,3 +171,28 @@ def test_a_chapter_written_before_its_line_became_a_habit_is_tidied_of_it(lang: 
     assert c["habit"] not in t.text and c["rare"] in t.text and t.tokens <= chapter.tokens
     # one revision at a time: a chapter whose tidied copy waits for its fold is left alone
     assert tidy_revisions([chapter], [replace(t, id=8)], after, 0.0, lang) == []
+
+
+def test_the_counts_kept_between_jobs_read_only_new_messages_until_an_edit() -> None:
+    from kioku.worth import SaidCounts
+
+    c = CASES["en"]
+    log = _log("en")
+    asked: list[int] = []
+
+    def read(upto: int) -> Callable[[int], list[LogEntry]]:
+        def entries(first: int) -> list[LogEntry]:
+            asked.append(first)
+            return [e for e in log[:upto] if e.seq >= first]
+
+        return entries
+
+    counts = SaidCounts()
+    assert counts.usage("c", 0, read(2)).times(c["habit"]) == 2
+    whole = counts.usage("c", 0, read(len(log)))
+    assert asked == [0, 2]  # the second job read from where the first stopped
+    assert whole.said == usage_of(log).said
+    log[0] = LogEntry(0, Message.of("user", c["rare"], author="Ren", at=AT), 5)  # edited
+    again = counts.usage("c", 1, read(len(log)))
+    assert asked[-1] == 0 and again.said == usage_of(log).said
+    assert again.times(c["habit"]) == HABIT_TIMES - 1
