@@ -135,8 +135,9 @@ class Worker:
         if task is None:
             return None
         cid = job.conversation_id
-        revision = self.store.conversation(cid).revision  # before the log is read
-        usage = self._said.usage(cid, revision, lambda first: self.store.entries(cid, first))
+        info = self.store.conversation(cid)  # before the log is read
+        version = (info.revision, info.created_at)
+        usage = self._said.usage(cid, version, lambda first: self.store.entries(cid, first))
         return replace(task, usage=usage)
 
     def _task_for(self, job: Job) -> SummaryTask | None:

@@ -13,7 +13,8 @@ questions from memory (docs/chronicler.md, "What a line is worth").
 
 The counts come from the whole log so far (`usage_of`). The worker keeps them per conversation
 (`SaidCounts`) and reads only the messages added since its last job, the whole log again only
-after an edit or a delete: a fold over a long conversation pays for its new messages only.
+after an edit, a delete, or the conversation begun again under its id: a fold over a long
+conversation pays for its new messages only.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import re
 import threading
 import unicodedata
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -71,7 +72,7 @@ def _keys(texts: Iterable[str]) -> frozenset[str]:
     return frozenset(k for k in map(said_key, texts) if k)
 
 
-def said_in(entries: Iterable[LogEntry]) -> Counter[str]:
+def _times_said(entries: Iterable[LogEntry]) -> Counter[str]:
     """How many times these messages say each sentence (folded)."""
     said: Counter[str] = Counter()
     for e in entries:
@@ -83,30 +84,31 @@ def said_in(entries: Iterable[LogEntry]) -> Counter[str]:
 
 def usage_of(entries: Iterable[LogEntry], kept: Iterable[str] = ()) -> Usage:
     """Count the sentences of these messages (the conversation so far)."""
-    return Usage(said_in(entries), _keys(kept))
+    return Usage(_times_said(entries), _keys(kept))
 
 
 class SaidCounts:
     """`usage_of` each conversation's whole log, kept between jobs: only the messages after
-    those counted are read, and the whole log again once its `revision` moved (an edit or a
-    delete). The `limit` conversations used last are kept."""
+    those counted are read, and the whole log again once its `version` changed (an edit or a
+    delete moves it, and so does the conversation being deleted and begun again under the
+    same id). The `limit` conversations used last are kept."""
 
     def __init__(self, limit: int = 64) -> None:
         self.limit = limit
-        self._by: OrderedDict[str, tuple[int, int, Counter[str]]] = OrderedDict()
+        self._by: OrderedDict[str, tuple[Hashable, int, Counter[str]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def usage(
-        self, conversation_id: str, revision: int, read: Callable[[int], Sequence[LogEntry]]
+        self, conversation_id: str, version: Hashable, read: Callable[[int], Sequence[LogEntry]]
     ) -> Usage:
-        """`read(first)`: the log from seq `first` on, read after `revision` was."""
+        """`read(first)`: the log from seq `first` on, read after `version` was."""
         with self._lock:
-            at, upto, said = self._by.pop(conversation_id, (revision, 0, Counter()))
-            if at != revision:
+            at, upto, said = self._by.pop(conversation_id, (version, 0, Counter()))
+            if at != version:
                 upto, said = 0, Counter()
             new = read(upto)
-            said.update(said_in(new))
-            self._by[conversation_id] = (revision, new[-1].seq + 1 if new else upto, said)
+            said.update(_times_said(new))
+            self._by[conversation_id] = (version, new[-1].seq + 1 if new else upto, said)
             while len(self._by) > self.limit:
                 self._by.popitem(last=False)
             return Usage(Counter(said))  # a copy: the next job goes on counting in `said`

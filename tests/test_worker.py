@@ -151,3 +151,22 @@ def test_a_workers_summary_delay_overrides_the_delay_a_job_was_queued_with() -> 
     store.enqueue_job("c", "chapter", 0, 3, run_after=now + 30)
     assert [j.status for j in store.jobs("c")].count("queued") == 2
     assert slower.run_once() is None  # 5 s after queueing, not yet
+
+
+def test_a_conversation_begun_again_under_its_id_is_measured_by_its_own_log() -> None:
+    habit = "I like the fog."
+    kk = Kioku(Store.open("sqlite://"), profile=LOCAL_8K)
+    worker = Worker(kk.store, ExtractiveSummarizer(ScriptEstimator()), LOCAL_8K)
+    conv = kk.conversation("c")
+    for _ in range(3):
+        conv.append(Message.user(habit))
+    job = kk.store.enqueue_job("c", "chapter", 0, 2, run_after=0)
+    task = worker.task_for(next(j for j in kk.store.jobs("c") if j.id == job))
+    assert task is not None and task.usage is not None and task.usage.times(habit) == 3
+    kk.store.delete_conversation("c")
+    conv = kk.conversation("c")  # the same id, another conversation
+    for text in ("The ferry leaves at noon.", "Mina bought two tickets.", "It rained."):
+        conv.append(Message.user(text))
+    job = kk.store.enqueue_job("c", "chapter", 0, 2, run_after=0)
+    task = worker.task_for(next(j for j in kk.store.jobs("c") if j.id == job))
+    assert task is not None and task.usage is not None and task.usage.times(habit) == 0

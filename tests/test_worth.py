@@ -13,7 +13,7 @@ from kioku.memory import Memory, MemoryItem, render_memory
 from kioku.messages import LogEntry, Message
 from kioku.summarizer import ExtractiveSummarizer, Line, SummaryTask, select_lines
 from kioku.tokens import ScriptEstimator
-from kioku.worth import HABIT_TIMES, said_key, usage_of
+from kioku.worth import HABIT_TIMES, SaidCounts, said_key, usage_of
 
 COUNTER = ScriptEstimator()
 AT = datetime(2024, 3, 1, 20, 0)
@@ -174,8 +174,6 @@ def test_a_chapter_written_before_its_line_became_a_habit_is_tidied_of_it(lang: 
 
 
 def test_the_counts_kept_between_jobs_read_only_new_messages_until_an_edit() -> None:
-    from kioku.worth import SaidCounts
-
     c = CASES["en"]
     log = _log("en")
     asked: list[int] = []
@@ -196,3 +194,13 @@ def test_the_counts_kept_between_jobs_read_only_new_messages_until_an_edit() -> 
     again = counts.usage("c", 1, read(len(log)))
     assert asked[-1] == 0 and again.said == usage_of(log).said
     assert again.times(c["habit"]) == HABIT_TIMES - 1
+
+
+def test_a_conversation_begun_again_under_its_id_is_counted_afresh() -> None:
+    c = CASES["en"]
+    old, new = _log("en"), _entries([c["rare"]])
+    counts = SaidCounts()
+    assert counts.usage("c", (0, 1.0), lambda first: old[first:]).times(c["habit"]) == HABIT_TIMES
+    # deleted and begun again: its revision starts over, its birth is another
+    again = counts.usage("c", (0, 2.0), lambda first: new[first:])
+    assert again.said == usage_of(new).said and again.times(c["habit"]) == 0
