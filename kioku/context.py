@@ -55,7 +55,7 @@ from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage, ChatRequest
 from kioku.profiles import Profile
 from kioku.recall.recollection import Recollection
-from kioku.salience import is_question
+from kioku.salience import asks
 from kioku.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ def gist(text: str) -> str:
 def asks_something(entry: LogEntry) -> bool:
     """A user message that asks something: recollections it is shown come once, after it, and
     may use the turn's room (a ready chapter folds to make it)."""
-    return entry.role == "user" and is_question(entry.message.text)
+    return entry.role == "user" and asks(entry.message.text)
 
 
 def with_extras(extras: str, text: str) -> str:

@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from kioku import morph
 from kioku.lang import EN, JA
+from kioku.sentences import SENTENCE_END
 
 _LATIN = re.compile(r"[A-Za-z][A-Za-z'\-]+|\d[\d,.:/]*")
 _KANA = re.compile(r"[\u3040-\u30ff]")
@@ -70,6 +71,24 @@ def content_words(text: str, lang: str = "en") -> frozenset[str]:
 def is_question(text: str) -> bool:
     t = text.strip()
     return "?" in t[-3:] or "？" in t[-3:] or bool(_QUESTION_END.search(t))
+
+
+# what a role-play message narrates between asterisks ("*hugs Rowan*"): not what it says
+_ACTION = re.compile(r"\*[^*\n]+\*")
+
+
+def said_sentences(text: str) -> list[str]:
+    """A message's sentences as said: without role-play narration between asterisks or the
+    quotes a sentence opens on."""
+    said = _ACTION.sub(" ", text).strip()
+    return [x.lstrip(" \"'“”‘’)") for x in SENTENCE_END.split(said) if x.strip()]
+
+
+def asks(text: str) -> bool:
+    """Whether a message asks something: one of its sentences is a question, wherever it
+    stands. A question is often not the last thing said: "What was my dog called? Tell me.",
+    '"Remember the lake?" *she looks away*', "覚えてる？教えて。"."""
+    return any(is_question(x) for x in said_sentences(text))
 
 
 def carries_nothing(text: str, lang: str = "en") -> bool:

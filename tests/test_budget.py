@@ -182,27 +182,37 @@ def test_between_folds_the_prompt_only_grows_with_every_layer_on() -> None:
     ]
     previous: list[ChatMessage] | None = None
     version = -1
-    shown_extras = 0
+    shown_extras = asked_once = 0
+    once = False
     for i in range(400):
         clock.advance(30)
-        text = (
-            facts[i % 4]
-            if i < 8
-            else (
-                f"Do you remember what my sister Hanako loves? ({i})" if i % 25 == 0 else f"hm {i}"
-            )
-        )
+        text = f"hm {i}"
+        if i < 8:
+            text = facts[i % 4]
+        elif i % 25 == 0:
+            text = f"I still remember what my sister Hanako loves ({i})."
+        elif i % 25 == 12:  # a question, then a remark: it asks all the same
+            text = f"Do you remember what my sister Hanako loves? Tell me ({i})."
         p = conv.prepare(text)
         reply = f"Of course ({i}), she loves it! Always with a smile, always."
         if previous is not None and p.memory_version == version:
-            assert list(p.messages[: len(previous)]) == previous[:-1] + [previous[-1]]
-        if p.extras is not None:
+            *before, asked, answered = previous
+            assert list(p.messages[: len(before)]) == before
+            now = p.messages[len(before)]
+            # a question's recollections are shown once, after it: what the server cached
+            # is reused up to the end of its words
+            assert now == asked or once and asked.content.startswith(now.content)
+            assert p.messages[len(before) + 1] == answered
+        if p.extras is not None and p.extras.text:
             shown_extras += 1
+        once = bool(p.extras and p.extras.once)
+        asked_once += once
         conv.record(reply)
         kk.worker.run_until_idle()
         previous = [*p.messages, ChatMessage("assistant", reply)]
         version = p.memory_version
-    assert shown_extras > 0  # recollections or tic notes were shown, and kept
+    assert shown_extras > 0  # recollections or tic notes were shown in front, and kept
+    assert asked_once > 0  # a question's recollections were shown once
 
 
 def test_a_recollection_already_visible_is_not_shown_again() -> None:

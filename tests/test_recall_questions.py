@@ -17,9 +17,11 @@ from kioku.memory import Memory
 from kioku.messages import LogEntry, Message
 from kioku.profiles import LOCAL_8K
 from kioku.recall.recollection import RecalledLine, Recollection
+from kioku.salience import asks, is_question
 from kioku.store import Store
 from kioku.summarizer import Summary, SummaryTask
 from kioku.tokens import ScriptEstimator
+from tests.cases.corpus import cases
 from tests.helpers import Clock
 
 COUNTER = ScriptEstimator()
@@ -162,6 +164,37 @@ def test_a_question_about_the_past_is_shown_what_stands_out_once_after_it() -> N
     again = nxt.messages[n - 1].content
     assert again == head + question and last.startswith(again)
     assert nxt.account.parts["carried"] == 0  # nothing of the question's recall is kept
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Do you remember what is on Hanako's kite? Tell me.",
+        '"Do you remember what is on Hanako\'s kite?" *Mika looks up at the sky*',
+    ],
+)
+def test_a_question_followed_by_a_request_or_narration_asks_all_the_same(question: str) -> None:
+    """A question is often not the last thing a message says; it is asked all the same, and
+    shown the past once, after the message."""
+    kk, conv, clock = mika("then", Vague())
+    chat(kk, conv, clock, "My sister Hanako flies a blue kite with a dragon on it.", 200)
+    asked = conv.prepare(question)
+    head, _, tail = asked.messages[-1].content.partition(question)
+    assert "dragon" in tail and "dragon" not in head
+    assert asked.recall is not None and asked.recall["on"]
+    assert asked.extras is not None and asked.extras.once_recalled and not asked.extras.recalled
+
+
+def test_a_message_asks_when_any_of_its_sentences_is_a_question_on_labelled_cases() -> None:
+    """Labelled messages in six languages: a question, then a request, a remark, a photo
+    caption or role-play narration, asks; a question mark inside narration does not."""
+    run = [(c, asks(c["text"])) for c in cases("asks")]
+    assert len({c["lang"] for c, _ in run}) >= 6
+    assert sum(c["asks"] and not is_question(c["text"]) for c, _ in run) >= 8
+    wrong = [
+        f"{c['text']!r}: got {got}, labelled {c['asks']}" for c, got in run if got != c["asks"]
+    ]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_what_memory_quotes_is_not_recalled_again() -> None:

@@ -72,8 +72,7 @@ from itertools import chain, islice
 from typing import TYPE_CHECKING, Any
 
 from kioku.lang import EN, WORDS
-from kioku.salience import is_question
-from kioku.sentences import SENTENCE_END
+from kioku.salience import is_question, said_sentences
 
 if TYPE_CHECKING:  # the archive pulls in bm25s (and scipy): not at import
     from kioku.recall.archive import Hit
@@ -97,8 +96,6 @@ _VOCATIVE = re.compile(
     rf"(?:,\s*|\b(?i:{'|'.join(EN.vocatives)})\s+)"
     r"([A-Z][a-z]+(?:[A-Z][a-z]+)?)(?=\s*(?:[,!?.]|$))"
 )
-# what a role-play message narrates between asterisks ("*hugs Rowan*"): not what it asks
-_ACTION = re.compile(r"\*[^*\n]+\*")
 # where a script has no capitals, a name is told by its honorific or title (ハナコさん, 王老师):
 # each language's patterns, those of a script only it writes in any conversation
 _HONORIFIC = re.compile(
@@ -186,8 +183,7 @@ STATEMENT = "a statement that does not point at the past: it asks nothing of it"
 def _asked(text: str) -> list[str]:
     """The sentences of a message that ask (its last when none does), without role-play
     narration between asterisks or the quotes a sentence opens on."""
-    said = _ACTION.sub(" ", text).strip()
-    sentences = [x.lstrip(" \"'“”‘’)") for x in SENTENCE_END.split(said) if x.strip()]
+    sentences = said_sentences(text)
     return [x for x in sentences if is_question(x)] or sentences[-1:]
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from kioku.bench.judge import case_evidence, case_statement, load_cases
 from kioku.grounding.check import Verdict
 from kioku.recall import need
-from kioku.salience import is_question
+from kioku.salience import asks as asks_something
 
 HERE = Path(__file__).parent
 
@@ -46,7 +46,7 @@ class Outcome:
 def need_outcome(case: dict[str, Any]) -> Outcome:
     text, lang = case["message"], case["lang"]
     held = set(case.get("holds", []))
-    asks = case.get("asks", is_question(text.strip()))
+    asks = case.get("asks", asks_something(text))
     said = need.cue(text, lang)
     whom = need.about(text, lang) if asks else ""
     unheld = need.pointer(text, lang, lambda n: n in held) if not said else ""
