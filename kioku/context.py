@@ -6,7 +6,7 @@ Order is what keeps the serving engine's prefix cache warm:
      only adds a chapter keeps everything up to the previous chapter byte-identical)
   3. raw window (verbatim from the current start)
   4. the new user message, with what kioku adds to this turn in front of it: recollections and
-     per-turn instructions; a question's recollections come after it instead.
+     per-turn instructions (a question's recollections: on the turn that answers it only).
 
 Between folds the prompt only grows. What a turn was shown in front of its message (its
 `Extras`) stays with that message, rendered exactly as it was, for as long as the message is
@@ -16,10 +16,12 @@ still sees what it answered. A recollection already visible is not shown again.
 Whether a turn is shown the past at all, and how much of it, is recall's decision
 (`kioku.recall.need`); here it gets the room. A question's recollections may use the room the turn
 has (up to `Profile.recall_room` of the ceiling), not the share of the budget kept extras may hold
-(`Profile.extras_share`): they are shown once, after the question, so the next prompt shows the
-question without them, and since nothing of the question moves, the server re-reads only the
-reply (SPEC §2: placed so that it costs no re-read). Kept, they would crowd the raw window until
-the next fold.
+(`Profile.extras_share`): they are shown once, in front of the question, so the question is the
+last thing the model reads, and the next prompt shows the question without them: the server
+re-reads the question's own words with the reply (tens of tokens). Kept, they would crowd the
+raw window until the next fold. Shown after the question (until December 2026), an old exchange
+was the last thing the model read, and in a third of the questions asked through a real
+`kioku serve` the model answered that instead of the question (`docs/results.md`).
 
 `plan` measures the fixed parts (everything but this turn's additions) in tokens of the rendered
 prompt (`kioku.budget`); `finish` gives this turn's additions what is left. Nothing here does
@@ -139,17 +141,13 @@ def gist(text: str) -> str:
 
 
 def asks_something(entry: LogEntry) -> bool:
-    """A user message that asks something: recollections it is shown come once, after it, and
-    may use the turn's room (a ready chapter folds to make it)."""
+    """A user message that asks something: recollections it is shown come once, in front of
+    it, and may use the turn's room (a ready chapter folds to make it)."""
     return entry.role == "user" and asks(entry.message.text)
 
 
 def with_extras(extras: str, text: str) -> str:
     return f"{extras}\n\n{text}" if extras else text
-
-
-def with_once(text: str, once: str) -> str:
-    return f"{text}\n\n{once}" if once else text
 
 
 @dataclass(frozen=True)
@@ -173,16 +171,16 @@ class Prompt:
 def entry_message(
     e: LogEntry, extras: Extras | None = None, line: str = "", answering: bool = False
 ) -> ChatMessage:
-    """A stored message as the prompt shows it: what its turn was shown, then its date line
-    (`kioku.dates`), then the message itself; when the prompt `answering` it, the
-    recollections shown once after it."""
+    """A stored message as the prompt shows it: what its turn was shown, then (when the prompt
+    is `answering` it) the recollections shown once, then its date line (`kioku.dates`), then
+    the message itself."""
     m = _chat_message(e.message)
     if line:
         m = m.prefixed(line)
     if extras is None:
         return m
     if answering and extras.once:
-        m = m.suffixed(with_once("", extras.once))
+        m = m.prefixed(with_extras(extras.once, ""))
     return m.prefixed(with_extras(extras.text, "")) if extras.text else m
 
 
@@ -418,7 +416,7 @@ def finish(
     need: Need | None = None,
 ) -> Prompt:
     """The prompt: the fixed part, then the new message with what this turn adds in front of
-    it (a question's recollections: after it), as much as the room allows. A message answered
+    it (a question's recollections: shown once), as much as the room allows. A message answered
     before (a retry, a regeneration) keeps exactly the additions it was shown the first time.
     `need`: recall's decision for this turn, whose note the prompt carries with what it got."""
     text = p.new.message.text
@@ -451,7 +449,7 @@ def finish(
         kept: list[Recollection] = []
         for r in recs:
             if p.asks:
-                cost = _added_after(counter, text, _extras_text([*kept, r], "", label))
+                cost = _added(counter, _extras_text([*kept, r], "", label), text)
             else:
                 cost = _added(counter, _extras_text([*kept, r], instr_text, label), text) - got_i
             if cost <= allowed["recollections"]:
@@ -523,13 +521,6 @@ def _extras_text(recs: Sequence[Recollection], instructions: str, label: str) ->
     if instructions:
         pieces.append(instructions)
     return "\n\n".join(pieces)
-
-
-def _added_after(counter: TokenCounter, text: str, once: str) -> int:
-    """Tokens a question's recollections add after its content (see `_added`)."""
-    if not once:
-        return 0
-    return max(0, counter.count(with_once(text, once)) - counter.count(text))
 
 
 def _added(counter: TokenCounter, extras: str, text: str) -> int:

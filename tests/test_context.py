@@ -44,9 +44,9 @@ def test_order_is_system_memory_raw_then_recollection_and_new_message(
     assert "not necessarily the truth" in p.messages[1].content
     assert "I have a cat" in p.messages[1].content
     last = p.messages[-1].content
-    # kept in front of a statement; shown once, after a question (`kioku.context`)
-    assert last.startswith(text) if asks else last.endswith(text)
-    assert "Tama" in last
+    # in front of the message, kept for a statement and shown once for a question: the
+    # message is the last thing the model reads either way (`kioku.context`)
+    assert last.endswith(text) and "Tama" in last
     assert p.extras is not None and ("Tama" in p.extras.once) == asks
     assert p.account.raw_messages == 2 and p.account.recollections > 0
     assert p.account.total + p.account.reserve <= p.account.window

@@ -183,10 +183,10 @@ def test_a_recollection_block_typed_by_a_user_never_reads_as_one_of_kiokus() -> 
     user_text = "\n".join(m.content for m in forged.messages if m.role == "user")
     assert forged.extras is not None and forged.extras.once  # kioku recalled the harbor
     label = "A memory from earlier"
-    # in the forged message: kioku's own block once, after what the user wrote
+    # in the forged message: kioku's own block once, in front of what the user wrote
     last = forged.messages[-1].content
     assert marks(last, label) == 1
-    assert last.index(f"{OPEN}{label}") > last.index("the lighthouse keeper and the red door?")
+    assert last.index(f"{OPEN}{label}") < last.index("the lighthouse keeper and the red door?")
     # elsewhere: the blocks earlier turns were shown, one per turn that was
     shown = sum(
         1 for m in forged.messages[:-1] if m.role == "user" and f"{OPEN}{label}" in m.content

@@ -140,14 +140,16 @@ def test_small_talk_is_shown_no_past_and_its_turn_says_why() -> None:
     assert stored.meta["recall"] == dict(asked.recall)
 
 
-def test_a_question_about_the_past_is_shown_what_stands_out_once_after_it() -> None:
+def test_a_question_about_the_past_is_shown_what_stands_out_once_in_front_of_it() -> None:
     kk, conv, clock = mika("once", Vague())
     chat(kk, conv, clock, "My sister Hanako flies a blue kite with a dragon on it.", 200)
     question = "Do you remember what is on Hanako's kite?"
     asked = conv.prepare(question)
     last = asked.messages[-1].content
-    head, _, tail = last.partition(question)  # head: a date line, if the day changed
-    assert "dragon" in tail and "dragon" not in head
+    head, _, tail = last.partition(question)
+    # the question is the last thing the model reads: a small model shown the past after
+    # it answered the last recalled exchange instead
+    assert "dragon" in head and not tail
     assert asked.recall is not None and asked.recall["on"] and asked.recall["cue"] == "remember"
     assert asked.recall["got"][0][0] <= 0 <= asked.recall["got"][0][1]
     assert asked.recall["tokens"] == asked.account.recollections > 0
@@ -159,10 +161,11 @@ def test_a_question_about_the_past_is_shown_what_stands_out_once_after_it() -> N
     nxt = conv.prepare("I see, thanks.")
     n = len(asked.messages)
     # everything before the question is unchanged, and the question now reads as it was
-    # asked: what the server cached up to the end of its words is a prefix of this prompt
+    # asked, without what it was shown: only its own words and the reply are read again
     assert nxt.messages[: n - 1] == asked.messages[: n - 1]
     again = nxt.messages[n - 1].content
-    assert again == head + question and last.startswith(again)
+    assert asked.extras is not None and asked.extras.once
+    assert again == last.replace(asked.extras.once + "\n\n", "", 1) and again.endswith(question)
     assert nxt.account.parts["carried"] == 0  # nothing of the question's recall is kept
 
 
@@ -175,12 +178,12 @@ def test_a_question_about_the_past_is_shown_what_stands_out_once_after_it() -> N
 )
 def test_a_question_followed_by_a_request_or_narration_asks_all_the_same(question: str) -> None:
     """A question is often not the last thing a message says; it is asked all the same, and
-    shown the past once, after the message."""
+    shown the past once, in front of the message."""
     kk, conv, clock = mika("then", Vague())
     chat(kk, conv, clock, "My sister Hanako flies a blue kite with a dragon on it.", 200)
     asked = conv.prepare(question)
     head, _, tail = asked.messages[-1].content.partition(question)
-    assert "dragon" in tail and "dragon" not in head
+    assert "dragon" in head and not tail  # the question is the last thing the model reads
     assert asked.recall is not None and asked.recall["on"]
     assert asked.extras is not None and asked.extras.once_recalled and not asked.extras.recalled
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Protocol
 
 from kioku.bench.prefix import Turn
-from kioku.context import Account, Prompt, with_once
+from kioku.context import Account, Prompt
 from kioku.messages import LogEntry, Message
 from kioku.models import ChatMessage
 from kioku.tokens import TokenCounter
@@ -51,14 +51,10 @@ class Context:
 
 
 def context_of(name: str, prompt: Prompt, question: str) -> Context:
-    # everything around the question: what is in front of it (extras, a date line), and a
-    # question's recollections after it, cut by the length the allocator appended (a recalled
-    # line may say the question's words too)
+    # everything in front of the question in its message: extras, a question's recollections,
+    # a date line
     last = prompt.messages[-1].content
-    once = prompt.extras.once if prompt.extras is not None else ""
-    body = last[: len(last) - len(with_once("", once))]
-    before = body[: -len(question)].strip() if body.endswith(question) else ""
-    extra = "\n\n".join(t for t in (before, once) if t)
+    extra = last[: -len(question)].strip() if last.endswith(question) else ""
     return Context(name, prompt.messages, question, prompt.tokens, extra, prompt.account)
 
 
