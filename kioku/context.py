@@ -84,8 +84,8 @@ class Extras:
     version: int  # the memory version they were first shown under
     recalled: tuple[tuple[int, int], ...] = ()  # seq ranges of the recollections shown
     instructions: tuple[str, ...] = ()
-    # a question's recollections: after the message, on the turn that answers it only (and on
-    # a retry of that turn), never on later turns
+    # a question's recollections: in front of the message, on the turn that answers it only
+    # (and on a retry of that turn), never on later turns
     once: str = ""
     once_tokens: int = 0
     once_recalled: tuple[tuple[int, int], ...] = ()

@@ -104,7 +104,7 @@ class Layers:
         if not asks and not pointer(text, turn.lang, holds):
             return Recall(Need.off(STATEMENT))  # most turns: no search for what nothing asks
         idx = self.indexes.sync(cid)
-        # a question's are shown once (after it); what a statement is shown stays
+        # a question's are shown once (in front of it); what a statement is shown stays
         limit = max(1, p.recall_tokens // EXCHANGE_TOKENS) if asks else p.recall_limit
         hits = idx.search(text, k=max(BACKGROUND_HITS, limit), before_seq=raw_start)
         # the raw window's own best match (the message itself excluded): what is in view; for

@@ -96,13 +96,6 @@ class ChatMessage:
             parts = (ContentPart(text), *parts)
         return replace(self, content=text + self.content, parts=parts)
 
-    def suffixed(self, text: str) -> ChatMessage:
-        """The same message with `text` after its content (a question's recollections)."""
-        parts = self.parts
-        if parts:
-            parts = (*parts, ContentPart(text))
-        return replace(self, content=self.content + text, parts=parts)
-
 
 @dataclass(frozen=True)
 class ChatRequest:

@@ -81,7 +81,7 @@ class Profile:
     # A message that does not ask keeps its recollections in front of it until the next fold:
     # at most `recall_share` of the room left, `recall_limit` of them, and never more than
     # `extras_share` of the budget for what the raw window carries of what turns were shown.
-    # (A question's are shown once, after it: `kioku.context`.)
+    # (A question's are shown once, in front of it: `kioku.context`.)
     recall_share: float = 0.5
     recall_limit: int = 6
     extras_share: float = 0.15
