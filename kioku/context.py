@@ -517,11 +517,7 @@ def _unseen(r: Recollection, p: Plan) -> Recollection | None:
 def _extras_text(recs: Sequence[Recollection], instructions: str, label: str) -> str:
     pieces = []
     if recs:
-        # chosen best first, shown in the order they happened: best first, a small reader
-        # more often answered a question about one person from a memory of another
-        # (docs/results.md, "Adversarial questions")
-        told = sorted(recs, key=lambda r: r.first_seq)
-        pieces.append(label + "\n" + "\n\n".join(r.text for r in told))
+        pieces.append(label + "\n" + "\n\n".join(r.text for r in recs))
     if instructions:
         pieces.append(instructions)
     return "\n\n".join(pieces)

@@ -52,25 +52,6 @@ def test_order_is_system_memory_raw_then_recollection_and_new_message(
     assert p.account.total + p.account.reserve <= p.account.window
 
 
-@pytest.mark.parametrize("text", ["tell me about the lake", "do you remember the lake?"])
-def test_recollections_are_chosen_best_first_and_shown_in_story_order(text: str) -> None:
-    # recall hands them over best first; the best one here is the later exchange
-    later = Recollection(40, 41, 2.0, (RecalledLine(40, "Ren", "we swam in the lake at dawn"),), 12)
-    earlier = Recollection(5, 6, 1.0, (RecalledLine(5, "Mika", "the lake froze that winter"),), 12)
-    p = build(
-        system_prompt="You are Mika.",
-        memory=Memory(),
-        raw=[entry(60, "hello"), entry(61, "hi", "assistant")],
-        new=entry(62, text),
-        profile=LOCAL_8K,
-        counter=COUNTER,
-        recollections=[later, earlier],
-    )
-    last = p.messages[-1].content
-    assert last.endswith(text)
-    assert 0 <= last.index("froze") < last.index("swam") < last.index(text)
-
-
 def test_system_prompt_is_byte_identical_whatever_the_memory() -> None:
     base = dict(system_prompt="CARD", raw=[], new=entry(0, "x"), profile=LOCAL_8K, counter=COUNTER)
     a = build(memory=Memory(), **base)  # type: ignore[arg-type]
