@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from kioku.client import OpenAIChatModel
 from kioku.datasets import load_locomo
+from kioku.errors import InputError
 from kioku.eval import reader as rd
 from kioku.eval.answers import locomo_f1, reply_strict, says_not_known
 from kioku.eval.baselines import RECALLED_HEADER
@@ -494,6 +495,16 @@ def test_a_reader_error_is_recorded_not_scored(data: Path) -> None:
     assert result["scores"]["none"]["heldout"]["errors"] == 2
 
 
+def test_categories_of() -> None:
+    assert rd.categories_of("5") == (5,)
+    assert rd.categories_of("1-4") == (1, 2, 3, 4)
+    assert rd.categories_of("adversarial, 1") == (1, 5)
+    assert rd.categories_of("Temporal,2,temporal") == (2,)
+    for bad in ("6", "0-2", "bogus", "4-", ",", ""):
+        with pytest.raises(InputError, match="--categories"):
+            rd.categories_of(bad)
+
+
 def test_check_arms() -> None:
     assert rd.check_arms(["generational", "none"]) == ("generational", "none")
     for bad in ("full", "bogus"):
@@ -533,6 +544,20 @@ def test_cli(data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert "F1" in res.stdout and "[" in res.stdout  # the table, with intervals
     assert "| truncation |" in report.read_text(encoding="utf-8")
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the forgetting curve as read
+    res = CliRunner().invoke(
+        app,
+        [*base, "--conversations", "5", "--questions", "3", "--categories", "adversarial",
+         "--strategies", "none", "--reader", "http://reader.test/v1", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["categories"] == {"5": "adversarial"} and out["questions"] == 3
+    assert {a["category"] for a in out["answers"]} == {5}
+    assert out["scores"]["none"]["heldout"]["f1"]["mean"] == 1.0  # it says not known each time
+    res = CliRunner().invoke(app, [*base, "--categories", "5"])
+    assert res.exit_code != 0 and "--reader" in str(res.exception)
+    res = CliRunner().invoke(app, [*base, "--reader", "http://reader.test/v1", "--categories", "7"])
+    assert res.exit_code != 0 and "--categories" in str(res.exception)
     res = CliRunner().invoke(
         app, [*base, "--reader", "http://reader.test/v1", "--limit-questions", "3"]
     )

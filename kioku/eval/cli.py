@@ -259,6 +259,14 @@ def locomo(
             "evidence ages (seeded by --seed), or all.",
         ),
     ] = "all",
+    categories: Annotated[
+        str | None,
+        typer.Option(
+            "--categories",
+            help="--reader: the categories asked, e.g. 5 or adversarial (the questions the "
+            "conversation does not answer), 1-4; all five without it.",
+        ),
+    ] = None,
     time_on: Annotated[
         bool,
         typer.Option("--time-on", help="--reader: record each prompt's evaluation seconds."),
@@ -312,7 +320,9 @@ def locomo(
             raise InputError("--reader asks at the end of each conversation: leave out --phases")
         if limit_questions is not None:
             raise InputError("--reader samples with --questions, not --limit-questions")
-        reading = ReaderRun(reader, reader_model, questions, time_on, judge_model, judge_model_id)
+        reading = ReaderRun(
+            reader, reader_model, questions, time_on, judge_model, judge_model_id, categories
+        )
         read(
             data,
             budget,
@@ -327,8 +337,10 @@ def locomo(
             plot=plot,
         )
         return
-    if questions != "all" or time_on:
-        raise InputError("--questions and --time-on choose what --reader answers: pass --reader")
+    if questions != "all" or time_on or categories is not None:
+        raise InputError(
+            "--questions, --categories and --time-on choose what --reader answers: pass --reader"
+        )
     judge = chat_model(judge_model, judge_model_id, settings) if judge_model else None
     if judge is not None and chat is None:
         raise InputError("--judge-model grades answers: pass --model for the answers too")

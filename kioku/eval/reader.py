@@ -102,12 +102,39 @@ class ReaderOptions:
     arms: tuple[str, ...] = READER_ARMS
     tokenizer: str = "qwen2.5"
     questions: int | None = None  # in all, over the conversations; None: every question
+    # the categories asked: adversarial alone (5) is the check that a reply says "not known"
+    # where the conversation does not say, on more questions than a spread sample holds
+    categories: tuple[int, ...] = tuple(ALL_CATEGORIES)
     seed: int = 0
     time_on: bool = False  # time each prompt's evaluation on the reader
     max_tokens: int = MAX_TOKENS
 
 
 # which questions, in which order ------------------------------------------------------------------
+
+
+def categories_of(spec: str) -> tuple[int, ...]:
+    """`--categories`: numbers, ranges or names, "5", "1-4", "adversarial", "multi-hop,5"."""
+    by_name = {v: k for k, v in ALL_CATEGORIES.items()}
+    picked: list[int] = []
+    for part in (p.strip().lower() for p in spec.split(",")):
+        if not part:
+            continue
+        if part in by_name:
+            got = [by_name[part]]
+        else:
+            lo, dash, hi = part.partition("-")
+            try:
+                got = list(range(int(lo), int(hi if dash else lo) + 1))
+            except ValueError:
+                got = []
+        if not got or any(c not in ALL_CATEGORIES for c in got):
+            known = ", ".join(f"{k} ({v})" for k, v in ALL_CATEGORIES.items())
+            raise InputError(f"--categories takes {known}; not {part!r}")
+        picked += [c for c in got if c not in picked]
+    if not picked:
+        raise InputError("--categories names none")
+    return tuple(sorted(picked))
 
 
 def shares(total: int, parts: Sequence[int]) -> dict[int, int]:
@@ -414,6 +441,7 @@ def run(
         max_tokens=options.max_tokens,
         seed=options.seed,
     )
+    categories = categories_of(",".join(str(c) for c in options.categories))
     convs = options.conversations
     quota = shares(options.questions, convs) if options.questions is not None else {}
     transcripts: dict[int, Transcript] = {}
@@ -421,7 +449,7 @@ def run(
     turn = 0
     for index in convs:
         t = transcripts[index] = load_locomo(data, index)
-        every = questions_of(t, index, categories=tuple(ALL_CATEGORIES))
+        every = questions_of(t, index, categories=categories)
         asked[index] = sample(every, quota.get(index), options.seed * 1000 + index, turn)
         turn += len(asked[index])
     order = schedule(asked, arms)
@@ -460,7 +488,7 @@ def run(
         "profile": asdict(profile),
         "profile_fitted": fitted,
         "arms": list(arms),
-        "categories": {str(k): v for k, v in ALL_CATEGORIES.items()},
+        "categories": {str(k): ALL_CATEGORIES[k] for k in categories},
         "age_thirds": list(THIRDS),
         "instruction": INSTRUCTION,
         "questions": len(answers),

@@ -23,6 +23,7 @@ class ReaderRun:
     time_on: bool
     judge_url: str | None
     judge_id: str | None
+    categories: str | None = None  # --categories as typed; every category when None
 
 
 def read(
@@ -70,6 +71,9 @@ def read(
         arms=rd.check_arms(arms),
         tokenizer=tokenizer,
         questions=n,
+        categories=(
+            rd.categories_of(reading.categories) if reading.categories else tuple(rd.ALL_CATEGORIES)
+        ),
         seed=seed,
         time_on=reading.time_on,
     )
