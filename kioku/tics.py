@@ -11,6 +11,11 @@ Everything here is pure. `detect_tics` counts, over the last 20 assistant messag
 endings, message openers and repeated internal phrases, each at most once per message, on
 "atoms" (a word of a spaced script, or one CJK character), so it works for English and Japanese
 alike. It reports maximal phrases only, and ignores punctuation and function-word scraps.
+
+A phrase that declines ("I don't remember", 覚えてない, 不记得: each language's `declining`) is
+never alerted. A character asked about what was never said answers so as often as the
+questions call for it, and a model told not to say it does not know says something else:
+it invents. Honesty outranks style here.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Literal
 from bm25s.stopwords import STOPWORDS_EN_PLUS
 
 from kioku.inert import one_line
+from kioku.lang import WORDS
 
 DEFAULT_WINDOW = 20  # the seed counted over the last 20 replies
 DEFAULT_THRESHOLD = 8  # the seed's tic was in 11 of 20; 8 leaves room to act before that
@@ -55,6 +61,10 @@ _ATOM = re.compile(rf"[{_CJK}]|(?:(?![{_CJK}])[^\W_])+(?:['\u2019](?:(?![{_CJK}]
 _SENTENCE = re.compile(r"[^.!?。！？\n…♪]*(?:[.!?。！？…♪~〜]+[」』）)\"'”’]*|\n|$)")
 _HIRAGANA = re.compile(r"^[\u3040-\u309f]+$")
 _STOP = frozenset(STOPWORDS_EN_PLUS)
+# every language's: a reply may decline in another language than the conversation's
+_DECLINING = re.compile(
+    "|".join(f"(?:{x.declining})" for x in WORDS.values() if x.declining), re.IGNORECASE
+)
 # Japanese/Chinese endings and fillers so common in ordinary prose that repeating them is no tic
 _FUNCTION_CJK = frozenset(
     [
@@ -284,10 +294,12 @@ def detect_tics(
                 sub = g[i:j]
                 if sub != g and sub in seen and seen[sub][0] <= c:
                     dominated.add(sub)
+    # a phrase that declines ("I don't remember") is an answer the questions called for: told
+    # to avoid it, a model invents one instead. Its parts stay dominated: none of it is a tic
     alerts = [
         TicAlert(text, c, len(recent), kind)
         for g, (c, kind, text) in seen.items()
-        if g not in dominated
+        if g not in dominated and not _DECLINING.search(text)
     ]
     alerts.sort(key=lambda a: (-a.count, -len(a.phrase), a.phrase))
     return alerts[:MAX_ALERTS]

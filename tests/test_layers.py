@@ -103,6 +103,23 @@ def test_planted_tic_raises_an_alert_and_stays_out_of_the_next_chapter() -> None
     assert "reply" in memory_text or "pier" in memory_text  # facts stay
 
 
+def test_a_character_who_keeps_saying_it_does_not_remember_is_not_told_to_stop() -> None:
+    """Asked about what was never said, an honest character declines each time; a style note
+    against "I don't remember" would push the model to invent an answer instead."""
+    kk, clock = layered()
+    conv = kk.conversation("d", system_prompt="You are Mika.")
+    for i in range(20):
+        clock.advance(10)
+        conv.prepare(FILLER[i % 5] + f" Do you remember what I said about thing {i}?")
+        said = "Hmm, I don't remember you telling me that." if i < 11 else FILLER[(i + 1) % 5]
+        conv.record(f"{said} Reply {i}.")
+    p = conv.prepare("And what about the trip?")
+    assert kk.layers.tic_alerts("d") == []
+    assert kk.layers.instructions(conv.view()) == []
+    assert not any("Style note" in m.content for m in p.messages)
+    assert kk.layers.avoid_phrases("d") == []
+
+
 def test_cut_empties_raw_window_keeps_coverage_and_search() -> None:
     kk, clock = layered()
     grow(kk, clock, "c", 30, first="The spare key is hidden under the blue flowerpot.")

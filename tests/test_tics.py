@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+import unicodedata
 
 import pytest
 
@@ -11,6 +12,7 @@ from kioku.tics import (
     mentions_tic,
     strip_tics,
 )
+from tests.cases.corpus import cases
 
 SUBJECTS = [
     "I",
@@ -236,3 +238,23 @@ def test_mentions_tic(summary):
 
 def test_mentions_tic_is_false_on_plain_facts():
     assert not mentions_tic("Aki likes tea. ユーザーは猫が好き。", ["nya~", "えへへ"])
+
+
+# --- declining is an answer, not a tic: labelled cases (tests/cases/declining.jsonl) --------
+
+
+def test_a_reply_that_declines_is_never_a_tic_on_labelled_cases() -> None:
+    """A character asked about what was never said answers "I don't remember", as often as the
+    questions call for it; told to avoid the phrase, a model invents instead. The same phrase
+    planted in 11 of 20 replies is alerted when it does not decline, in four languages."""
+    run = list(cases("declining"))
+    assert {c["lang"] for c in run} >= {"en", "ja", "zh", "ko"}
+    wrong = []
+    for c in run:
+        make = english_reply if c["lang"] == "en" else japanese_reply
+        alerts = detect_tics(planted(11, " " + c["text"], make))
+        text = unicodedata.normalize("NFKC", c["text"])  # as the guard reads replies
+        alerted = any(a.phrase in text or text in a.phrase for a in alerts)
+        if alerted == c["declines"]:
+            wrong.append(f"{c['lang']} {c['text']!r}: alerted {alerted}, declines {c['declines']}")
+    assert not wrong, "\n".join(wrong)

@@ -219,6 +219,12 @@ EN = Language(
         Dr OK Okay
         """
     ),
+    declining=(
+        r"\b(?:(?:do|does|did|could)(?:n't|n’t| not)|can(?:'t|’t|not| not)) "
+        r"(?:remember|recall|know)\b|"
+        r"\bnot (?:been )?mentioned\b|\bno idea\b|\bno (?:memory|recollection) of\b|"
+        r"\b(?:never|haven't|hasn't) (?:said|told|mentioned)\b"
+    ),
     first_person=r"\b(?:[Ii](?:'m|'ve|'ll|'d)?|[Mm]y|me|mine|[Ww]e(?:'re|'ve)?|[Oo]ur|us)\b",
     asking=(
         r"\b(?:ask|asks|asked|asking|wonder|wonders|wondered|wondering|question|questions|"

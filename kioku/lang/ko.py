@@ -22,6 +22,7 @@ KO = Language(
     weekdays=("월요일", "화요일", "수요일", "목요일", "금요일", "토요일", "일요일"),
     negation=frozenset(["안", "못"]),
     negation_parts=frozenset(["않", "없", "아니"]),
+    declining=r"기억(?:이|가)? ?안 ?나|기억나지 않|기억이 없|모르겠|몰라|언급(?:되지|하지) 않",
     first_person=r"(?<![\uac00-\ud7af])(?:나는|내가|저는|제가|우리|나도|저도)",
     asking=r"물었|물어|질문|궁금",
     # particles and copulas a word ends on: read without them (the longest that fits first)

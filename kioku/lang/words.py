@@ -75,6 +75,10 @@ class Language:
     clitics: frozenset[str] = frozenset()
     contracted: frozenset[str] = frozenset()  # the first piece, as a stop word ("don", "isn")
     particles: frozenset[str] = frozenset()  # endings a word is read without (Korean 은, 를)
+    # --- the verbal-tic guard (`kioku.tics`)
+    # regex: how a reply says its speaker does not know or remember ("I don't remember", 覚えて
+    # ない): an answer, however often the questions call for it, never a tic to be avoided
+    declining: str = ""
     # --- what a line carries out of context (`kioku.salience`)
     fillers: frozenset[str] = frozenset()
     deictic: frozenset[str] = frozenset()  # words that only point at something said before

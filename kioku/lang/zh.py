@@ -32,6 +32,7 @@ ZH = Language(
     weekday_numbers={"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6},
     framing=frozenset(["说过", "告诉", "问道", "回答", "用户", "角色", "分享"]),
     negation=frozenset("不没别"),
+    declining=r"不记得|记不(?:得|清)|想不起|不知道|没(?:有)?(?:提到|说过|提过|印象)",
     first_person=r"我",
     asking=r"问",
     # Chinese words a Japanese sentence has no use for standing alone (我也, 是, 很)
