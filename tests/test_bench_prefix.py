@@ -53,3 +53,31 @@ def test_fresh_tokens_are_what_a_one_slot_engine_evaluates_without_the_reply() -
     # from the fold on: 60 and 2
     assert s["fresh_tokens_p50_full"] == 2 and s["fresh_tokens_p90_full"] == 60
     assert s["fresh_tokens_p90"] == 100
+
+
+def test_a_joined_turn_is_dated_by_its_last_part() -> None:
+    """The same speaker closes one session and opens the next a week later: the two messages
+    are one turn, sent when the second was written, so the news it opens with ("yesterday") is
+    counted from that day, not from the farewell's."""
+    from datetime import datetime
+
+    from kioku.bench.prefix import turns_of
+    from kioku.datasets import Transcript
+    from kioku.messages import Message
+    from kioku.recall.recollection import RecalledLine, Recollection
+
+    may1, may8 = datetime(2023, 5, 1, 18), datetime(2023, 5, 8, 9)
+    t = Transcript(
+        messages=(
+            Message.of("user", "How was the fair?", author="Ann", at=may1),
+            Message.of("assistant", "Lovely. Talk soon!", author="Bo", at=may1),
+            Message.of("assistant", "Hi Ann! Yesterday I flew my new kite.", author="Bo", at=may8),
+            Message.of("user", "Wow, where?", author="Ann", at=may8),
+        ),
+        meta=({},) * 4,
+    )
+    (_, (closing,)), ((opening,), _) = turns_of(t)
+    assert closing.text == "Lovely. Talk soon!\nHi Ann! Yesterday I flew my new kite."
+    assert closing.at == may8 and opening.at == may8
+    line = RecalledLine(1, closing.author, closing.text, closing.at)
+    assert "Yesterday (7 May 2023) I flew" in Recollection(1, 1, 1.0, (line,)).text

@@ -234,9 +234,12 @@ def turns_of(t: Transcript) -> list[Turn]:
 def _joined(messages: list[Message]) -> Message:
     if len(messages) == 1:
         return messages[0]
-    first = messages[0]
+    first, last = messages[0], messages[-1]
     text = "\n".join(m.text for m in messages)
-    return Message.of(first.role, text, author=first.author, at=first.at)
+    # sent when its last part was written: the part that opens a new day (a session's first
+    # message after the same speaker closed the one before) carries the news its "yesterday"
+    # is counted from, the farewell before it seldom any
+    return Message.of(first.role, text, author=first.author, at=last.at)
 
 
 @dataclass(frozen=True)
