@@ -128,13 +128,19 @@ def categories_of(spec: str) -> tuple[int, ...]:
                 got = list(range(int(lo), int(hi if dash else lo) + 1))
             except ValueError:
                 got = []
-        if not got or any(c not in ALL_CATEGORIES for c in got):
-            known = ", ".join(f"{k} ({v})" for k, v in ALL_CATEGORIES.items())
-            raise InputError(f"--categories takes {known}; not {part!r}")
-        picked += [c for c in got if c not in picked]
-    if not picked:
-        raise InputError("--categories names none")
-    return tuple(sorted(picked))
+        picked += got or [0]  # 0: no category, refused below with the others
+    return checked_categories(picked, spec)
+
+
+def checked_categories(categories: Iterable[int], spec: object = None) -> tuple[int, ...]:
+    """The categories asked, each once, in order; a clear error for one LoCoMo does not have."""
+    picked = sorted(set(categories))
+    if not picked or any(c not in ALL_CATEGORIES for c in picked):
+        known = ", ".join(f"{k} ({v})" for k, v in ALL_CATEGORIES.items())
+        raise InputError(
+            f"--categories takes {known}; not {spec if spec is not None else picked!r}"
+        )
+    return tuple(picked)
 
 
 def shares(total: int, parts: Sequence[int]) -> dict[int, int]:
@@ -441,7 +447,7 @@ def run(
         max_tokens=options.max_tokens,
         seed=options.seed,
     )
-    categories = categories_of(",".join(str(c) for c in options.categories))
+    categories = checked_categories(options.categories)
     convs = options.conversations
     quota = shares(options.questions, convs) if options.questions is not None else {}
     transcripts: dict[int, Transcript] = {}
