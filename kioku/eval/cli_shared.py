@@ -41,6 +41,11 @@ def chat_model(url: str | None, model_id: str | None, settings: Settings) -> Any
 
 
 def conversations_of(spec: str) -> tuple[int, ...]:
+    return indexes_of(spec, "--conversations", "indexes like 0-4,7")
+
+
+def indexes_of(spec: str, flag: str, takes: str) -> tuple[int, ...]:
+    """Numbers and ranges, "0-4,7", in the order written; `flag takes …` when one is not."""
     picked: list[int] = []
     for part in spec.split(","):
         part = part.strip()
@@ -53,5 +58,5 @@ def conversations_of(spec: str) -> tuple[int, ...]:
             else:
                 picked.append(int(part))
         except ValueError:
-            raise InputError(f"--conversations takes indexes like 0-4,7, not {spec!r}") from None
+            raise InputError(f"{flag} takes {takes}, not {spec!r}") from None
     return tuple(picked)

@@ -57,6 +57,7 @@ from . import qa
 from .answers import ADVERSARIAL, locomo_f1, reply_strict, says_not_known, stemmer_name
 from .arms import Context
 from .baselines import RecentRetrievalArm, RetrievalArm, WindowArm
+from .cli_shared import indexes_of
 from .locomo import CATEGORIES, DEFAULT_BUDGET, Question, questions_of
 from .report import file_digest, pins
 from .strategies import KNOWN, REFERENCE, close_all, fit_profile, replay
@@ -65,6 +66,7 @@ KIND = "kioku.eval.reader/1"
 NONE = "none"
 READER_ARMS: tuple[str, ...] = ("generational", "retrieval", "truncation", "rolling", NONE)
 ALL_CATEGORIES: dict[int, str] = {**CATEGORIES, ADVERSARIAL: "adversarial"}
+_KNOWN = ", ".join(f"{k} ({v})" for k, v in ALL_CATEGORIES.items())  # what --categories takes
 THIRDS: tuple[str, ...] = ("oldest", "middle", "newest")
 NO_EVIDENCE = "unplaced"  # a question whose evidence is not in the conversation
 INSTRUCTION = (
@@ -116,30 +118,18 @@ class ReaderOptions:
 def categories_of(spec: str) -> tuple[int, ...]:
     """`--categories`: numbers, ranges or names, "5", "1-4", "adversarial", "multi-hop,5"."""
     by_name = {v: k for k, v in ALL_CATEGORIES.items()}
-    picked: list[int] = []
-    for part in (p.strip().lower() for p in spec.split(",")):
-        if not part:
-            continue
-        if part in by_name:
-            got = [by_name[part]]
-        else:
-            lo, dash, hi = part.partition("-")
-            try:
-                got = list(range(int(lo), int(hi if dash else lo) + 1))
-            except ValueError:
-                got = []
-        picked += got or [0]  # 0: no category, refused below with the others
-    return checked_categories(picked, spec)
+    parts = [p.strip().lower() for p in spec.split(",")]
+    named = [by_name[p] for p in parts if p in by_name]
+    numbered = ",".join(p for p in parts if p not in by_name)
+    return checked_categories([*named, *indexes_of(numbered, "--categories", _KNOWN)], spec)
 
 
 def checked_categories(categories: Iterable[int], spec: object = None) -> tuple[int, ...]:
     """The categories asked, each once, in order; a clear error for one LoCoMo does not have."""
     picked = sorted(set(categories))
     if not picked or any(c not in ALL_CATEGORIES for c in picked):
-        known = ", ".join(f"{k} ({v})" for k, v in ALL_CATEGORIES.items())
-        raise InputError(
-            f"--categories takes {known}; not {spec if spec is not None else picked!r}"
-        )
+        shown = spec if spec is not None else picked
+        raise InputError(f"--categories takes {_KNOWN}, not {shown!r}")
     return tuple(picked)
 
 
