@@ -51,8 +51,9 @@ _PLURALS = r"(kids|children|sons|daughters|dogs|cats|pets|brothers|sisters|grand
 # an object that is a reaction to the other person, or a pointer, not a preference
 _NOT_OBJECT = re.compile(
     r"^(?:that|how|when|what|where|why|who|it|this|these|those|them|him|her|you|your|yours|us|both|"
-    r"me|myself|the way|hearing|seeing|reading that|knowing|being able|having you|talking|"
-    r"chatting|to hear|to see|to know|to chat|to talk|spending time with you)\b",
+    r"me|mine|myself|the way|hearing|seeing|reading that|knowing|being able|having you|talking|"
+    r"chatting|to hear|to see|to know|to chat|to talk|spending time with you|every|the idea|"
+    r"the thought)\b",
     re.IGNORECASE,
 )
 _POINTER_END = re.compile(r"\b(?:it|that|this|them|those|there|too|so much|a lot)\s*$", re.I)
@@ -69,6 +70,14 @@ def _you(text: str, addressee: str) -> str:
     text = re.sub(r"\byour(?:s)?\b", f"{addressee}'s", text, flags=re.IGNORECASE)
     text = re.sub(r"\byourself\b", addressee, text, flags=re.IGNORECASE)
     return re.sub(r"\byou\b", addressee, text, flags=re.IGNORECASE)
+
+
+def _me(text: str, speaker: str) -> str:
+    """First person → the speaker, in a note worded about them ("likes camping with my
+    family" → "likes camping with Mina's family"; "expressing myself" → "expressing
+    oneself"): a note is read under another speaker's voice, where "my" means someone else."""
+    text = re.sub(r"\b(?:my|mine)\b", f"{speaker}'s", text, flags=re.IGNORECASE)
+    return re.sub(r"\bmyself\b", "oneself", text, flags=re.IGNORECASE)
 
 
 def _third(text: str, referent: str) -> str:
@@ -88,7 +97,30 @@ def _object_ok(obj: str) -> bool:
         return False
     if len(o.split()) > 8 or re.search(r"\byou\b|\byour\b", o, re.IGNORECASE):
         return False
+    if re.search(r"\bI\b|\bI'[a-z]+\b|\bme\b", o):
+        return False  # a clause of the speaker's own ("the friends I have"), not a thing
     return bool(content_words(o))
+
+
+# "a job I enjoy", "the things I love": a noun phrase right before "I" makes the clause
+# relative, so what follows the verb is not what is liked
+_RELATIVE = re.compile(
+    r"\b(?:the|a|an|my|this|that|these|those|some|any|every|all|one)\s+(?:[\w'][\w'-]*\s+){0,2}$",
+    re.IGNORECASE,
+)
+_AND = re.compile(r"\b(?:and|or)\s+$", re.IGNORECASE)  # "my partner and I": the speaker too
+
+
+def _relative(text: str, start: int) -> bool:
+    before = text[:start]
+    return bool(_RELATIVE.search(before)) and not _AND.search(before)
+
+
+def _unaddressed(obj: str, addressee: str) -> str:
+    """Drop a trailing vocative: "the blue one, Nate" → "the blue one"."""
+    if not addressee:
+        return obj
+    return re.sub(rf",?\s+{re.escape(addressee)}$", "", obj)
 
 
 def _fact(kind: str, subject: str, text: str, s: Speech, slot: str = "") -> Fact:
@@ -105,7 +137,7 @@ def _english(s: Speech) -> list[Fact]:
     out: list[Fact] = []
     referent = ""
     for m in re.finditer(rf"\b[Mm]y {_REL}(?:'s name)?(?: is|,)? (?:called |named )?{_NAME}", text):
-        rel, name = m.group(1).lower(), m.group(2)
+        rel, name = m.group(1).lower(), m.group(2).removesuffix("'s")
         if name.split()[0] in ("I", "The", "A", "So", "And", "But", "Is"):
             continue
         if re.match(r"\s+and\b", text[m.end() :]):
@@ -132,9 +164,10 @@ def _english(s: Speech) -> list[Fact]:
             out.append(_fact("promise", me, f"promised: {clause}", s))
     like = r"\bI (?:really |truly |absolutely |just |also )?(like|love|enjoy|adore|hate|dislike|can't stand|don't like|do not like)"
     for m in re.finditer(rf"{like} {_CLAUSE}{_END}", text):
-        verb, obj = m.group(1).lower(), m.group(2).strip()
-        if not _object_ok(obj) or _THIRD.search(obj):
+        verb, obj = m.group(1).lower(), _unaddressed(m.group(2).strip(), s.addressee)
+        if not _object_ok(obj) or _THIRD.search(obj) or _relative(text, m.start()):
             continue
+        obj = _me(obj, me)
         likes = verb in ("like", "love", "enjoy", "adore")
         out.append(
             _fact(
@@ -148,19 +181,21 @@ def _english(s: Speech) -> list[Fact]:
     for m in re.finditer(
         rf"\b[Mm]y (?:all-time )?favou?rite ([a-z ]{{2,30}}?) is {_CLAUSE}{_END}", text
     ):
-        what, obj = m.group(1).strip(), m.group(2).strip()
+        what, obj = m.group(1).strip(), _unaddressed(m.group(2).strip(), s.addressee)
         if _object_ok(obj):
+            obj = _me(obj, me)
             out.append(_fact("preference", me, f"favourite {what}: {obj}", s, f"favourite:{what}"))
     for m in re.finditer(
         rf"\bI'm (?:a (?:big |huge )?fan of|really into|into) {_CLAUSE}{_END}", text
     ):
-        obj = m.group(1).strip()
+        obj = _unaddressed(m.group(1).strip(), s.addressee)
         if _object_ok(obj) and not _THIRD.search(obj):
+            obj = _me(obj, me)
             out.append(_fact("preference", me, f"likes {obj}", s, slot_for_object(obj)))
     for m in re.finditer(rf"\bI (?:always|usually|often|regularly) {_CLAUSE}{_END}", text):
-        clause = _you(m.group(1), s.addressee)
-        if _object_ok(clause) and not _THIRD.search(clause):
-            out.append(_fact("habit", me, f"usually {clause}", s))
+        clause = _you(_unaddressed(m.group(1), s.addressee), s.addressee)
+        if _object_ok(clause) and not _THIRD.search(clause) and not _relative(text, m.start()):
+            out.append(_fact("habit", me, f"usually {_me(clause, me)}", s))
     place = r"((?:[A-Z][\w'\-]+)(?:,? [A-Z][\w'\-]+){0,3})"
     for m in re.finditer(rf"\bI(?:'m| am)? (?:live|living|currently live) in {place}", text):
         out.append(_fact("fact", me, f"lives in {m.group(1)}", s, "residence"))
@@ -187,6 +222,7 @@ def _english(s: Speech) -> list[Fact]:
     ):
         what = _you(m.group(1), s.addressee)
         if _object_ok(what):
+            what = _me(what, me)
             out.append(_fact("habit", me, f"has been {what} for {m.group(2)} {m.group(3)}", s))
     if not out:
         for sent in sentences(text):

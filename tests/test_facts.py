@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import pytest
@@ -103,6 +104,65 @@ def test_english_facts_keep_their_referents() -> None:
 )
 def test_english_non_facts(text: str) -> None:
     assert en(text) == set()
+
+
+# a note is worded about its subject and read under someone else's voice: "my" in it would
+# point at the wrong person, and a clause of the speaker's inside an object is not a thing liked
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("I love my job.", {("preference", "Caroline", "likes Caroline's job")}),
+        (
+            "I love camping trips with my fam, 'cause nature is great.",
+            {("preference", "Caroline", "likes camping trips with Caroline's fam")},
+        ),
+        (
+            "I usually use voice chat to talk to my team.",
+            {("habit", "Caroline", "usually use voice chat to talk to Caroline's team")},
+        ),
+        (
+            "I'm a big fan of my grandma's cooking.",
+            {("preference", "Caroline", "likes Caroline's grandma's cooking")},
+        ),
+        (
+            "That picture was from a trip for my daughter Sara's birthday.",
+            {("relation", "Caroline", "daughter is Sara")},
+        ),
+        ("I love pottery, Melanie.", {("preference", "Caroline", "likes pottery")}),
+        (
+            "My partner and I often play for bets!",
+            {("habit", "Caroline", "usually play for bets")},
+        ),
+        (
+            "I love expressing myself through writing.",
+            {("preference", "Caroline", "likes expressing oneself through writing")},
+        ),
+        ("There's a beach nearby that I love - the sound of the waves.", set()),
+        ("I'm grateful to have a job I enjoy every day.", set()),
+        ("Connecting with the things I love makes writing even more fun.", set()),
+        ("I love spending time with the friends I have.", set()),
+        ("My favorite song is one I wrote myself.", set()),
+        ("I love the thought, Melanie!", set()),
+        ("Wow, I love the idea!", set()),
+    ],
+)
+def test_an_english_note_names_whom_it_is_about(text: str, want: set[tuple[str, str, str]]) -> None:
+    got = en(text)
+    assert got == want
+    assert not any(re.search(r"\b(?:I|my|me|mine|myself)\b", t) for _, _, t in got)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("私の仕事が大好きです。", {("preference", "CP", "仕事が大好き")}),
+        ("僕の犬と散歩するのが好き。", set()),
+    ],
+)
+def test_a_japanese_note_names_whom_it_is_about(text: str, want: set[tuple[str, str, str]]) -> None:
+    got = ja(text)
+    assert got == want
+    assert not any(re.search("私|僕|俺|あたし", t) for _, _, t in got)
 
 
 def test_a_dated_event_is_kept_with_the_date_it_happened() -> None:
