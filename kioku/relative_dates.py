@@ -9,7 +9,9 @@ added. English, Japanese (昨日, 先週, 3日前, 先週の金曜日…) and Ch
 
 Only expressions that name a definite day, week, month or year are resolved; vague ones ("a
 few days ago", "recently") and ones that are ambiguous without more context ("on Friday",
-"this weekend") are left as they are. Applying `resolve` twice changes nothing more.
+"this weekend") are left as they are. A span that runs up to now names when it began: "I've
+had them for 3 years now" → "(since 2020)"; Japanese and Chinese say that with "ago" (3年前から,
+三年前开始), which the rules for "ago" read. Applying `resolve` twice changes nothing more.
 """
 
 from __future__ import annotations
@@ -88,6 +90,24 @@ def _ago(n: int, unit: str, d: date, lang: str) -> str | None:
     return year_text(d.year - n, lang)
 
 
+# a perfect tense before "for two years" in the same sentence: a span that runs up to now
+_PERFECT = re.compile(
+    r"(?:'ve|'s|\bhave|\bhas)\s+(?:been|had|known|lived|worked|played|done|owned|taught|studied|"
+    r"used)\b[^.!?;]*$",
+    re.IGNORECASE,
+)
+
+
+def _since(m: re.Match[str], d: date, lang: str) -> str | None:
+    """ "I've had them for 3 years now" said in 2023 → "(since 2020)": a duration that runs
+    up to the day it is said names the day it began. Only with "now" or a perfect tense;
+    "I lived there for two years" ends who knows when."""
+    if not m.group(3) and not _PERFECT.search(m.string[: m.start()]):
+        return None
+    value = _ago(_number(m.group(1)) or 0, _unit_en(m.group(2)), d, lang)
+    return f"since {value}" if value else None
+
+
 def _offset(days: int, lang: str) -> Resolver:
     return lambda _m, d: day_text(d + timedelta(days=days), lang)
 
@@ -140,6 +160,10 @@ def _en() -> list[Rule]:
         Rule(
             re.compile(rf"\b{num}\s+(days?|weeks?|months?|years?)\s+ago\b", i),
             lambda m, d: _ago(_number(m.group(1)) or 0, _unit_en(m.group(2)), d, lang),
+        ),
+        Rule(
+            re.compile(rf"\bfor {num}\s+(days?|weeks?|months?|years?)\b(\s+now\b)?", i),
+            lambda m, d: _since(m, d, lang),
         ),
         Rule(
             re.compile(r"(?<!\bthe )\blast (week|month|year|weekend)\b", i),

@@ -130,6 +130,31 @@ def test_client_dates_as_epoch_and_iso_with_zone() -> None:
         ("We met last Friday.", "en", "We met last Friday (5 May 2023)."),
         ("I moved here 4 years ago.", "en", "I moved here 4 years ago (2019)."),
         ("a few days ago, on Friday", "en", "a few days ago, on Friday"),  # vague: left alone
+        # a span that runs up to now names when it began; one that ended does not
+        (
+            "I've had them for 3 years now and love them.",
+            "en",
+            "I've had them for 3 years now (since 2020) and love them.",
+        ),
+        (
+            "Been playing for a month now, it's tough.",
+            "en",
+            "Been playing for a month now (since April 2023), it's tough.",
+        ),
+        (
+            "We've been together for three years.",
+            "en",
+            "We've been together for three years (since 2020).",
+        ),
+        ("I lived there for two years.", "en", "I lived there for two years."),
+        ("I'll stay for a week.", "en", "I'll stay for a week."),
+        (
+            "I've been doing it for a few years now.",
+            "en",
+            "I've been doing it for a few years now.",
+        ),
+        ("3年前から猫を飼っている。", "ja", "3年前(2020年)から猫を飼っている。"),
+        ("我三年前开始学吉他。", "zh", "我三年前(2020年)开始学吉他。"),
         ("昨日は雨でした。", "ja", "昨日(2023年5月7日)は雨でした。"),
         ("先週の金曜日に映画を見た。", "ja", "先週の金曜日(2023年5月5日)に映画を見た。"),
         ("3日前と去年と来月", "ja", "3日前(2023年5月5日)と去年(2022年)と来月(2023年6月)"),
