@@ -117,7 +117,7 @@ def _relative(text: str, start: int) -> bool:
 
 
 def _unaddressed(obj: str, addressee: str) -> str:
-    """Drop a trailing vocative: "the blue one, Nate" → "the blue one"."""
+    """Drop a trailing vocative: "the blue one, Ren" → "the blue one"."""
     if not addressee:
         return obj
     return re.sub(rf",?\s+{re.escape(addressee)}$", "", obj)

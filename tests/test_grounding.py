@@ -525,7 +525,10 @@ def test_a_mostly_true_reply_keeps_its_true_lines_and_drops_the_rest() -> None:
     assert s.data["added"] == [
         {
             "seq": 23,
-            "text": "I've been married to my husband for five years and we have three kids.",
+            # the span up to the day it was said carries the year it began
+            "text": (
+                "I've been married to my husband for five years (since 2018) and we have three kids."
+            ),
             "why": "replaced",
         }
     ]
