@@ -161,7 +161,7 @@ def _english(s: Speech) -> list[Fact]:
         clause = _third(_you(m.group(1), s.addressee), referent)
         pointer = _POINTER_END.search(clause) or _POINTER.search(clause)
         if content_words(clause) and not _THIRD.search(clause) and not pointer:
-            out.append(_fact("promise", me, f"promised: {clause}", s))
+            out.append(_fact("promise", me, f"promised: {_me(clause, me)}", s))
     like = r"\bI (?:really |truly |absolutely |just |also )?(like|love|enjoy|adore|hate|dislike|can't stand|don't like|do not like)"
     for m in re.finditer(rf"{like} {_CLAUSE}{_END}", text):
         verb, obj = m.group(1).lower(), _unaddressed(m.group(2).strip(), s.addressee)
@@ -204,13 +204,14 @@ def _english(s: Speech) -> list[Fact]:
     for m in re.finditer(rf"\bI(?:'m| am) (?:originally )?from {place}", text):
         out.append(_fact("fact", me, f"is from {m.group(1)}", s, "origin"))
     for m in re.finditer(rf"\bI moved (?:here )?(from|to) {place}{_CLAUSE}?{_END}", text):
-        tail = (m.group(3) or "").strip()
+        tail = _me((m.group(3) or "").strip(), me)
         out.append(_fact("fact", me, f"moved {m.group(1)} {m.group(2)} {tail}", s))
-    for m in re.finditer(
-        rf"\b(?:I work as|I'm working as|my job is|I work at|I work for) {_CLAUSE}{_END}", text
-    ):
+    for m in re.finditer(rf"\bI(?: work|'m working| am working) (as|at|for) {_CLAUSE}{_END}", text):
+        if _object_ok(m.group(2)):
+            out.append(_fact("fact", me, f"works {m.group(1)} {_me(m.group(2), me)}", s, "job"))
+    for m in re.finditer(rf"\b[Mm]y job is {_CLAUSE}{_END}", text):
         if _object_ok(m.group(1)):
-            out.append(_fact("fact", me, f"works {m.group(0).split(' ', 3)[-1]}", s, "job"))
+            out.append(_fact("fact", me, f"job: {_me(m.group(1), me)}", s, "job"))
     for m in re.finditer(r"\bI(?:'m| am) (\d{1,3}) years old", text):
         out.append(_fact("fact", me, f"is {m.group(1)} years old", s, "age"))
     for m in re.finditer(rf"\bI(?:'ve| have) {_COUNT} {_PLURALS}\b", text):

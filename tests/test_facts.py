@@ -130,6 +130,13 @@ def test_english_non_facts(text: str) -> None:
         ),
         ("I love pottery, Melanie.", {("preference", "Caroline", "likes pottery")}),
         (
+            "I promise to call my mom.",
+            {("promise", "Caroline", "promised: call Caroline's mom")},
+        ),
+        ("I work at my dad's shop.", {("fact", "Caroline", "works at Caroline's dad's shop")}),
+        ("I work as a nurse.", {("fact", "Caroline", "works as a nurse")}),
+        ("My job is teaching art.", {("fact", "Caroline", "job: teaching art")}),
+        (
             "My partner and I often play for bets!",
             {("habit", "Caroline", "usually play for bets")},
         ),
